@@ -1,0 +1,1 @@
+"""A delay-controlled simulator for asynchronous RL, and the stabilizers it tests."""

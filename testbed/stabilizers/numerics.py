@@ -1,0 +1,77 @@
+"""Numerically safe building blocks shared by every stabilizer.
+
+Ratios are formed in log space and saturated before ``exp`` so that a log-ratio of +-100 (a
+thousand-step-stale sample) gives a large but finite weight, never inf, and never ``0 * inf``.
+Every quantity is computed in float32 whatever the input dtype (bfloat16 log-probs lose the
+precision a ratio needs).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+# exp(20) ~ 4.9e8: far above any clip or cap in use, far below float32's overflow (~3.4e38), and its
+# square (used by ESS and the OPOB weights) still fits.
+MAX_LOG_RATIO = 20.0
+
+
+def f32(x: Tensor) -> Tensor:
+    """Upcast to float32 (keeps the autograd graph)."""
+    return x.to(torch.float32)
+
+
+def log_ratio(logp: Tensor, base_logp: Tensor) -> Tensor:
+    """log(pi / base) = logp - base_logp in float32, with ``base_logp`` detached."""
+    return f32(logp) - f32(base_logp).detach()
+
+
+def safe_exp(log_x: Tensor, max_log: float = MAX_LOG_RATIO) -> Tensor:
+    """exp(min(max(log_x, -max_log), max_log)): a saturated exponential, finite for any input."""
+    return torch.exp(torch.clamp(log_x, -max_log, max_log))
+
+
+def masked_sum(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
+    """sum(x * mask) with masked entries replaced by 0 first (so inf * 0 cannot appear)."""
+    m = mask.to(torch.bool)
+    x = torch.where(m, x, torch.zeros((), dtype=x.dtype, device=x.device))
+    return x.sum() if dim is None else x.sum(dim)
+
+
+def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
+    """sum(x * mask) / max(sum(mask), 1): zero (not NaN) when everything is masked."""
+    count = mask.to(x.dtype).sum() if dim is None else mask.to(x.dtype).sum(dim)
+    return masked_sum(x, mask, dim) / count.clamp(min=1.0)
+
+
+def sequence_log_ratio(logp: Tensor, base_logp: Tensor, mask: Tensor) -> Tensor:
+    """sum_t m_t (logp_t - base_logp_t) per sequence: log of the sequence ratio R_seq. [B]"""
+    return masked_sum(log_ratio(logp, base_logp), mask, dim=-1)
+
+
+def effective_sample_size(log_w: Tensor, valid: Tensor | None = None) -> Tensor:
+    """Normalised ESS rho = (sum_i w_i)^2 / (B sum_i w_i^2) in [1/B, 1], computed in log space.
+
+    ``log_w`` holds log importance weights ``[B]``; ``valid`` optionally excludes entries. An empty
+    batch gives rho = 1 (no evidence of mismatch). (Kong 1992; used by VCPO, arXiv 2602.17616.)
+    """
+    log_w = f32(log_w).detach()
+    if valid is None:
+        valid = torch.ones_like(log_w, dtype=torch.bool)
+    n = valid.sum()
+    if int(n) == 0:
+        return torch.ones((), dtype=torch.float32, device=log_w.device)
+    neg_inf = torch.full_like(log_w, float("-inf"))
+    lw = torch.where(valid, log_w, neg_inf)
+    log_num = 2.0 * torch.logsumexp(lw, dim=0)
+    log_den = torch.log(n.to(torch.float32)) + torch.logsumexp(2.0 * lw, dim=0)
+    return torch.exp(log_num - log_den)
+
+
+def ratio_metrics(log_r: Tensor, mask: Tensor, prefix: str = "ratio") -> dict[str, float]:
+    """Max, mean and min of the (saturated) ratio over unmasked tokens, as floats."""
+    m = mask.to(torch.bool)
+    if not bool(m.any()):
+        return {f"{prefix}_max": 1.0, f"{prefix}_mean": 1.0, f"{prefix}_min": 1.0}
+    r = safe_exp(log_r.detach())[m]
+    return {f"{prefix}_max": float(r.max()), f"{prefix}_mean": float(r.mean()), f"{prefix}_min": float(r.min())}
