@@ -1,0 +1,360 @@
+"""Tasks with verifiable rewards: generated arithmetic, countdown and copy problems, and GSM8K-style JSONL.
+
+A task draws `Problem`s from a seeded ``random.Random`` and scores a completion (the decoded text
+the policy generated after the prompt) with a reward in [0, 1]. Prompts come in three styles:
+
+* ``compact``: terse text such as ``12+7=`` for the tiny character-level model (small alphabet);
+* ``qa``: ``Question: ...\\nAnswer:`` for base models;
+* ``chat``: the instruction as one user message, for models with a chat template (the trainer
+  applies the template).
+
+Task specs use the recipe grammar: ``"arithmetic"``, ``"arithmetic(max_operand=20, ops='+-*')"``,
+``"countdown(n_numbers=3)"``, ``"copy(digits=2)"``, ``"gsm8k(path=data/train.jsonl)"``.
+
+Answer extraction (`extract_answer`): the text after the last ``####`` marker if there is one,
+else the content of the last ``\\boxed{...}``, else the last number in the text.
+"""
+
+from __future__ import annotations
+
+import json
+import operator
+import random
+import re
+import string
+from dataclasses import dataclass, field, fields
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, ClassVar
+
+from testbed.stabilizers import parse_spec
+
+STYLES = ("compact", "qa", "chat")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One prompt: the question in each style's raw form, and the reference answer."""
+
+    question: str  # natural-language instruction (qa and chat styles)
+    compact: str  # terse prompt (compact style)
+    answer: str
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+
+
+def _clean_number(text: str) -> str | None:
+    text = text.strip().replace(",", "").replace("$", "").rstrip(".")
+    match = re.search(r"-?\d+(?:\.\d+)?", text)
+    if match is None:
+        return None
+    value = Fraction(match.group(0))
+    return str(value.numerator) if value.denominator == 1 else str(float(value))
+
+
+def extract_answer(text: str) -> str | None:
+    """The final numeric answer in ``text``: after ``####``, else in the last ``\\boxed{}``, else the last number.
+
+    Returns the number normalised (commas and ``$`` removed, ``42.0`` -> ``42``) or None.
+    """
+    if "####" in text:
+        return _clean_number(text.rsplit("####", 1)[1])
+    boxed = re.findall(r"\\boxed\{([^{}]*)\}", text)
+    if boxed:
+        return _clean_number(boxed[-1])
+    numbers = _NUMBER.findall(text)
+    return _clean_number(numbers[-1]) if numbers else None
+
+
+class Task:
+    """Base class: subclasses are dataclasses whose fields are the spec parameters."""
+
+    name: ClassVar[str]
+    alphabet: ClassVar[str] = string.digits  # characters of compact prompts and answers (tiny tokenizer)
+    max_new_tokens: ClassVar[int] = 8  # a sensible default completion budget (compact style)
+
+    def sample(self, rng: random.Random) -> Problem:
+        raise NotImplementedError
+
+    def reward(self, problem: Problem, completion: str) -> float:
+        """1.0 when the extracted answer equals the reference, else 0.0."""
+        got = extract_answer(completion)
+        return float(got is not None and got == _clean_number(problem.answer))
+
+    def prompt(self, problem: Problem, style: str) -> str:
+        if style == "compact":
+            return problem.compact
+        if style == "qa":
+            return f"Question: {problem.question}\nAnswer:"
+        if style == "chat":
+            return problem.question
+        raise ValueError(f"unknown prompt style {style!r}; allowed: {', '.join(STYLES)}")
+
+
+@dataclass
+class Copy(Task):
+    """Echo the digits of the prompt: ``7=`` -> ``7``. The sanity-check task (trivially learnable)."""
+
+    name: ClassVar[str] = "copy"
+    alphabet: ClassVar[str] = string.digits + "="
+    max_new_tokens: ClassVar[int] = 2
+    digits: int = 1
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.digits <= 12:
+            raise ValueError(f"copy: digits must be in 1..12, got {self.digits}")
+
+    def sample(self, rng: random.Random) -> Problem:
+        text = "".join(rng.choice(string.digits) for _ in range(self.digits))
+        if self.digits > 1:
+            text = text.lstrip("0") or "0"
+        return Problem(f"Repeat the number {text}. Answer with just the number.", f"{text}=", text)
+
+
+_OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul}
+
+
+@dataclass
+class Arithmetic(Task):
+    """``a op b`` with integer operands in [min_operand, max_operand] and op drawn from ``ops``."""
+
+    name: ClassVar[str] = "arithmetic"
+    alphabet: ClassVar[str] = string.digits + "+-*="
+    max_new_tokens: ClassVar[int] = 6
+    min_operand: int = 0
+    max_operand: int = 9
+    ops: str = "+"
+
+    def __post_init__(self) -> None:
+        self.ops = str(self.ops)
+        if not self.ops or any(op not in _OPS for op in self.ops):
+            raise ValueError(f"arithmetic: ops must be a non-empty string of {''.join(_OPS)}, got {self.ops!r}")
+        if not 0 <= self.min_operand <= self.max_operand:
+            raise ValueError(
+                f"arithmetic: need 0 <= min_operand <= max_operand, got {self.min_operand}, {self.max_operand}"
+            )
+
+    def sample(self, rng: random.Random) -> Problem:
+        a = rng.randint(self.min_operand, self.max_operand)
+        b = rng.randint(self.min_operand, self.max_operand)
+        op = rng.choice(self.ops)
+        ans = _OPS[op](a, b)
+        return Problem(f"What is {a} {op} {b}? Answer with just the number.", f"{a}{op}{b}=", str(ans))
+
+
+class _SafeEval:
+    """Evaluate an expression of integers, + - * / and parentheses exactly (Fractions); None if invalid."""
+
+    _pattern = re.compile(r"\s*(\d+|[-+*/()])")
+
+    def __init__(self, text: str) -> None:
+        self.tokens: list[str] = []
+        pos = 0
+        text = text.strip()
+        while pos < len(text):
+            match = self._pattern.match(text, pos)
+            if match is None:
+                raise ValueError("bad character")
+            self.tokens.append(match.group(1))
+            pos = match.end()
+            while pos < len(text) and text[pos].isspace():
+                pos += 1
+        self.i = 0
+        self.numbers: list[int] = []
+
+    def parse(self) -> Fraction:
+        value = self.expr()
+        if self.i != len(self.tokens):
+            raise ValueError("trailing tokens")
+        return value
+
+    def peek(self) -> str | None:
+        return self.tokens[self.i] if self.i < len(self.tokens) else None
+
+    def take(self) -> str:
+        tok = self.peek()
+        if tok is None:
+            raise ValueError("unexpected end")
+        self.i += 1
+        return tok
+
+    def expr(self) -> Fraction:
+        value = self.term()
+        while self.peek() in ("+", "-"):
+            value = value + self.term() if self.take() == "+" else value - self.term()
+        return value
+
+    def term(self) -> Fraction:
+        value = self.atom()
+        while self.peek() in ("*", "/"):
+            op = self.take()
+            rhs = self.atom()
+            if op == "*":
+                value = value * rhs
+            else:
+                if rhs == 0:
+                    raise ValueError("division by zero")
+                value = value / rhs
+        return value
+
+    def atom(self) -> Fraction:
+        tok = self.take()
+        if tok == "(":
+            value = self.expr()
+            if self.take() != ")":
+                raise ValueError("unbalanced")
+            return value
+        if tok.isdigit():
+            self.numbers.append(int(tok))
+            return Fraction(int(tok))
+        raise ValueError(f"unexpected {tok!r}")
+
+
+def evaluate_expression(text: str) -> tuple[Fraction, list[int]] | None:
+    """(exact value, integers used) of an arithmetic expression, or None if it is not one."""
+    if not text.strip() or len(text) > 200:
+        return None
+    try:
+        parser = _SafeEval(text)
+        return parser.parse(), parser.numbers
+    except ValueError:
+        return None
+
+
+_EXPR_RUN = re.compile(r"[\d+\-*/() ]+")
+
+
+@dataclass
+class Countdown(Task):
+    """Reach ``target`` with + - * / over ``n_numbers`` given numbers, each used at most once.
+
+    Problems are generated solvable: the target is the value of a random expression over a random
+    subset of the numbers (positive integer, intermediate divisions exact). The reward is 1 when the
+    completion holds an expression that uses only the given numbers (each at most once) and equals
+    the target; the expression is the text after ``####`` if present, else the last run of
+    characters made of digits, operators, parentheses and spaces.
+    """
+
+    name: ClassVar[str] = "countdown"
+    alphabet: ClassVar[str] = string.digits + "+-*/() ,:="
+    max_new_tokens: ClassVar[int] = 16
+    n_numbers: int = 3
+    max_number: int = 10
+    max_target: int = 100
+
+    def __post_init__(self) -> None:
+        if not 2 <= self.n_numbers <= 6:
+            raise ValueError(f"countdown: n_numbers must be in 2..6, got {self.n_numbers}")
+        if self.max_number < 1 or self.max_target < 1:
+            raise ValueError("countdown: max_number and max_target must be >= 1")
+
+    def sample(self, rng: random.Random) -> Problem:
+        for _ in range(1000):
+            numbers = [rng.randint(1, self.max_number) for _ in range(self.n_numbers)]
+            k = rng.randint(2, self.n_numbers)
+            chosen = rng.sample(numbers, k)
+            expr, value = str(chosen[0]), Fraction(chosen[0])
+            for x in chosen[1:]:
+                op = rng.choice("+-*/")
+                if op == "/" and (x == 0 or (value / x).denominator != 1):
+                    op = "+"
+                value = {"+": value + x, "-": value - x, "*": value * x, "/": value / x}[op]
+                expr = f"({expr}){op}{x}" if op in "*/" and any(c in expr for c in "+-") else f"{expr}{op}{x}"
+            if value.denominator == 1 and 1 <= value <= self.max_target:
+                nums = " ".join(map(str, numbers))
+                target = int(value)
+                question = (
+                    f"Using the numbers {', '.join(map(str, numbers))} (each at most once) and + - * /, "
+                    f"write an expression equal to {target}. Answer with just the expression."
+                )
+                return Problem(question, f"{nums}:{target}=", expr, {"numbers": numbers, "target": target})
+        raise RuntimeError("countdown: could not generate a problem; raise max_target")  # pragma: no cover
+
+    def reward(self, problem: Problem, completion: str) -> float:
+        text = completion.rsplit("####", 1)[1] if "####" in completion else completion
+        text = text.split("=", 1)[0]
+        runs = [r for r in _EXPR_RUN.findall(text) if any(c.isdigit() for c in r)]
+        if not runs:
+            return 0.0
+        parsed = evaluate_expression(runs[-1])
+        if parsed is None:
+            return 0.0
+        value, used = parsed
+        pool = list(problem.meta["numbers"])
+        for x in used:
+            if x not in pool:
+                return 0.0
+            pool.remove(x)
+        return float(value == problem.meta["target"])
+
+
+@dataclass
+class GSM8K(Task):
+    """Word problems from a JSONL file of ``{"question": ..., "answer": ...}`` rows (GSM8K's format).
+
+    The reference answer is extracted from the ``answer`` field (after ``####``, else its last
+    number). No data ships with the project: pass ``path`` to a file you provide.
+    """
+
+    name: ClassVar[str] = "gsm8k"
+    alphabet: ClassVar[str] = string.printable
+    max_new_tokens: ClassVar[int] = 256
+    path: str = ""
+    question_key: str = "question"
+    answer_key: str = "answer"
+
+    def __post_init__(self) -> None:
+        if not self.path:
+            raise ValueError("gsm8k needs a data file: --task 'gsm8k(path=FILE.jsonl)' or --data FILE.jsonl")
+        file = Path(str(self.path)).expanduser()
+        if not file.is_file():
+            raise FileNotFoundError(
+                f"gsm8k: data file {str(file)!r} not found; give a JSONL file with one "
+                f'{{"{self.question_key}": ..., "{self.answer_key}": ...}} object per line'
+            )
+        self.rows: list[Problem] = []
+        with file.open(encoding="utf-8") as handle:
+            for lineno, line in enumerate(handle, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                    question, raw = str(row[self.question_key]), str(row[self.answer_key])
+                except (json.JSONDecodeError, KeyError, TypeError) as exc:
+                    raise ValueError(
+                        f"gsm8k: {file}:{lineno} is not a JSON object with keys "
+                        f"{self.question_key!r} and {self.answer_key!r} ({exc})"
+                    ) from None
+                answer = extract_answer(raw)
+                if answer is None:
+                    raise ValueError(f"gsm8k: {file}:{lineno}: no numeric answer in {raw[-80:]!r}")
+                instruction = f"{question}\nGive the final answer after '####'."
+                self.rows.append(Problem(instruction, f"Q: {question}\nA:", answer))
+        if not self.rows:
+            raise ValueError(f"gsm8k: {file} holds no rows")
+
+    def sample(self, rng: random.Random) -> Problem:
+        return self.rows[rng.randrange(len(self.rows))]
+
+
+TASKS: dict[str, type[Task]] = {cls.name: cls for cls in (Copy, Arithmetic, Countdown, GSM8K)}
+
+
+def build_task(spec: str, *, data: str | None = None) -> Task:
+    """A task from a spec such as ``"arithmetic(max_operand=20)"``; ``data`` fills gsm8k's ``path``."""
+    terms = parse_spec(spec) if isinstance(spec, str) and spec.strip() else []
+    if len(terms) != 1:
+        raise ValueError(f"task spec must name one task, got {spec!r}; allowed: {', '.join(TASKS)}")
+    name, params = terms[0]
+    if name not in TASKS:
+        raise ValueError(f"unknown task {name!r}; allowed: {', '.join(TASKS)}")
+    cls = TASKS[name]
+    allowed = [f.name for f in fields(cls) if f.init]
+    unknown = sorted(set(params) - set(allowed))
+    if unknown:
+        raise ValueError(f"unknown parameter(s) {', '.join(unknown)} for task {name!r}; allowed: {', '.join(allowed)}")
+    if data is not None and "path" in allowed and "path" not in params:
+        params["path"] = data
+    return cls(**{k: str(v) if k in ("ops", "path") else v for k, v in params.items()})
