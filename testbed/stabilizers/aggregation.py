@@ -45,9 +45,7 @@ def aggregate(
         scale = float(loss_mat.shape[-1] if loss_scale_factor is None else loss_scale_factor)
         return seq_sum.sum() / scale
     has_tokens = m.any(dim=-1)
-    if mode == "seq-mean-token-mean":
-        seq_val = seq_sum / m.sum(dim=-1).to(loss_mat.dtype).clamp(min=1.0)
-    else:  # seq-mean-token-sum
-        seq_val = seq_sum
+    # seq-mean-token-mean divides each sequence's sum by its token count; seq-mean-token-sum does not
+    seq_val = seq_sum / m.sum(dim=-1).to(loss_mat.dtype).clamp(min=1.0) if mode == "seq-mean-token-mean" else seq_sum
     n_seq = has_tokens.sum().to(loss_mat.dtype) if global_seqs is None else torch.tensor(float(global_seqs))
     return masked_sum(seq_val, has_tokens) / n_seq.clamp(min=1.0)

@@ -78,24 +78,29 @@ class BatchStats:
     """Statistics of the minibatch that gradient transforms may use.
 
     ``seq_log_ratio`` is log R_seq = sum_t (logp_t - behavior_logp_t) per sequence [B], detached.
+    ``seq_mask`` marks the sequences that hold at least one token (None: all of them).
     """
 
     seq_log_ratio: Tensor | None = None
     extra: dict[str, Tensor] = field(default_factory=dict)
+    seq_mask: Tensor | None = None
 
     @classmethod
     def from_terms(cls, terms: PolicyTerms | None) -> BatchStats:
         if terms is None:
             return cls()
         with torch.no_grad():
-            return cls(seq_log_ratio=sequence_log_ratio(terms.logp, terms.behavior_logp, terms.mask))
+            return cls(
+                seq_log_ratio=sequence_log_ratio(terms.logp, terms.behavior_logp, terms.mask),
+                seq_mask=terms.mask.to(torch.bool).any(dim=-1),
+            )
 
     @property
     def ess(self) -> float | None:
         """Normalised effective sample size of the sequence weights, or None if unknown."""
         if self.seq_log_ratio is None:
             return None
-        return float(effective_sample_size(self.seq_log_ratio))
+        return float(effective_sample_size(self.seq_log_ratio, self.seq_mask))
 
 
 @dataclass

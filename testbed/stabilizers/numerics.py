@@ -63,6 +63,7 @@ def effective_sample_size(log_w: Tensor, valid: Tensor | None = None) -> Tensor:
         return torch.ones((), dtype=torch.float32, device=log_w.device)
     neg_inf = torch.full_like(log_w, float("-inf"))
     lw = torch.where(valid, log_w, neg_inf)
+    lw = lw - lw.max()  # rho is shift-invariant; shifting keeps float32 exact for log-weights of any size
     log_num = 2.0 * torch.logsumexp(lw, dim=0)
     log_den = torch.log(n.to(torch.float32)) + torch.logsumexp(2.0 * lw, dim=0)
     return torch.exp(log_num - log_den)

@@ -109,12 +109,14 @@ class Recipe:
         """Transform gradients, then ``optimizer.step()`` with the learning rate scaled for this step only.
 
         Scaling the step's lr (not the gradient) keeps Adam's moments fed by the unscaled gradient, as
-        VCPO prescribes for its ESS rule.
+        VCPO prescribes for its ESS rule. An lr scale of exactly 0 (gac's skip) skips
+        ``optimizer.step()`` altogether, so the optimizer's state (moments, step count) is untouched.
         """
         params = model_or_params.parameters() if isinstance(model_or_params, torch.nn.Module) else model_or_params
         lr_scale, metrics = self.transform_gradients(params, terms_or_stats)
-        with scaled_lr(optimizer, lr_scale):
-            optimizer.step()
+        if lr_scale != 0.0:
+            with scaled_lr(optimizer, lr_scale):
+                optimizer.step()
         return metrics
 
     # -- state ---------------------------------------------------------------------------------
