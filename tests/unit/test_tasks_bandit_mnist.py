@@ -1,0 +1,145 @@
+"""Bandit and MNIST tasks: gymnasium envs, exact oracles, data loading and its errors."""
+
+import gzip
+import math
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from testbed.tasks import make_task, task_names, task_options
+from testbed.tasks.mnist import IDX_FILES, load_idx_dir, read_idx
+
+FASHION = Path("/usr/share/datasets/fashion-mnist")
+
+
+def test_registry_lists_tasks_and_options():
+    assert {"bandit", "contextual_bandit", "mnist"} <= set(task_names())
+    assert task_options("mnist")["hidden"].default == 100
+    with pytest.raises(ValueError, match="allowed: bandit"):
+        make_task("nope")
+    with pytest.raises(ValueError, match="unknown option 'width' for task 'mnist'"):
+        make_task("mnist", width=3)
+
+
+def test_k_armed_env_rewards_match_means():
+    env = gym.make("testbed/KArmedBandit-v0", K=4)
+    obs, _ = env.reset(seed=0)
+    assert obs == 0 and env.action_space.n == 4
+    n = 20_000
+    rewards = [env.step(3)[1] for _ in range(n)]
+    mean = 0.9  # best arm of the default evenly spaced means
+    assert abs(np.mean(rewards) - mean) <= 5 * math.sqrt(mean * (1 - mean) / n)
+    _, _, terminated, truncated, info = env.step(0)
+    assert terminated and not truncated and info["mean"] == pytest.approx(0.1)
+
+
+def test_contextual_env_and_mnist_env():
+    env = gym.make("testbed/ContextualBandit-v0", N=3, K=5)
+    x, _ = env.reset(seed=1)
+    assert 0 <= x < 3 and env.action_space.n == 5
+    menv = gym.make("testbed/MNISTBandit-v0")
+    obs, _ = menv.reset(seed=0)
+    assert obs.shape == (784,) and obs.min() >= 0.0 and obs.max() <= 1.0
+    label = menv.step(0)[4]["label"]
+    assert menv.step(label)[1] == 1.0
+
+
+def test_bandit_oracles_are_exact():
+    task = make_task("contextual_bandit", N=4, K=5, init_std=1.0)
+    policy = task.make_policy(torch.Generator().manual_seed(0))
+    x = torch.tensor([0, 1, 2, 3, 3])
+    j = task.expected_reward(policy, x)
+    probs = torch.softmax(policy.table, -1)
+    assert torch.allclose(j, (probs * task.means)[x].sum(-1))
+    # d/d logit_{x,a} of sum_a pi r = pi_a (r_a - E r): the exact policy gradient
+    (g,) = torch.autograd.grad(j.sum(), policy.table)
+    expect = torch.zeros(4, 5)
+    for c in x.tolist():
+        expect[c] += probs[c] * (task.means[c] - (probs[c] * task.means[c]).sum())
+    assert torch.allclose(g, expect, atol=1e-6)
+    ce = task.supervised_loss(policy, x)
+    assert ce.item() == pytest.approx(-torch.log(probs[x, task.best[x]]).mean().item(), rel=1e-5)
+
+
+def test_bandit_adapter_rewards():
+    task = make_task("bandit", K=3)
+    assert torch.allclose(task.reward(torch.zeros(3, dtype=torch.long), torch.tensor([[0], [1], [2]])),
+                          torch.tensor([0.1, 0.5, 0.9]))
+    noisy = make_task("bandit", K=3, bernoulli=True)
+    r = noisy.reward(torch.zeros(20_000, dtype=torch.long), torch.full((20_000, 1), 1))
+    assert abs(r.mean().item() - 0.5) <= 5 * math.sqrt(0.25 / 20_000)
+
+
+def test_embedded_mnist_split_is_fixed_and_stratified():
+    task = make_task("mnist")
+    assert (task.n_train, task.n_test) == (4000, 1000)
+    test_labels = task.labels[task.n_train :]
+    assert torch.bincount(test_labels).tolist() == [100] * 10
+    again = make_task("mnist")
+    assert torch.equal(task.images, again.images)
+    # no test image is also a training image
+    tr = {bytes(r) for r in task.images[: task.n_train].numpy()}
+    assert not any(bytes(r) in tr for r in task.images[task.n_train :].numpy()[:200])
+    x = task.sample_contexts(500, torch.Generator().manual_seed(0), "test")
+    assert int(x.min()) >= task.n_train
+
+
+def test_mnist_oracles_enumerate_the_ten_actions():
+    task = make_task("mnist")
+    policy = task.make_policy(torch.Generator().manual_seed(0))
+    x = task.sample_contexts(64, torch.Generator().manual_seed(1))
+    logits = task.logits(policy, x, torch.zeros(64, 1, dtype=torch.long))[:, 0]
+    rewards = torch.stack([task.reward(x, torch.full((64, 1), a)) for a in range(10)], 1)
+    assert torch.allclose(task.expected_reward(policy, x), (torch.softmax(logits, -1) * rewards).sum(1), atol=1e-6)
+    ev = task.evaluate(policy, torch.Generator())
+    assert 0.75 <= ev["test_error"] <= 1.0  # an untrained 10-way policy is near chance
+
+
+def _write_idx(path: Path, arr: np.ndarray, gz: bool) -> None:
+    header = bytes([0, 0, 8, arr.ndim]) + b"".join(int(d).to_bytes(4, "big") for d in arr.shape)
+    data = header + arr.astype(np.uint8).tobytes()
+    if gz:
+        path = path.with_name(path.name + ".gz")
+        path.write_bytes(gzip.compress(data))
+    else:
+        path.write_bytes(data)
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_idx_directory_round_trip(tmp_path, gz):
+    rng = np.random.default_rng(0)
+    arrays = {
+        "train_images": rng.integers(0, 256, (30, 28, 28)), "train_labels": rng.integers(0, 10, 30),
+        "test_images": rng.integers(0, 256, (12, 28, 28)), "test_labels": rng.integers(0, 10, 12),
+    }
+    for key, arr in arrays.items():
+        _write_idx(tmp_path / IDX_FILES[key], arr, gz)
+    load_idx_dir.cache_clear()
+    task = make_task("mnist", data_dir=str(tmp_path))
+    assert (task.n_train, task.n_test) == (30, 12)
+    assert np.array_equal(task.images[:30].numpy(), arrays["train_images"].reshape(30, -1))
+    assert np.array_equal(task.labels[30:].numpy(), arrays["test_labels"])
+
+
+def test_missing_data_dir_and_files_are_clear_errors(tmp_path):
+    with pytest.raises(ValueError, match="does not exist"):
+        make_task("mnist", data_dir=str(tmp_path / "nowhere"))
+    (tmp_path / "train-images-idx3-ubyte").write_bytes(b"\x00\x00\x08\x01\x00\x00\x00\x00")
+    load_idx_dir.cache_clear()
+    with pytest.raises(ValueError, match="lacks train-labels-idx1-ubyte, t10k-images-idx3-ubyte"):
+        make_task("mnist", data_dir=str(tmp_path))
+    bad = tmp_path / "bad"
+    bad.write_bytes(b"\x01\x02\x03\x04")
+    with pytest.raises(ValueError, match="not an IDX file"):
+        read_idx(bad)
+
+
+@pytest.mark.skipif(not FASHION.is_dir(), reason="Debian's dataset-fashion-mnist is not installed")
+def test_full_fashion_mnist_from_idx_gz():
+    task = make_task("mnist", data_dir=str(FASHION))
+    assert (task.n_train, task.n_test) == (60_000, 10_000)
+    assert torch.bincount(task.labels[: task.n_train]).tolist() == [6000] * 10
+    assert task.images.dtype == torch.uint8  # 55 MB kept as bytes, scaled on the fly
