@@ -102,11 +102,10 @@ def main(argv: list[str] | None = None) -> int:
             progress=not args.no_progress,
             tiny=TinyConfig(**{f.name: getattr(args, f"tiny_{f.name}") for f in fields(TinyConfig)}),
         )
-        cfg.validate()
-        build(cfg.recipe)
+        trainer = Trainer(cfg)  # validates everything (recipe, task, model) before anything is written
         _, text = report(cfg.recipe, args.scorecard)
         print(text, file=sys.stderr)
-        summary = Trainer(cfg).run()
+        summary = trainer.run()
     except (ValueError, FileNotFoundError, ModelLoadError, ImportError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
