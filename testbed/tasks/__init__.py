@@ -7,7 +7,7 @@ use. A task class may also define ``runner_defaults`` (a dict of run settings su
 ``{"n_actors": 10, "batch_size": 100}``) that apply unless the user sets them.
 
 Importing this package registers the gymnasium environment ids (``testbed/KArmedBandit-v0``,
-``testbed/ContextualBandit-v0``, ``testbed/MNISTBandit-v0``).
+``testbed/ContextualBandit-v0``, ``testbed/MNISTBandit-v0``, ``testbed/TokenReversal-v0``).
 """
 
 from __future__ import annotations
@@ -140,6 +140,7 @@ def _register_envs() -> None:
         "testbed/KArmedBandit-v0": "testbed.tasks.bandit:KArmedBanditEnv",
         "testbed/ContextualBandit-v0": "testbed.tasks.bandit:ContextualBanditEnv",
         "testbed/MNISTBandit-v0": "testbed.tasks.mnist:MNISTBanditEnv",
+        "testbed/TokenReversal-v0": "testbed.tasks.token_reversal:TokenReversalEnv",  # added by the issue-4 helper
     }
     for env_id, entry in ids.items():
         if env_id not in gymnasium.registry:
