@@ -5,6 +5,8 @@ File format (TOML shown; YAML with the same keys works too)::
     out = "runs/mnist_delay"      # optional (the CLI's --out wins)
     workers = 1                   # optional (the CLI's --workers wins)
     format = "csv"                # or "parquet" (results.parquet beside results.csv)
+    batch_seeds = true            # optional: runs that share a model shape train as one batched
+                                  # computation, 8 at a time (or an integer: that many); testbed/batched.py
 
     [base]                        # settings shared by every run
     task = "mnist"
@@ -38,7 +40,7 @@ from testbed.results import ResultStore
 from testbed.runner import RunConfig, run
 from testbed.tasks import make_task, task_options
 
-TOP_KEYS = ("out", "workers", "format", "base", "grid", "name", "description")
+TOP_KEYS = ("out", "workers", "format", "base", "grid", "name", "description", "batch_seeds")
 FORMATS = ("csv", "parquet")
 
 
@@ -147,8 +149,12 @@ def run_sweep(
     meta: dict[str, Any] | None = None,
     progress: bool = True,
     threads_per_worker: int = 1,
+    batch_seeds: int = 0,
 ) -> pd.DataFrame:
-    """Run every config not already finished under ``out``; write the tables; return results."""
+    """Run every config not already finished under ``out``; write the tables; return results.
+
+    ``batch_seeds > 1``: up to that many runs sharing a model shape train as one batched computation
+    (testbed/batched.py; results identical to running them one by one)."""
     if fmt not in FORMATS:
         raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     if not isinstance(workers, int) or workers < 1:
@@ -162,7 +168,11 @@ def run_sweep(
 
         bar = tqdm(total=len(configs), initial=len(configs) - len(todo), desc="runs", unit="run")
     try:
-        if workers == 1:
+        if batch_seeds > 1:
+            from testbed.batched import run_groups
+
+            run_groups(todo, str(out), batch_seeds, workers, threads_per_worker, bar.update if bar is not None else None)
+        elif workers == 1:
             import torch
 
             torch.set_num_threads(threads_per_worker)
@@ -191,8 +201,8 @@ def run_sweep(
 
 
 def sweep_file(path: str | Path, out: str | Path | None = None, workers: int | None = None,
-               fmt: str | None = None, progress: bool = True) -> pd.DataFrame:
-    """Load, validate and run a sweep file (``out``/``workers``/``fmt`` override the file's)."""
+               fmt: str | None = None, progress: bool = True, batch_seeds: int | None = None) -> pd.DataFrame:
+    """Load, validate and run a sweep file (``out``/``workers``/``fmt``/``batch_seeds`` override the file's)."""
     spec = load_file(path)
     configs = expand(spec)
     out = out or spec.get("out")
@@ -203,4 +213,7 @@ def sweep_file(path: str | Path, out: str | Path | None = None, workers: int | N
     if fmt not in FORMATS:
         raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     meta = {"command": "sweep", "file": str(path), "spec": spec}
-    return run_sweep(configs, out, workers=workers, fmt=fmt, meta=meta, progress=progress)
+    from testbed.batched import parse_batch_seeds
+
+    batch = parse_batch_seeds(spec.get("batch_seeds")) if batch_seeds is None else batch_seeds
+    return run_sweep(configs, out, workers=workers, fmt=fmt, meta=meta, progress=progress, batch_seeds=batch)
