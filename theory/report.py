@@ -1,0 +1,92 @@
+"""``python -m theory report``: run every check of results 1-9 and print one table.
+
+The table is computed by the same ``check_*`` functions the tests in tests/theory assert on, so
+the report and ``pytest -m theory`` cannot disagree.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Iterable
+
+import pandas as pd
+import torch
+from tqdm import tqdm
+
+from .checks import Check
+from .delayed_optimization import check_autocorrelation, check_delayed_recurrence, check_delayed_sgd
+from .delight import check_contamination, check_gate, check_lemma1, check_multi_context
+from .importance import check_ess, check_importance_sampling, check_opob
+
+# (item of ALGORITHMS.md "Analytic results to check", title, check function), in report order.
+CHECKS: tuple[tuple[int, str, Callable[[], list[Check]]], ...] = (
+    (1, "delayed linear recurrence", check_delayed_recurrence),
+    (2, "lag-1 gradient autocorrelation", check_autocorrelation),
+    (3, "delayed SGD bound", check_delayed_sgd),
+    (4, "DG gate as a maximiser", check_gate),
+    (5, "DG Lemma 1", check_lemma1),
+    (6, "DG multi-context proposition", check_multi_context),
+    (7, "contamination", check_contamination),
+    (8, "importance sampling", check_importance_sampling),
+    (9, "OPOB baseline", check_opob),
+    (9, "B/ESS and chi^2", check_ess),
+)
+ITEMS = tuple(sorted({item for item, _, _ in CHECKS}))
+SYMBOL = {"abs": "|m-p|<=tol", "upper": "m<=p+tol", "lower": "m>=p-tol"}
+
+
+def run_checks(items: Iterable[int] | None = None, progress: bool = False) -> list[Check]:
+    """Run the checks of the given items (default all) and return their rows, in report order."""
+    wanted = set(ITEMS if items is None else items)
+    unknown = wanted - set(ITEMS)
+    if unknown:
+        raise ValueError(f"unknown item(s) {sorted(unknown)}; allowed: {', '.join(map(str, ITEMS))}")
+    selected = [(item, title, fn) for item, title, fn in CHECKS if item in wanted]
+    rows: list[Check] = []
+    bar = tqdm(selected, desc="theory checks", disable=not progress, file=sys.stderr)
+    for item, title, fn in bar:
+        bar.set_postfix_str(f"{item}. {title}")
+        rows += fn()
+    return rows
+
+
+def to_frame(rows: list[Check]) -> pd.DataFrame:
+    """One row per check: item, result, predicted, measured, tolerance, comparison, margin, pass, note."""
+    return pd.DataFrame(
+        {
+            "item": [r.item for r in rows],
+            "result": [r.result for r in rows],
+            "predicted": [r.predicted for r in rows],
+            "measured": [r.measured for r in rows],
+            "tolerance": [r.tolerance for r in rows],
+            "test": [SYMBOL[r.comparison] for r in rows],
+            "margin": [r.margin for r in rows],
+            "pass": ["PASS" if r.passed else "FAIL" for r in rows],
+            "note": [r.note for r in rows],
+            "source": [r.source for r in rows],
+        }
+    )
+
+
+def format_table(frame: pd.DataFrame) -> str:
+    """The printed table (numbers to 6 significant digits), followed by the numbered notes."""
+    shown = frame.drop(columns=["note", "source"]).copy()
+    shown["result"] = [f"{r}{' [' + str(i) + ']' if n else ''}" for i, (r, n) in enumerate(zip(frame["result"], frame["note"]), 1)]
+    with pd.option_context("display.max_colwidth", 200, "display.width", 400, "display.max_rows", 1000):
+        table = shown.to_string(index=False, float_format=lambda v: f"{v:.6g}", justify="left")
+    notes = [f"[{i}] {n}" for i, n in enumerate(frame["note"], 1) if n]
+    return table + ("\n\nNotes:\n" + "\n".join(notes) if notes else "")
+
+
+def main(items: Iterable[int] | None = None, csv: str | None = None) -> int:
+    """Print the table (and write it as CSV if asked); return 0 if every check passed, else 1."""
+    torch.set_num_threads(1)  # tiny tensors: thread start-up would dominate
+    start = time.perf_counter()
+    frame = to_frame(run_checks(items, progress=True))
+    print(format_table(frame))
+    failed = int((frame["pass"] == "FAIL").sum())
+    print(f"\n{len(frame) - failed} of {len(frame)} checks passed in {time.perf_counter() - start:.1f} s")
+    if csv:
+        frame.to_csv(csv, index=False)
+    return 0 if failed == 0 else 1
