@@ -405,6 +405,15 @@ def cosine_valley_min(dim: int) -> float:
     return dim * (0.5 * x * x + 2.0 * math.cos(x))
 
 
+def delay_distribution(tau: int, kind: str) -> np.ndarray:
+    """P(tau_k = d), d = 0..tau: ``"fixed"`` (always tau) or ``"uniform"`` (uniform on 0..tau)."""
+    if kind == "fixed":
+        return np.eye(tau + 1)[tau]
+    if kind == "uniform":
+        return np.full(tau + 1, 1.0 / (tau + 1))
+    raise ValueError(f"delay kind must be 'fixed' or 'uniform', got {kind!r}")
+
+
 def check_delayed_sgd(seed: int = 0, n_steps: int = 400, n_runs: int = 400) -> list[Check]:
     """Item 3: the bound against exact expectations (quadratic) and simulations (quadratic, nonconvex).
 
@@ -418,11 +427,7 @@ def check_delayed_sgd(seed: int = 0, n_steps: int = 400, n_runs: int = 400) -> l
     rows: list[Check] = []
     z = z_quantile(1)
     for tau, kind in ((0, "fixed"), (1, "fixed"), (4, "fixed"), (4, "uniform"), (8, "fixed")):
-        probs = np.zeros(tau + 1)
-        if kind == "fixed":
-            probs[tau] = 1.0
-        else:
-            probs[:] = 1.0 / (tau + 1)
+        probs = delay_distribution(tau, kind)
         gamma = max_step(lam, tau)
         bound = delayed_sgd_bound(lam * x0 * x0 / 2, lam, gamma, tau, sigma2, n_steps)
         exact = quadratic_expected_grad_sq(lam, gamma, probs, sigma2, x0, n_steps)
@@ -435,11 +440,7 @@ def check_delayed_sgd(seed: int = 0, n_steps: int = 400, n_runs: int = 400) -> l
     x_start = np.array([3.0, -2.5, 1.0, 0.3])
     f_gap = cosine_valley(x_start) - cosine_valley_min(dim)
     for tau, kind in ((0, "fixed"), (4, "fixed"), (4, "uniform")):
-        probs = np.zeros(tau + 1)
-        if kind == "fixed":
-            probs[tau] = 1.0
-        else:
-            probs[:] = 1.0 / (tau + 1)
+        probs = delay_distribution(tau, kind)
         gamma = max_step(lip, tau)
         bound = delayed_sgd_bound(f_gap, lip, gamma, tau, sigma2, n_steps)
         sims = simulate_delayed_sgd(cosine_valley_grad, x_start, gamma, probs, sigma2, n_steps, n_runs, rng)

@@ -67,12 +67,12 @@ import math
 import numpy as np
 import torch
 from scipy.optimize import minimize_scalar
-from scipy.special import expit
+from scipy.special import entr, expit, softmax
 
 from testbed.stabilizers import delight_gate
 
 from .checks import F32_U, Check, cosine, cosine_tol, f32_tol, richardson_slope
-from .estimators import expected_bandit_ascent, softmax
+from .estimators import expected_bandit_ascent
 
 SRC_DG = "DG arXiv 2603.14608"
 SRC_DDG = "DDG arXiv 2603.20521"
@@ -88,13 +88,9 @@ def real_gate(chi: np.ndarray, eta: float) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------
 # 4. the gate as a maximiser, and its limits
 # ---------------------------------------------------------------------------------------------
-def binary_entropy(w: float) -> float:
-    return -sum(v * math.log(v) for v in (w, 1.0 - w) if v > 0)
-
-
 def gate_objective(w: float, chi: float, eta: float) -> float:
-    """chi w + eta H(w), the objective the gate maximises over w in [0, 1]."""
-    return chi * w + eta * binary_entropy(w)
+    """chi w + eta H(w), H(w) = -w log w - (1-w) log(1-w), the objective the gate maximises over w in [0, 1]."""
+    return chi * w + eta * float(entr(w) + entr(1.0 - w))
 
 
 def gate_closed_form(chi: np.ndarray, eta: float) -> np.ndarray:
@@ -230,7 +226,7 @@ def multi_context_cosines(
     ``baseline``: "none" (A = R, the proposition's setting) or "value" (A = R - p_n). For each eta:
     the cosines, their closed-form values, and a float32 rounding bound on the DG - PG difference.
     """
-    pi = softmax(logits)
+    pi = softmax(logits, axis=-1)
     n, k = pi.shape
     reward = np.eye(k)[labels]
     p = pi[np.arange(n), labels]
@@ -266,7 +262,7 @@ def counterexample_value_baseline(seed: int = 0, eta: float = 1.0, tries: int = 
     rng = np.random.default_rng(seed)
     for _ in range(tries):
         logits, labels = multi_context_instance(rng)
-        pi = softmax(logits)
+        pi = softmax(logits, axis=-1)
         reward = np.eye(pi.shape[1])[labels]
         adv = reward - pi[np.arange(len(labels)), labels][:, None]
         diff = cosine(dg_expected_logit_gradient(pi, adv, eta), reward - pi) - cosine(pg_expected_logit_gradient(pi, adv), reward - pi)

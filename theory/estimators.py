@@ -18,22 +18,26 @@ import torch
 from testbed.stabilizers import PolicyTerms, Recipe, build
 
 
-def _recipe(spec: str | Recipe) -> Recipe:
-    return build(spec) if isinstance(spec, str) else spec
-
-
-def softmax(logits: np.ndarray) -> np.ndarray:
-    """Row-wise softmax over the last axis (float64)."""
-    z = np.asarray(logits, dtype=np.float64)
-    z = z - z.max(axis=-1, keepdims=True)
-    e = np.exp(z)
-    return e / e.sum(axis=-1, keepdims=True)
-
-
-def log_softmax(logits: np.ndarray) -> np.ndarray:
-    z = np.asarray(logits, dtype=np.float64)
-    m = z.max(axis=-1, keepdims=True)
-    return z - m - np.log(np.exp(z - m).sum(axis=-1, keepdims=True))
+def _ascent(
+    spec: str | Recipe,
+    theta: torch.Tensor,
+    logp: torch.Tensor,
+    advantages: np.ndarray,
+    behavior_logp: np.ndarray | None,
+    agg: str,
+    **agg_kwargs: float,
+) -> np.ndarray:
+    """Minus the gradient w.r.t. ``theta`` of the recipe's real loss on these log-probs [B, T]."""
+    recipe = build(spec) if isinstance(spec, str) else spec
+    blogp = logp.detach() if behavior_logp is None else torch.as_tensor(np.asarray(behavior_logp, dtype=np.float64))
+    terms = PolicyTerms(
+        logp=logp,
+        behavior_logp=blogp,
+        advantages=torch.as_tensor(np.asarray(advantages, dtype=np.float64)),
+        mask=torch.ones(logp.shape, dtype=torch.bool),
+    )
+    (grad,) = torch.autograd.grad(recipe.loss(terms, agg=agg, **agg_kwargs).loss, theta)
+    return -grad.numpy()
 
 
 def per_sample_ascent(
@@ -52,20 +56,10 @@ def per_sample_ascent(
     surrogates whose per-sample terms do not couple across the batch (pg, is, tis, mis, dg without
     whitening); coupled ones (whitening, Kondo's batch quantile) need `batch_ascent`.
     """
-    recipe = _recipe(spec)
     theta = torch.tensor(np.asarray(logits, dtype=np.float64), requires_grad=True)
     acts = torch.as_tensor(np.asarray(actions), dtype=torch.long)
     logp = torch.log_softmax(theta, dim=-1).gather(-1, acts[..., None])[..., 0]
-    blogp = logp.detach() if behavior_logp is None else torch.as_tensor(np.asarray(behavior_logp, dtype=np.float64))
-    terms = PolicyTerms(
-        logp=logp,
-        behavior_logp=blogp,
-        advantages=torch.as_tensor(np.asarray(advantages, dtype=np.float64)),
-        mask=torch.ones(logp.shape, dtype=torch.bool),
-    )
-    loss = recipe.loss(terms, agg="seq-mean-token-sum-norm", loss_scale_factor=1.0).loss
-    (grad,) = torch.autograd.grad(loss, theta)
-    return -grad.numpy()
+    return _ascent(spec, theta, logp, advantages, behavior_logp, "seq-mean-token-sum-norm", loss_scale_factor=1.0)
 
 
 def batch_ascent(
@@ -81,20 +75,10 @@ def batch_ascent(
     ``logits`` [T, K] shared by the batch, ``actions`` [B, T], ``advantages`` [B]. With the default
     ``seq-mean-token-sum`` aggregation this is the batch mean of the per-sample terms.
     """
-    recipe = _recipe(spec)
     theta = torch.tensor(np.asarray(logits, dtype=np.float64), requires_grad=True)
     acts = torch.as_tensor(np.asarray(actions), dtype=torch.long)
-    lsm = torch.log_softmax(theta, dim=-1)  # [T, K]
-    logp = lsm[torch.arange(acts.shape[1])[None, :], acts]  # [B, T]
-    blogp = logp.detach() if behavior_logp is None else torch.as_tensor(np.asarray(behavior_logp, dtype=np.float64))
-    terms = PolicyTerms(
-        logp=logp,
-        behavior_logp=blogp,
-        advantages=torch.as_tensor(np.asarray(advantages, dtype=np.float64)),
-        mask=torch.ones(logp.shape, dtype=torch.bool),
-    )
-    (grad,) = torch.autograd.grad(recipe.loss(terms, agg=agg).loss, theta)
-    return -grad.numpy()
+    logp = torch.log_softmax(theta, dim=-1)[torch.arange(acts.shape[1])[None, :], acts]  # [B, T]
+    return _ascent(spec, theta, logp, advantages, behavior_logp, agg)
 
 
 def bandit_term_table(

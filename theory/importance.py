@@ -29,11 +29,12 @@ import math
 import numpy as np
 import torch
 from scipy.optimize import minimize_scalar
+from scipy.special import log_softmax, softmax
 
 from testbed.stabilizers import build, effective_sample_size
 
 from .checks import Check, f32_tol, mean_se, z_quantile
-from .estimators import batch_ascent, expected_bandit_ascent, log_softmax, per_sample_ascent, softmax
+from .estimators import bandit_term_table, batch_ascent, expected_bandit_ascent, per_sample_ascent
 
 SRC_IS = "Precup et al. 2000; ALGORITHMS.md item 8"
 SRC_OPOB = "VCPO arXiv 2602.17616"
@@ -76,13 +77,6 @@ def opob_population(pi: np.ndarray, mu: np.ndarray, rewards: np.ndarray) -> floa
     return float(np.sum(u * rewards) / np.sum(u))
 
 
-def opob_sample(log_w: np.ndarray, score_sq: np.ndarray, rewards: np.ndarray) -> float:
-    """Sample OPOB b = sum_i w_i^2 |s_i|^2 R_i / sum_i w_i^2 |s_i|^2."""
-    lu = 2.0 * log_w + np.log(score_sq)
-    u = np.exp(lu - lu.max())
-    return float(np.sum(u * rewards) / np.sum(u))
-
-
 # ---------------------------------------------------------------------------------------------
 # the bandit used by the checks
 # ---------------------------------------------------------------------------------------------
@@ -92,7 +86,7 @@ def random_bandit(seed: int, k: int = 6, spread: float = 1.0) -> dict[str, np.nd
     theta = rng.normal(size=k)
     theta_mu = theta + spread * rng.normal(size=k)
     rewards = rng.uniform(size=k)
-    return {"theta": theta, "pi": softmax(theta), "mu": softmax(theta_mu), "rewards": rewards}
+    return {"theta": theta, "pi": softmax(theta, axis=-1), "mu": softmax(theta_mu, axis=-1), "rewards": rewards}
 
 
 def expected_surrogate_gradient(spec: str, pi: np.ndarray, mu: np.ndarray, adv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -111,7 +105,7 @@ def _mc_deviation(spec: str, b: dict[str, np.ndarray], adv: np.ndarray, target: 
     actions = rng.choice(k, size=n, p=b["mu"])
     log_mu = np.log(b["mu"])
     g_hat = batch_ascent(spec, np.log(b["pi"])[None, :], actions[:, None], adv[actions], log_mu[actions][:, None])[0]
-    table = per_sample_ascent(spec, np.repeat(np.log(b["pi"])[None, None, :], k, axis=0), np.arange(k)[:, None], adv, log_mu[:, None])[:, 0]
+    table = bandit_term_table(spec, np.log(b["pi"])[None], adv[None], log_mu[None])[0]  # [K, K]: action a alone
     _, se = mean_se(table[actions])
     keep = se > 0
     return float(np.max(np.abs(g_hat - target)[keep] / se[keep])), z_quantile(int(keep.sum()))
@@ -163,7 +157,7 @@ def _sequence_level_rows(seed: int, t_len: int = 2, k: int = 3, c: float = 1.5) 
     rng = np.random.default_rng(seed + 1)
     theta = rng.normal(size=(t_len, k))
     theta_mu = theta + rng.normal(size=(t_len, k))
-    lp, lmu = log_softmax(theta), log_softmax(theta_mu)
+    lp, lmu = log_softmax(theta, axis=-1), log_softmax(theta_mu, axis=-1)
     seqs = np.array(np.meshgrid(*[np.arange(k)] * t_len, indexing="ij")).reshape(t_len, -1).T  # [K^T, T]
     pos = np.arange(t_len)
     seq_lp = lp[pos, seqs].sum(axis=1)
@@ -171,7 +165,7 @@ def _sequence_level_rows(seed: int, t_len: int = 2, k: int = 3, c: float = 1.5) 
     p_seq, mu_seq = np.exp(seq_lp), np.exp(seq_lmu)
     rewards = rng.uniform(size=len(seqs)) - 0.5
     # closed form: grad log pi(tau) on theta [T, K] = sum_t (e_{a_t} - pi_t) placed at row t
-    pi_t = softmax(theta)
+    pi_t = softmax(theta, axis=-1)
     scores = np.zeros((len(seqs), t_len, k))
     scores[:, pos, :] = -pi_t[None]
     scores[np.arange(len(seqs))[:, None], pos[None, :], seqs] += 1.0
@@ -193,9 +187,7 @@ def _sequence_level_rows(seed: int, t_len: int = 2, k: int = 3, c: float = 1.5) 
 # ---------------------------------------------------------------------------------------------
 def baseline_variance(pi: np.ndarray, mu: np.ndarray, rewards: np.ndarray, b: float, spec: str = "is") -> float:
     """tr Cov of the real IS surrogate's single-sample gradient with advantage R - b, by enumeration."""
-    theta = np.log(pi)[None, :]
-    adv = (rewards - b)[None, :]
-    table = per_sample_ascent(spec, np.repeat(theta[:, None, :], pi.size, axis=0), np.arange(pi.size)[:, None], adv[0], np.log(mu)[:, None])[:, 0]
+    table = bandit_term_table(spec, np.log(pi)[None], (rewards - b)[None], np.log(mu)[None])[0]
     mean = mu @ table
     return float(mu @ np.sum(table**2, axis=1) - mean @ mean)
 
@@ -236,25 +228,29 @@ def check_opob(seed: int = 0, k: int = 6, n_batch: int = 64, n_mc: int = 20000) 
     # sample version through the real advantage component
     opob = build("opob(std_normalize=false)")
     s2_table = np.sum(score_matrix(pi) ** 2, axis=1)
-    log_w_table = np.log(pi) - np.log(mu)
+
+    def real_opob(actions: np.ndarray) -> float:
+        """The baseline b = R_i - A_i of the real `opob` advantage on these draws."""
+        adv = opob.advantages(
+            torch.tensor(rewards[actions]),
+            logp=torch.tensor(np.log(pi)[actions])[:, None],
+            behavior_logp=torch.tensor(np.log(mu)[actions])[:, None],
+            score_sq_norms=torch.tensor(s2_table[actions]),
+        ).numpy()
+        return float(np.mean(rewards[actions] - adv))
+
     actions = rng.choice(k, size=n_batch, p=mu)
-    r, lw, s2 = rewards[actions], log_w_table[actions], s2_table[actions]
-    adv = opob.advantages(
-        torch.tensor(r), logp=torch.tensor(np.log(pi)[actions])[:, None], behavior_logp=torch.tensor(np.log(mu)[actions])[:, None], score_sq_norms=torch.tensor(s2)
-    ).numpy()
-    b_real = float(np.mean(r - adv))
-    w2s2 = np.exp(2 * lw) * s2
+    r = rewards[actions]
+    b_real = real_opob(actions)
+    w2s2 = (pi / mu)[actions] ** 2 * s2_table[actions]
     sample = minimize_scalar(lambda v: float(np.sum(w2s2 * (r - v) ** 2)), bounds=(float(r.min()), float(r.max())), method="bounded", options={"xatol": xatol})
     rows.append(
         Check(9, f"real opob on a batch of {n_batch} = sample-variance minimiser", float(sample.x), b_real, xatol + f32_tol(np.abs(r).max(), n_batch), "abs", SRC_OPOB)
     )
     actions = rng.choice(k, size=n_mc, p=mu)
-    r, lw, s2 = rewards[actions], log_w_table[actions], s2_table[actions]
-    adv = opob.advantages(
-        torch.tensor(r), logp=torch.tensor(np.log(pi)[actions])[:, None], behavior_logp=torch.tensor(np.log(mu)[actions])[:, None], score_sq_norms=torch.tensor(s2)
-    ).numpy()
-    b_hat = float(np.mean(r - adv))
-    u = np.exp(2 * lw) * s2
+    r = rewards[actions]
+    b_hat = real_opob(actions)
+    u = (pi / mu)[actions] ** 2 * s2_table[actions]
     se = math.sqrt(np.mean(u * u * (r - b_hat) ** 2) / n_mc) / np.mean(u)  # delta method for a ratio
     rows.append(Check(9, f"real opob on n={n_mc} draws vs population b*", b_star, b_hat, z_quantile(1) * se + f32_tol(1.0, n_mc), "abs", SRC_OPOB))
     return rows
