@@ -131,6 +131,16 @@ def f32_tol(abs_sum: float, n_terms: int = 1) -> float:
     return n * F32_U / (1.0 - n * F32_U) * float(abs_sum)
 
 
+def brent_tol(x: float, xatol: float, f_value: float = 0.0, curvature: float = math.inf) -> float:
+    """Accuracy of scipy's bounded Brent search (``minimize_scalar(method="bounded")``) at minimiser x.
+
+    scipy's fminbound stops once the bracket is within 2 (sqrt(eps) |x| + xatol / 3) of x
+    (sqrt(eps) = 1.49e-8), and float64 values of f cannot locate the minimiser of a function with
+    curvature f'' better than sqrt(2 u |f| / f'') (u the unit roundoff); the sum bounds the error.
+    """
+    return xatol + 2.0 * math.sqrt(2.2e-16) * abs(x) + math.sqrt(2.0 * F64_U * max(abs(f_value), 1.0) / curvature)
+
+
 def cosine(x: np.ndarray, y: np.ndarray) -> float:
     """cos(x, y) = <x, y> / (||x|| ||y||) of two flattened vectors."""
     x = np.ravel(np.asarray(x, dtype=np.float64))

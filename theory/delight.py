@@ -71,7 +71,7 @@ from scipy.special import entr, expit, softmax
 
 from testbed.stabilizers import delight_gate
 
-from .checks import F32_U, Check, cosine, cosine_tol, f32_tol, richardson_slope
+from .checks import F32_U, Check, brent_tol, cosine, cosine_tol, f32_tol, richardson_slope
 from .estimators import expected_bandit_ascent
 
 SRC_DG = "DG arXiv 2603.14608"
@@ -99,21 +99,25 @@ def gate_closed_form(chi: np.ndarray, eta: float) -> np.ndarray:
 
 
 def check_gate(chis: tuple[float, ...] = (-6.0, -1.5, -0.2, 0.0, 0.4, 2.0, 5.0), etas: tuple[float, ...] = (0.3, 1.0, 3.0)) -> list[Check]:
-    """Item 4: the real gate equals the numerical maximiser of chi w + eta H(w), and its two limits.
+    """Item 4: sigmoid(chi/eta) is the numerical maximiser of chi w + eta H(w), the real gate equals
+    it, and the real gate's two limits.
 
-    Tolerances: the bounded Brent search's xatol plus the float32 rounding of the real gate (a
-    sigmoid of a float32 ratio: a few ulps of numbers <= 1); the limit rows compare against the
-    explicit rates |chi| / (4 eta) and exp(-|chi| / eta), plus the same rounding.
+    Tolerances: the bounded Brent search's accuracy (`brent_tol`); for the real gate, its float32 rounding (`gate_rounding`); the limit rows compare against the explicit
+    rates |chi| / (4 eta) and exp(-|chi| / eta), plus the same rounding.
     """
     xatol = 1e-10
-    worst = 0.0
+    argmax_err, real_err = -np.inf, -np.inf
     for eta in etas:
-        gates = real_gate(np.array(chis), eta)
-        for chi, g in zip(chis, gates):
+        closed = gate_closed_form(np.array(chis), eta)
+        real_err = max(real_err, float(np.max(np.abs(real_gate(np.array(chis), eta) - closed) - gate_rounding(np.array(chis) / eta))))
+        for chi, g in zip(chis, closed):
             res = minimize_scalar(lambda w, c=chi, e=eta: -gate_objective(w, c, e), bounds=(0.0, 1.0), method="bounded", options={"xatol": xatol})
-            worst = max(worst, abs(float(res.x) - g))
-    max_ratio = max(abs(c) for c in chis) / min(etas)
-    rows = [Check(4, "real gate vs argmax_w chi w + eta H(w) (max |diff| over grid)", 0.0, worst, xatol + float(gate_rounding(max_ratio)), "abs", SRC_DG)]
+            tol = brent_tol(g, xatol, gate_objective(g, chi, eta), eta / (g * (1.0 - g)))  # f'' = eta / (w (1 - w))
+            argmax_err = max(argmax_err, abs(float(res.x) - g) - tol)
+    rows = [
+        Check(4, "sigmoid(chi/eta) vs argmax_w chi w + eta H(w) by search, max |diff| excess over search accuracy", 0.0, argmax_err, 0.0, "upper", SRC_DG),
+        Check(4, "real delight_gate vs sigmoid(chi/eta), max |diff| excess over float32 bound", 0.0, real_err, 0.0, "upper", SRC_DG),
+    ]
     chis_nz = np.array([c for c in chis if c != 0.0])
     big = [1e2, 1e4, 1e6]
     excess_inf = max(float(np.max(np.abs(real_gate(chis_nz, e) - 0.5) - np.abs(chis_nz) / (4 * e) - gate_rounding(chis_nz / e))) for e in big)

@@ -33,7 +33,7 @@ from scipy.special import log_softmax, softmax
 
 from testbed.stabilizers import build, effective_sample_size
 
-from .checks import Check, f32_tol, mean_se, z_quantile
+from .checks import Check, brent_tol, f32_tol, mean_se, z_quantile
 from .estimators import bandit_term_table, batch_ascent, expected_bandit_ascent, per_sample_ascent
 
 SRC_IS = "Precup et al. 2000; ALGORITHMS.md item 8"
@@ -218,7 +218,7 @@ def check_opob(seed: int = 0, k: int = 6, n_batch: int = 64, n_mc: int = 20000) 
     grad_j = policy_gradient(pi, rewards)
     eps = f32_tol(v_star + float(grad_j @ grad_j), k)  # the second moment near b*, where the values compared lie
     rows = [
-        Check(9, "OPOB b*: closed form vs scipy minimiser of the exact variance", b_star, float(res.x), xatol + math.sqrt(2 * eps / alpha), "abs", SRC_OPOB)
+        Check(9, "OPOB b*: closed form vs scipy minimiser of the exact variance", b_star, float(res.x), brent_tol(b_star, xatol) + math.sqrt(2 * eps / alpha), "abs", SRC_OPOB)
     ]
     for name, other in (("E_pi[R]", float(pi @ rewards)), ("E_mu[R]", float(mu @ rewards))):
         v_other = baseline_variance(pi, mu, rewards, other)
@@ -245,7 +245,7 @@ def check_opob(seed: int = 0, k: int = 6, n_batch: int = 64, n_mc: int = 20000) 
     w2s2 = (pi / mu)[actions] ** 2 * s2_table[actions]
     sample = minimize_scalar(lambda v: float(np.sum(w2s2 * (r - v) ** 2)), bounds=(float(r.min()), float(r.max())), method="bounded", options={"xatol": xatol})
     rows.append(
-        Check(9, f"real opob on a batch of {n_batch} = sample-variance minimiser", float(sample.x), b_real, xatol + f32_tol(np.abs(r).max(), n_batch), "abs", SRC_OPOB)
+        Check(9, f"real opob on a batch of {n_batch} = sample-variance minimiser", float(sample.x), b_real, brent_tol(b_real, xatol, float(np.sum(w2s2 * (r - b_real) ** 2)), 2 * float(np.sum(w2s2))) + f32_tol(np.abs(r).max(), n_batch), "abs", SRC_OPOB)
     )
     actions = rng.choice(k, size=n_mc, p=mu)
     r = rewards[actions]
