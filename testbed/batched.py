@@ -47,6 +47,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch._functorch.pyfunctorch import temporarily_pop_interpreter_stack
 from torch.func import vmap
 from torch.overrides import TorchFunctionMode
 
@@ -61,13 +62,6 @@ SHARED_FIELDS = ("task", "task_args", "steps", "log_every", "batch_size", "n_act
 
 
 # -- exact batching rules ------------------------------------------------------------------------
-
-
-def _front(x: Tensor | None, dim: int | None, size: int) -> Tensor | None:
-    """``x`` with its vmap dimension first (expanded when it has none)."""
-    if x is None:
-        return None
-    return x.expand(size, *x.shape) if dim is None else x.movedim(dim, 0)
 
 
 class _BatchedAddmm(torch.autograd.Function):
@@ -92,102 +86,92 @@ class _BatchedAddmm(torch.autograd.Function):
         return gx, gw, gb
 
 
-class _Linear(torch.autograd.Function):
-    """``F.linear`` with bias whose vmap rule rounds as the unbatched call does.
+def _linear(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
+    """Slot-wise ``F.linear`` on ``[S, ...]`` tensors, rounding as the unbatched call does.
 
     Unbatched, ``F.linear`` with a bias runs one fused ``addmm`` on the input flattened to 2-D when
-    the input is 2-D or contiguous, else ``matmul`` then ``add``. The rule does the same per slot:
-    `_BatchedAddmm` on ``[S, rows, in]``, or vmap's own rule (``matmul`` + ``add``), which rounds
-    the forward alike but not the weight gradient: a linear layer fed a non-contiguous 3-D input is
-    the one case here that is not bit-exact (none of the tasks' models has one).
+    the input is 2-D or contiguous, else ``matmul`` then ``add``. Per slot, the first case is
+    `_BatchedAddmm` on ``[S, rows, in]``; the second is ``matmul`` + ``add`` here too, which rounds
+    the forward alike but not always the weight gradient: a linear layer fed a non-contiguous
+    input of 3 or more dimensions is the one case here that is not bit-exact (none of the tasks'
+    models has one).
     """
-
-    generate_vmap_rule = False
-
-    @staticmethod
-    def forward(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
-        return F.linear(x, w, b)
-
-    @staticmethod
-    def setup_context(ctx: Any, inputs: Any, output: Any) -> None:
-        pass
-
-    @staticmethod
-    def vmap(info: Any, in_dims: tuple, x: Tensor, w: Tensor, b: Tensor) -> tuple[Tensor, int]:
-        n = info.batch_size
-        x, w, b = _front(x, in_dims[0], n), _front(w, in_dims[1], n), _front(b, in_dims[2], n)
-        if x.is_contiguous() and w.dim() == 3 and b.dim() == 2 and w.stride(-1) == 1:
+    n = x.shape[0]
+    if (x.dim() == 3 or x.is_contiguous()) and x.stride(-1) == 1 and w.stride(-1) == 1:
+        with temporarily_pop_interpreter_stack():  # plain tensors: no vmap level for this Function
             out = _BatchedAddmm.apply(x.reshape(n, -1, x.shape[-1]), w, b)
-            return out.reshape(*x.shape[:-1], w.shape[1]), 0
-        return vmap(F.linear)(x, w, b), 0
+        return out.reshape(*x.shape[:-1], w.shape[1])
+    wt = w.transpose(1, 2).reshape(n, *([1] * (x.dim() - 3)), *w.shape[2:0:-1])
+    return torch.matmul(x, wt) + b.reshape(n, *([1] * (x.dim() - 2)), b.shape[-1])
 
 
-class _LayerNorm(torch.autograd.Function):
-    """``F.layer_norm`` whose vmap rule applies it slot by slot (exact weight/bias gradients)."""
-
-    generate_vmap_rule = False
-
-    @staticmethod
-    def forward(x: Tensor, shape: tuple, w: Tensor | None, b: Tensor | None, eps: float) -> Tensor:
-        return F.layer_norm(x, shape, w, b, eps)
-
-    @staticmethod
-    def setup_context(ctx: Any, inputs: Any, output: Any) -> None:
-        pass
-
-    @staticmethod
-    def vmap(info: Any, in_dims: tuple, x: Tensor, shape: tuple, w: Tensor | None, b: Tensor | None,
-             eps: float) -> tuple[Tensor, int]:
-        n = info.batch_size
-        x, w, b = _front(x, in_dims[0], n), _front(w, in_dims[2], n), _front(b, in_dims[3], n)
-        out = [F.layer_norm(x[s], shape, None if w is None else w[s], None if b is None else b[s], eps) for s in range(n)]
-        return torch.stack(out), 0
+def _layer_norm(x: Tensor, shape: tuple, w: Tensor | None, b: Tensor | None, eps: float) -> Tensor:
+    """Slot-wise ``F.layer_norm``, one call per slot (vmap's rule reduces the weight and bias
+    gradients in another order)."""
+    return torch.stack([F.layer_norm(x[s], shape, None if w is None else w[s], None if b is None else b[s], eps)
+                        for s in range(x.shape[0])])
 
 
-class _SDPA(torch.autograd.Function):
-    """``F.scaled_dot_product_attention`` whose vmap rule folds the slot dimension into the batch."""
-
-    generate_vmap_rule = False
-
-    @staticmethod
-    def forward(q: Tensor, k: Tensor, v: Tensor, is_causal: bool) -> Tensor:
-        return F.scaled_dot_product_attention(q, k, v, is_causal=is_causal)
-
-    @staticmethod
-    def setup_context(ctx: Any, inputs: Any, output: Any) -> None:
-        pass
-
-    @staticmethod
-    def vmap(info: Any, in_dims: tuple, q: Tensor, k: Tensor, v: Tensor, is_causal: bool) -> tuple[Tensor, int]:
-        n = info.batch_size
-        q, k, v = (_front(t, d, n) for t, d in zip((q, k, v), in_dims[:3], strict=True))
-        lead = q.shape[:2]
-        out = F.scaled_dot_product_attention(q.flatten(0, 1), k.flatten(0, 1), v.flatten(0, 1), is_causal=is_causal)
-        return out.unflatten(0, lead), 0
+def _sdpa(q: Tensor, k: Tensor, v: Tensor, is_causal: bool) -> Tensor:
+    """Slot-wise scaled dot-product attention: the slot dimension folded into the batch dimension
+    (each (batch, head) is computed independently, so this is exact; vmap would loop with a warning)."""
+    lead = q.shape[:2]
+    out = F.scaled_dot_product_attention(q.flatten(0, 1), k.flatten(0, 1), v.flatten(0, 1), is_causal=is_causal)
+    return out.unflatten(0, lead)
 
 
 def _arg(args: tuple, kwargs: dict, i: int, name: str, default: Any = None) -> Any:
     return args[i] if len(args) > i else kwargs.get(name, default)
 
 
+_F = torch._C._functorch  # vmap's BatchedTensor primitives (torch.func's own vmap uses them)
+
+
+def _physical(tensors: Sequence[Tensor | None]) -> tuple[list[Tensor | None], int] | None:
+    """The tensors of one vmap level as plain ``[S, ...]`` tensors and that level, or None when they
+    are not all batched at one level (then the op runs under vmap's own rule)."""
+    levels = {_F.maybe_get_level(t) for t in tensors if t is not None}
+    if len(levels) != 1 or any(t is not None and not _F.is_batchedtensor(t) for t in tensors):
+        return None
+    level = levels.pop()
+    out = []
+    for t in tensors:
+        if t is None:
+            out.append(None)
+            continue
+        inner = _F.get_unwrapped(t)
+        if _F.is_batchedtensor(inner):
+            return None  # nested vmap
+        out.append(inner.movedim(_F.maybe_get_bdim(t), 0))
+    return out, level
+
+
 class exact_batching(TorchFunctionMode):
-    """Within this mode, a ``vmap`` over stacked parameters rounds exactly as the unbatched model does
-    (see the module docstring). Only for code that runs under ``vmap``."""
+    """Within this mode, a ``vmap`` over stacked parameters rounds exactly as the unbatched model does:
+    ``F.linear`` (with bias), ``F.layer_norm`` and ``F.scaled_dot_product_attention`` on tensors
+    batched at one vmap level run slot-wise on the underlying ``[S, ...]`` tensors (`_linear`,
+    `_layer_norm`, `_sdpa`), and their results are handed back to vmap. Anything else, or the same
+    ops on unbatched or doubly batched tensors, runs as usual."""
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
         if func is F.linear:
-            x, w, b = args[0], _arg(args, kwargs, 1, "weight"), _arg(args, kwargs, 2, "bias")
-            if b is not None and x.dim() >= 2:
-                return _Linear.apply(x, w, b)
+            tensors = [args[0], _arg(args, kwargs, 1, "weight"), _arg(args, kwargs, 2, "bias")]
+            if tensors[2] is not None and (found := _physical(tensors)):
+                (x, w, b), level = found
+                return _F._add_batch_dim(_linear(x, w, b), 0, level)
         elif func is F.layer_norm:
-            shape = tuple(_arg(args, kwargs, 1, "normalized_shape"))
-            return _LayerNorm.apply(args[0], shape, _arg(args, kwargs, 2, "weight"), _arg(args, kwargs, 3, "bias"),
-                                    _arg(args, kwargs, 4, "eps", 1e-5))
+            tensors = [args[0], _arg(args, kwargs, 2, "weight"), _arg(args, kwargs, 3, "bias")]
+            if found := _physical(tensors):
+                (x, w, b), level = found
+                shape = tuple(_arg(args, kwargs, 1, "normalized_shape"))
+                return _F._add_batch_dim(_layer_norm(x, shape, w, b, _arg(args, kwargs, 4, "eps", 1e-5)), 0, level)
         elif func is F.scaled_dot_product_attention:
             extra = {k: v for k, v in kwargs.items() if k != "is_causal"}
-            if len(args) == 3 and not extra and all(t.dim() == 4 for t in args):
-                return _SDPA.apply(*args, bool(kwargs.get("is_causal", False)))
+            if len(args) == 3 and not extra and (found := _physical(args)):
+                (q, k, v), level = found
+                if q.dim() == 5:
+                    return _F._add_batch_dim(_sdpa(q, k, v, bool(kwargs.get("is_causal", False))), 0, level)
         return func(*args, **kwargs)
 
 
@@ -234,14 +218,18 @@ class StackedOptimizer:
         n = len(self.lrs)
         for (step, lr), slots in groups.items():
             if len(slots) == n:
-                self._apply(slice(None), step, lr)
+                self._apply(None, step, lr)
             else:
                 for s in slots:
                     self._apply(s, step, lr)
 
-    def _apply(self, index: int | slice, step: int, lr: float) -> None:
-        grads = [p.grad[index] for p in self.params]
-        params = [p.detach()[index] for p in self.params]
+    def _apply(self, index: int | None, step: int, lr: float) -> None:
+        """Update slot ``index`` (None: every slot, on the whole stacked tensors)."""
+        def part(x: Tensor) -> Tensor:
+            return x if index is None else x[index]
+
+        grads = [part(p.grad) for p in self.params]
+        params = [part(p.detach()) for p in self.params]
         if self.kind == "sgd":
             for p, g in zip(params, grads, strict=True):
                 p.add_(g, alpha=-lr)
@@ -250,7 +238,7 @@ class StackedOptimizer:
         step_size = (lr / (1 - beta1**step)) * -1
         bias_correction2_sqrt = (1 - beta2**step) ** 0.5
         for p, g, m, v in zip(params, grads, self.exp_avg, self.exp_avg_sq, strict=True):
-            m, v = m[index], v[index]
+            m, v = part(m), part(v)
             m.lerp_(g, 1 - beta1)
             v.mul_(beta2)
             v.addcmul_(g, g, value=1 - beta2)
@@ -397,6 +385,24 @@ class BatchedRunner:
             out.append(RunResult(r.cfg, rows[s], status[s], info))
         return out
 
+    @torch.no_grad()
+    def _finite(self, positions: list[int]) -> dict[int, bool]:
+        """Per slot, the runner's divergence test: every parameter tensor has a finite 2-norm.
+
+        All slots' norms are computed at once; a slot whose batched norms are not all far below
+        float32 overflow (1e18, whose square is 1e36) is re-tested exactly as `Runner._update` does,
+        so a reduction order cannot change the verdict."""
+        norms = torch.stack([torch.linalg.vector_norm(p.detach().flatten(1), dim=1) for p in self.params.values()])
+        safe = (norms < 1e18).all(0).tolist()
+        out = {}
+        for i in positions:
+            if safe[i]:
+                out[i] = True
+            else:
+                views = [p.detach()[i] for p in self.params.values()]
+                out[i] = bool(torch.stack(torch._foreach_norm(views)).isfinite().all())
+        return out
+
     def _logs(self, t: int) -> bool:
         cfg = self.runners[0].cfg
         return (t + 1) % cfg.log_every == 0 or t + 1 == cfg.steps
@@ -448,14 +454,15 @@ class BatchedRunner:
             if i not in outs:
                 continue
             r = self.runners[s]
-            # The transforms get freshly allocated gradients, not views into the stacked gradient: BLAS
-            # reductions (gac's dot products) round according to memory alignment, which a view at
-            # slot offset i would change.
             views = []
-            for p in self.params.values():
-                view = p.detach()[i]
-                view.grad = p.grad[i].clone() if r.recipe.transforms else p.grad[i]
-                views.append(view)
+            if r.recipe.transforms or keep_grad:
+                # The transforms get freshly allocated gradients, not views into the stacked gradient:
+                # BLAS reductions (gac's dot products) round according to memory alignment, which a
+                # view at slot offset i would change.
+                for p in self.params.values():
+                    view = p.detach()[i]
+                    view.grad = p.grad[i].clone() if r.recipe.transforms else p.grad[i]
+                    views.append(view)
             grads[i] = diag.flat_grad(views) if keep_grad else None
             if log_now:
                 rows[i] = r._diagnostics(t, batches[i], logp[i].detach(), batches[i]["behavior_logp"], outs[i],
@@ -465,9 +472,9 @@ class BatchedRunner:
                 for p, view in zip(self.params.values(), views, strict=True):
                     p.grad[i] = view.grad
         self.optimizer.step(scales)
+        finite = self._finite(list(outs))
         for i in outs:
-            views = [p.detach()[i] for p in self.params.values()]
-            if not bool(torch.stack(torch._foreach_norm(views)).isfinite().all()):
+            if not finite[i]:
                 results[i] = Diverged(t)
                 continue
             row = rows.get(i, {})
