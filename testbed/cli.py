@@ -39,6 +39,9 @@ def _parser_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=int, default=None, help="parallel worker processes (default 1)")
     p.add_argument("--format", choices=("csv", "parquet"), default=None, help="also write results.parquet")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--batch-seeds", type=int, nargs="?", const=8, default=None, metavar="N",
+                   help="train up to N runs that share a model shape (e.g. the seeds) as one batched "
+                        "computation, N = 8 if not given; results identical to one by one (testbed/batched.py)")
 
 
 def _run_parser(task_opts: dict[str, Any] | None = None) -> argparse.ArgumentParser:
@@ -110,6 +113,7 @@ def _cmd_run(argv: list[str]) -> int:
     out = args.out or "runs/run"
     meta = {"command": "run", "argv": argv}
     table = run_sweep(configs, out, workers=args.workers or 1, fmt=args.format or "csv", meta=meta,
+                      batch_seeds=_batch_seeds(args),
                       progress=not args.no_progress)
     _print_summary(Path(out))
     return 0 if len(table) else 1
@@ -124,6 +128,12 @@ def _print_summary(out: Path) -> None:
     print(f"wrote {out / 'results.csv'} and {out / 'summary.csv'}")
 
 
+def _batch_seeds(args: argparse.Namespace) -> int:
+    if args.batch_seeds is not None and args.batch_seeds < 1:
+        raise UsageError(f"--batch-seeds must be >= 1, got {args.batch_seeds}")
+    return args.batch_seeds or 0
+
+
 def _cmd_sweep(argv: list[str]) -> int:
     from testbed.sweep import sweep_file
 
@@ -133,7 +143,8 @@ def _cmd_sweep(argv: list[str]) -> int:
     args = p.parse_args(argv)
     if args.workers is not None and args.workers < 1:
         raise UsageError(f"--workers must be >= 1, got {args.workers}")
-    sweep_file(args.file, out=args.out, workers=args.workers, fmt=args.format, progress=not args.no_progress)
+    sweep_file(args.file, out=args.out, workers=args.workers, fmt=args.format, progress=not args.no_progress,
+               batch_seeds=None if args.batch_seeds is None else _batch_seeds(args))
     from testbed.sweep import load_file
 
     _print_summary(Path(args.out or load_file(args.file)["out"]))

@@ -151,3 +151,16 @@ def test_sweep_with_batch_seeds_writes_the_same_results_table(tmp_path):
     with pytest.raises(ValueError, match="batch_seeds must be true, false or an integer >= 1"):
         sweep_file(bad, out=tmp_path / "never")
     assert not (tmp_path / "never").exists()
+
+
+def test_cli_batch_seeds_flag(tmp_path, capsys):
+    from testbed.cli import main
+
+    common = ["run", "--task", "mnist", "--steps", "4", "--log-every", "2", "--batch-size", "20", "--seeds", "3",
+              "--no-progress"]
+    assert main([*common, "--out", str(tmp_path / "one")]) == 0
+    assert main([*common, "--batch-seeds", "2", "--out", str(tmp_path / "batched")]) == 0
+    assert (tmp_path / "one" / "results.csv").read_bytes() == (tmp_path / "batched" / "results.csv").read_bytes()
+    assert main([*common, "--batch-seeds", "0", "--out", str(tmp_path / "bad")]) == 2
+    assert "--batch-seeds must be >= 1, got 0" in capsys.readouterr().err
+    assert not (tmp_path / "bad").exists()
