@@ -1,0 +1,61 @@
+"""Sweep scaling: wall time of one small sweep with 1 vs 2 worker processes, and with batched seeds.
+
+The sweep: 4 seeds of MNIST pg (``--steps`` steps each, one thread per worker), run by
+`testbed.sweep.run_sweep` into a fresh directory each time, in three ways that alternate round
+after round: 1 worker; 2 worker processes (spawned, so each pays its own start-up: importing torch,
+loading MNIST); 1 process with the 4 seeds as one batched computation (``batch_seeds``). Worker
+processes use the cores in parallel, so this is timed on the wall clock whatever the thread count;
+on a machine shared with other jobs the 2-worker speed-up is bounded by the idle cores.
+
+    python -m benchmarks.sweep_scaling [--steps 200] [--rounds 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+
+from benchmarks.common import Ratio
+from testbed.runner import RunConfig
+from testbed.sweep import run_sweep
+
+
+def sweep_seconds(configs: list[RunConfig], **kwargs: int) -> float:
+    with tempfile.TemporaryDirectory() as out:
+        t0 = time.perf_counter()
+        run_sweep(configs, out, progress=False, **kwargs)
+        return time.perf_counter() - t0
+
+
+def run(steps: int = 200, rounds: int = 2, seeds: int = 4, quick: bool = False) -> list[Ratio]:
+    if quick:
+        steps, rounds = min(steps, 40), 1
+    configs = [RunConfig(task="mnist", seed=s, steps=steps, log_every=max(1, steps // 3)) for s in range(seeds)]
+    modes = {"1 worker": {"workers": 1}, "2 workers": {"workers": 2}, "batched": {"workers": 1, "batch_seeds": seeds}}
+    times: dict[str, list[float]] = {m: [] for m in modes}
+    for r in range(rounds):
+        names = list(modes)[r % 3:] + list(modes)[: r % 3]
+        for name in names:
+            times[name].append(sweep_seconds(configs, **modes[name]))
+    one, two, bat = (statistics.median(times[m]) for m in modes)
+    detail = f"{seeds} MNIST runs x {steps} steps; 1 worker {one:.1f} s, 2 workers {two:.1f} s, batched {bat:.1f} s (wall)"
+    return [
+        Ratio("sweep", "wall(1 worker) / wall(2 workers)", one / two, "", detail + "; above 1: 2 workers are faster"),
+        Ratio("sweep", f"wall(batch_seeds={seeds}) / wall(1 worker)", bat / one, "", "below 1: batching is faster"),
+    ]
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--quick", action="store_true")
+    args = p.parse_args(argv)
+    for ratio in run(args.steps, args.rounds, quick=args.quick):
+        print(ratio.line())
+
+
+if __name__ == "__main__":
+    main()
