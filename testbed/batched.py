@@ -13,14 +13,16 @@ evaluation) is done by an ordinary `Runner` per slot whose parameters are views 
 tensors, with the same generators in the same order; only the learner's forward/backward and the
 optimizer update are batched, and those are made to round exactly as the unbatched ops do:
 
-* ``vmap`` alone is not exact on CPU: its rule for ``addmm`` (a 2-D ``F.linear`` with bias) is
-  ``bmm`` then ``add`` (two roundings, where ``addmm`` rounds once), and its rule for layer norm
-  reduces the weight and bias gradients in another order. `exact_batching` overrides the two:
-  linear becomes ``baddbmm`` with a backward that mirrors ``addmm``'s operand order, layer norm is
-  applied per slot. Scaled dot-product attention folds the slot dimension into its batch dimension
-  (vmap's fallback would loop over slots, with a warning). Everything else uses vmap's own rules,
-  which are exact for these models (tests/integration/test_batched_seeds.py checks every
-  parameter, every step).
+* ``vmap`` alone is not exact on CPU: its rule for ``F.linear`` with a bias is ``bmm`` then ``add``
+  (two roundings, where the unbatched call's fused ``addmm`` rounds once), and its rule for layer
+  norm reduces the weight and bias gradients in another order. Under `exact_batching` these ops
+  run slot-wise on the underlying ``[S, ...]`` tensors instead: linear as ``baddbmm`` with a
+  backward in ``addmm``'s operand order, layer norm once per slot, scaled dot-product attention
+  with the slot dimension folded into its batch dimension (vmap would loop over slots, with a
+  warning). Everything else uses vmap's own rules, which are exact for these models
+  (tests/integration/test_batched_seeds.py compares every logged number and every parameter).
+  Not covered: a linear layer fed a non-contiguous input of 3 or more dimensions (its weight
+  gradient may differ in the last bit); no task here has one.
 * The optimizer is `StackedOptimizer`: the same elementwise ops as ``torch.optim.Adam``
   (``foreach``) and ``torch.optim.SGD``, with the same Python-float scalars, applied to the stacked
   tensors (slots whose step count and learning rate agree share one call; a slot whose gradient
