@@ -21,6 +21,7 @@ import json
 import math
 import random
 import shutil
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -143,6 +144,7 @@ class Trainer:
         lr = cfg.lr if cfg.lr is not None else (1e-3 if cfg.model == "tiny" else 1e-6)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
         self.eos_ids = self._eos_ids()
+        self.tokenizer_lock = threading.Lock()  # the worker and the learner (eval) share the tokenizer
         self.batch_size = cfg.prompts_per_step * cfg.group_size
         self.micro = cfg.micro_batch_size or self.batch_size
         self.prev_grad: list[Tensor] | None = None
@@ -169,15 +171,17 @@ class Trainer:
         return text
 
     def _encode(self, problems: list[Problem], repeat: int) -> tuple[Tensor, Tensor]:
-        texts = [self._prompt_text(p) for p in problems for _ in range(repeat)]
-        enc = self.tokenizer(
-            texts, padding=True, padding_side="left", return_tensors="pt", add_special_tokens=self.style != "chat"
-        )
+        with self.tokenizer_lock:
+            texts = [self._prompt_text(p) for p in problems for _ in range(repeat)]
+            enc = self.tokenizer(
+                texts, padding=True, padding_side="left", return_tensors="pt", add_special_tokens=self.style != "chat"
+            )
         return enc["input_ids"].to(self.device), enc["attention_mask"].to(self.device)
 
     def _rewards(self, problems: list[Problem], repeat: int, ids: Tensor, mask: Tensor) -> Tensor:
         rows = [ids[i][mask[i]].tolist() for i in range(ids.shape[0])]
-        texts = self.tokenizer.batch_decode(rows, skip_special_tokens=True)
+        with self.tokenizer_lock:
+            texts = self.tokenizer.batch_decode(rows, skip_special_tokens=True)
         return torch.tensor([self.task.reward(problems[i // repeat], t) for i, t in enumerate(texts)], dtype=torch.float32)
 
     def make_batch(self, model: torch.nn.Module, k: int, version: int, refresh: Any = None) -> RolloutBatch:

@@ -1,14 +1,41 @@
 """Promotion battery: ``python -m testbed validate RECIPE`` scores a recipe on a fixed set of testbed runs.
 
-(Work in progress: the battery lands once the runner is in place.)
+The battery (`BATTERY`) is a handful of cells, each a task at one staleness level: the K-armed
+bandit (a no-harm check: there even stale PG solves it), MNIST as a contextual bandit (where stale
+PG collapses) and token reversal with a short horizon. In every cell three runs are compared on the
+final held-out reward (the mean of the last two logged evaluations):
+
+* ``recipe``: the recipe at that staleness;
+* ``pg``: plain REINFORCE (``pg``) at the same staleness (the uncorrected baseline);
+* ``sync``: ``pg`` without staleness (what asynchrony should not lose).
+
+The cell's score is the part of the gap between stale PG and synchronous PG that the recipe closes,
+``clip(1 - (sync - recipe) / max(sync - pg, tol), 0, 1)`` with ``tol = 0.02``: 1 when the recipe
+matches or beats synchronous PG, 0 when it is no better than stale PG (or diverged). Where stale PG
+loses nothing (gap below ``tol``), the score measures the harm the recipe does instead: 1 within
+``tol`` of sync, falling to 0 at ``2 tol`` below it. The recipe's score is the mean over cells;
+it passes at ``threshold`` (default 0.5). The baselines do not depend on the recipe: they, like every
+run, are stored under ``<out>/battery/runs`` (keyed by config hash) and reused by later validations.
+
+The scorecard, ``<out>/<slug>.json`` (default out: ``results/scorecards``), is what llm_scale shows
+before an LLM run with that recipe (`llm_scale.promotion`).
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import math
 import re
+import sys
+import time
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 DEFAULT_DIR = "results/scorecards"
+BATTERY_VERSION = "v1"
+TOL = 0.02
 
 
 def slug(spec: str) -> str:
@@ -21,8 +48,157 @@ def scorecard_path(spec: str, directory: str | Path = DEFAULT_DIR) -> Path:
     return Path(directory) / f"{slug(spec)}.json"
 
 
+@dataclass(frozen=True)
+class Cell:
+    """One battery cell: a task (with options and run settings) at one staleness level."""
+
+    task: str
+    delay: str
+    steps: int
+    task_args: dict[str, Any] = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=dict)  # other RunConfig fields (batch_size, lr, ...)
+    metric: str = "test_reward"
+
+    @property
+    def label(self) -> str:
+        args = ",".join(f"{k}={v}" for k, v in self.task_args.items())
+        return f"{self.task}({args})" if args else self.task
+
+
+BATTERY: tuple[Cell, ...] = (
+    Cell("bandit", "fixed:8", 100),
+    Cell("bandit", "fixed:32", 100),
+    Cell("mnist", "fixed:16", 300),
+    Cell("mnist", "fixed:64", 300),
+    Cell("token_reversal", "fixed:4", 200, {"H": 4}),
+    Cell("token_reversal", "fixed:16", 200, {"H": 4}),
+)
+
+
+def _config(cell: Cell, recipe: str, delay: str, seed: int) -> Any:
+    from testbed.runner import RunConfig
+
+    return RunConfig(task=cell.task, recipe=recipe, delay=delay, seed=seed, steps=cell.steps,
+                     log_every=max(1, cell.steps // 5), task_args=dict(cell.task_args), **cell.settings)  # fmt: skip
+
+
+def cell_score(recipe: float, pg: float, sync: float, tol: float = TOL) -> float:
+    """clip(1 - (sync - recipe) / max(sync - pg, tol), 0, 1); 0 for a non-finite recipe value."""
+    if not math.isfinite(recipe):
+        return 0.0
+    return float(min(1.0, max(0.0, 1.0 - (sync - recipe) / max(sync - pg, tol))))
+
+
+def _final(table: Any, run_id: str, metric: str) -> tuple[float, str]:
+    rows = table[table["run_id"] == run_id]
+    if "diverged_at" in rows and rows["diverged_at"].notna().any():
+        return float("nan"), "diverged"
+    values = rows[metric].dropna() if metric in rows else rows.iloc[0:0]
+    if values.empty:
+        return float("nan"), "missing"
+    return float(values.tail(2).mean()), "ok"
+
+
+def validate(
+    spec: str,
+    *,
+    out: str | Path = DEFAULT_DIR,
+    seeds: int = 1,
+    threshold: float = 0.5,
+    workers: int = 1,
+    progress: bool = True,
+    battery: tuple[Cell, ...] = BATTERY,
+) -> dict[str, Any]:
+    """Run the battery for ``spec`` (reusing stored runs) and write its scorecard; return the scorecard."""
+    from testbed.stabilizers import build
+    from testbed.sweep import run_sweep
+
+    build(spec)  # a clear error for an unknown recipe, before anything runs
+    if seeds < 1:
+        raise ValueError(f"seeds must be >= 1, got {seeds}")
+    if not 0.0 <= threshold <= 1.0:
+        raise ValueError(f"threshold must be in [0, 1], got {threshold}")
+    plan: list[tuple[Cell, dict[str, list[Any]]]] = []
+    configs: dict[str, Any] = {}
+    for cell in battery:
+        roles = {
+            "recipe": [_config(cell, spec, cell.delay, s) for s in range(seeds)],
+            "pg": [_config(cell, "pg", cell.delay, s) for s in range(seeds)],
+            "sync": [_config(cell, "pg", "sync", s) for s in range(seeds)],
+        }
+        for cfgs in roles.values():
+            for c in cfgs:
+                c.validate()
+                configs.setdefault(c.run_id, c)
+        plan.append((cell, roles))
+    t0 = time.perf_counter()
+    table = run_sweep(list(configs.values()), Path(out) / "battery", workers=workers, progress=progress,
+                      meta={"validate": spec, "battery": BATTERY_VERSION})  # fmt: skip
+    cells = []
+    for cell, roles in plan:
+        values: dict[str, float] = {}
+        status = "ok"
+        for role, cfgs in roles.items():
+            finals = [_final(table, c.run_id, cell.metric) for c in cfgs]
+            if role == "recipe" and any(s != "ok" for _, s in finals):
+                status = next(s for _, s in finals if s != "ok")
+            good = [v for v, _ in finals if math.isfinite(v)]
+            values[role] = sum(good) / len(good) if good and (role != "recipe" or status == "ok") else float("nan")
+        score = cell_score(values["recipe"], values["pg"], values["sync"])
+        cells.append({
+            "task": cell.label, "staleness": cell.delay, "steps": cell.steps, "metric": cell.metric,
+            "recipe_value": values["recipe"], "pg_value": values["pg"], "sync_value": values["sync"],
+            "score": score, "status": status,
+        })  # fmt: skip
+    score = sum(c["score"] for c in cells) / len(cells)
+    card = {
+        "recipe": spec,
+        "battery": BATTERY_VERSION,
+        "seeds": seeds,
+        "threshold": threshold,
+        "tol": TOL,
+        "score": score,
+        "passed": bool(score >= threshold),
+        "cells": cells,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "wall_s": time.perf_counter() - t0,
+        "battery_cells": [asdict(c) for c in battery],
+    }
+    from testbed.results import atomic_write_text
+
+    path = scorecard_path(spec, out)
+    atomic_write_text(path, json.dumps(card, indent=1, default=float))
+    card["path"] = str(path)
+    return card
+
+
+def format_card(card: dict[str, Any]) -> str:
+    lines = [f"{'cell':<26} {'staleness':<10} {'recipe':>7} {'pg':>7} {'sync':>7} {'score':>6}"]
+    for c in card["cells"]:
+        note = "" if c["status"] == "ok" else f"  ({c['status']})"
+        lines.append(f"{c['task']:<26} {c['staleness']:<10} {c['recipe_value']:7.3f} {c['pg_value']:7.3f} "
+                     f"{c['sync_value']:7.3f} {c['score']:6.2f}{note}")  # fmt: skip
+    verdict = "PASSED" if card["passed"] else "FAILED"
+    lines.append(f"{card['recipe']!r}: score {card['score']:.2f} (pass >= {card['threshold']}): {verdict}")
+    return "\n".join(lines)
+
+
 def cli(argv: list[str] | None = None) -> int:
-    """``python -m testbed validate RECIPE``: not yet available (the battery needs the runner)."""
-    del argv
-    print("error: the validation battery is not implemented yet", file=__import__("sys").stderr)
-    return 2
+    """``python -m testbed validate RECIPE [--out DIR] [--seeds N] [--workers N] [--threshold X]``."""
+    p = argparse.ArgumentParser(prog="python -m testbed validate", description=__doc__.splitlines()[0])
+    p.add_argument("recipe", help="recipe spec, e.g. dg, 'tis(c=2)+ess_lr', vcpo")
+    p.add_argument("--out", default=DEFAULT_DIR, help="scorecard directory (runs are cached in OUT/battery)")
+    p.add_argument("--seeds", type=int, default=1)
+    p.add_argument("--threshold", type=float, default=0.5)
+    p.add_argument("--workers", type=int, default=1, help="parallel worker processes")
+    p.add_argument("--no-progress", action="store_true")
+    args = p.parse_args(argv)
+    try:
+        card = validate(args.recipe, out=args.out, seeds=args.seeds, threshold=args.threshold, workers=args.workers,
+                        progress=not args.no_progress)  # fmt: skip
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(format_card(card))
+    print(f"scorecard: {card['path']}")
+    return 0 if card["passed"] else 1

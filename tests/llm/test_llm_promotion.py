@@ -1,0 +1,66 @@
+"""Promotion: the testbed battery's scorecard, and llm_scale's reading of it."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from llm_scale.promotion import report
+from testbed.validate import BATTERY, Cell, cell_score, scorecard_path, slug, validate
+
+
+def test_cell_score_is_the_fraction_of_the_stale_gap_closed():
+    assert cell_score(0.8, pg=0.2, sync=0.8) == 1.0
+    assert cell_score(0.9, pg=0.2, sync=0.8) == 1.0  # beating sync still scores 1
+    assert cell_score(0.2, pg=0.2, sync=0.8) == 0.0
+    assert cell_score(0.1, pg=0.2, sync=0.8) == 0.0
+    assert math.isclose(cell_score(0.5, pg=0.2, sync=0.8), 0.5)
+    # no gap (stale PG loses nothing): within tol of sync scores ~1, 2 tol below scores 0
+    assert math.isclose(cell_score(0.89, pg=0.9, sync=0.9), 0.5)
+    assert cell_score(0.85, pg=0.9, sync=0.9) == 0.0
+    assert cell_score(float("nan"), pg=0.2, sync=0.8) == 0.0
+
+
+def test_battery_covers_three_tasks_at_two_staleness_levels():
+    assert {c.task for c in BATTERY} == {"bandit", "mnist", "token_reversal"}
+    for task in ("bandit", "mnist", "token_reversal"):
+        assert len({c.delay for c in BATTERY if c.task == task}) >= 2
+
+
+def test_scorecard_round_trip_and_llm_scale_report(tmp_path):
+    battery = (Cell("bandit", "fixed:4", 8, settings={"batch_size": 8}), Cell("bandit", "fixed:8", 8, settings={"batch_size": 8}))
+    card = validate("tis(c=2)", out=tmp_path, battery=battery, progress=False, threshold=0.0)
+    path = scorecard_path("tis(c=2)", tmp_path)
+    assert path.name == f"{slug('tis(c=2)')}.json" and path.is_file()
+    stored = json.loads(path.read_text())
+    assert stored["passed"] and len(stored["cells"]) == 2
+    for cell in stored["cells"]:
+        assert 0.0 <= cell["score"] <= 1.0
+        assert cell["score"] == cell_score(cell["recipe_value"], cell["pg_value"], cell["sync_value"])
+    assert math.isclose(stored["score"], sum(c["score"] for c in stored["cells"]) / 2)
+    ok, text = report("tis(c=2)", str(tmp_path))
+    assert ok and "PASSED" in text and f"{card['score']:.2f}" in text
+    # baselines are cached: a second recipe reuses the pg and sync runs
+    runs_before = len(list((tmp_path / "battery" / "runs").glob("*.json")))
+    dg = validate("dg", out=tmp_path, battery=battery, progress=False, threshold=1.0)
+    assert len(list((tmp_path / "battery" / "runs").glob("*.json"))) == runs_before + 2
+    ok, text = report("dg", str(tmp_path))
+    assert ok == dg["passed"] == (dg["score"] >= 1.0)
+    assert text.startswith("WARNING: recipe 'dg' FAILED") == (not ok)
+
+
+def test_report_warns_without_a_scorecard(tmp_path):
+    ok, text = report("dg", str(tmp_path))
+    assert not ok and text.startswith("WARNING: no testbed scorecard for recipe 'dg'")
+    bad = tmp_path / "x.json"
+    bad.write_text("{")
+    ok, text = report("dg", str(bad))
+    assert not ok and "unreadable" in text
+
+
+def test_validate_rejects_unknown_recipe(tmp_path):
+    with pytest.raises(ValueError, match="unknown recipe or component"):
+        validate("nosuch", out=tmp_path, progress=False)
+    assert not tmp_path.joinpath("battery").exists()
