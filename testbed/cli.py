@@ -135,7 +135,7 @@ def _batch_seeds(args: argparse.Namespace) -> int:
 
 
 def _cmd_sweep(argv: list[str]) -> int:
-    from testbed.sweep import sweep_file
+    from testbed.sweep import load_file, sweep_file
 
     p = argparse.ArgumentParser(prog="python -m testbed sweep", description="Run a sweep file (TOML or YAML).")
     p.add_argument("file")
@@ -145,8 +145,6 @@ def _cmd_sweep(argv: list[str]) -> int:
         raise UsageError(f"--workers must be >= 1, got {args.workers}")
     sweep_file(args.file, out=args.out, workers=args.workers, fmt=args.format, progress=not args.no_progress,
                batch_seeds=None if args.batch_seeds is None else _batch_seeds(args))
-    from testbed.sweep import load_file
-
     _print_summary(Path(args.out or load_file(args.file)["out"]))
     return 0
 
