@@ -282,8 +282,7 @@ class BatchedRunner:
         first = self.runners[0]
         if first.buffers:
             raise NotImplementedError("run_batched: policies with buffers are not supported")
-        self.names = list(first.params)
-        stacked = {k: torch.stack([r.params[k].detach() for r in self.runners]) for k in self.names}
+        stacked = {k: torch.stack([r.params[k].detach() for r in self.runners]) for k in first.params}
         self.slots = list(range(len(cfgs)))  # original index of each active slot
         self._bind(stacked)
         self.optimizer = StackedOptimizer(list(self.params.values()), cfgs[0].optimizer, [c.lr for c in cfgs])
