@@ -163,7 +163,7 @@ def measure(kind: str, rounds: int, repeat: int, recipes: list[str] | None = Non
 def run(rounds: int | None = None, quick: bool = False, models: tuple[str, ...] = ("mnist", "transformer")) -> list[Ratio]:
     out = []
     for kind in models:
-        r = rounds or (4 if quick else (15 if kind == "mnist" else 8))
+        r = rounds or (4 if quick else (30 if kind == "mnist" else 12))
         repeat = (3 if quick else 10) if kind == "mnist" else (1 if quick else 2)
         out += measure(kind, r, repeat)
     return out
