@@ -5,7 +5,8 @@ The sweep: 4 seeds of MNIST pg (``--steps`` steps each, one thread per worker), 
 after round: 1 worker; 2 worker processes (spawned, so each pays its own start-up: importing torch,
 loading MNIST); 1 process with the 4 seeds as one batched computation (``batch_seeds``). Worker
 processes use the cores in parallel, so this is timed on the wall clock whatever the thread count;
-on a machine shared with other jobs the 2-worker speed-up is bounded by the idle cores.
+on a machine shared with other jobs the 2-worker speed-up is bounded by the idle cores, so the CPU
+seconds used and the cores obtained are reported too.
 
     python -m benchmarks.sweep_scaling [--steps 200] [--rounds 2]
 """
@@ -13,6 +14,7 @@ on a machine shared with other jobs the 2-worker speed-up is bounded by the idle
 from __future__ import annotations
 
 import argparse
+import resource
 import statistics
 import tempfile
 import time
@@ -22,11 +24,18 @@ from testbed.runner import RunConfig
 from testbed.sweep import run_sweep
 
 
-def sweep_seconds(configs: list[RunConfig], **kwargs: int) -> float:
+def _cpu() -> float:
+    """CPU seconds of this process and of its finished children (the pool's workers)."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def sweep_seconds(configs: list[RunConfig], **kwargs: int) -> tuple[float, float]:
+    """(wall seconds, CPU seconds) of one sweep."""
     with tempfile.TemporaryDirectory() as out:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), _cpu()
         run_sweep(configs, out, progress=False, **kwargs)
-        return time.perf_counter() - t0
+        return time.perf_counter() - t0, _cpu() - c0
 
 
 def run(steps: int = 200, rounds: int = 2, seeds: int = 4, quick: bool = False) -> list[Ratio]:
@@ -35,14 +44,23 @@ def run(steps: int = 200, rounds: int = 2, seeds: int = 4, quick: bool = False) 
     configs = [RunConfig(task="mnist", seed=s, steps=steps, log_every=max(1, steps // 3)) for s in range(seeds)]
     modes = {"1 worker": {"workers": 1}, "2 workers": {"workers": 2}, "batched": {"workers": 1, "batch_seeds": seeds}}
     times: dict[str, list[float]] = {m: [] for m in modes}
+    cpu: dict[str, list[float]] = {m: [] for m in modes}
     for r in range(rounds):
         names = list(modes)[r % 3:] + list(modes)[: r % 3]
         for name in names:
-            times[name].append(sweep_seconds(configs, **modes[name]))
+            wall, used = sweep_seconds(configs, **modes[name])
+            times[name].append(wall)
+            cpu[name].append(used)
     one, two, bat = (statistics.median(times[m]) for m in modes)
-    detail = f"{seeds} MNIST runs x {steps} steps; 1 worker {one:.1f} s, 2 workers {two:.1f} s, batched {bat:.1f} s (wall)"
+    c_one, c_two, c_bat = (statistics.median(cpu[m]) for m in modes)
+    detail = (f"{seeds} MNIST runs x {steps} steps; wall: 1 worker {one:.1f} s, 2 workers {two:.1f} s, batched {bat:.1f} s;"
+              f" CPU: {c_one:.1f} s, {c_two:.1f} s, {c_bat:.1f} s")
     return [
         Ratio("sweep", "wall(1 worker) / wall(2 workers)", one / two, "", detail + "; above 1: 2 workers are faster"),
+        Ratio("sweep", "CPU(2 workers) / CPU(1 worker)", c_two / c_one, "",
+              "CPU seconds of parent + workers: what the second process costs (start-up: torch, testbed, MNIST)"),
+        Ratio("sweep", "CPU share of 2 workers / of 1 worker", (c_two / two) / (c_one / one), "",
+              "cores actually obtained; 2 on an idle 2-core machine, ~1 when the machine is saturated"),
         Ratio("sweep", f"wall(batch_seeds={seeds}) / wall(1 worker)", bat / one, "", "below 1: batching is faster"),
     ]
 
