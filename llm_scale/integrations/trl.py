@@ -34,8 +34,9 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only without trl
     raise ImportError(f"llm_scale.integrations.trl needs trl (the 'trl' extra: pip install -e '.[trl]'): {exc}") from exc
 
-from testbed.stabilizers import BatchStats, PolicyTerms, Recipe, aggregate, build
-from testbed.stabilizers.numerics import sequence_log_ratio
+from testbed.stabilizers import PolicyTerms, Recipe, aggregate, build
+
+from .hooks import TransformStep
 
 _MM_KEYS = (
     "pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask", "spatial_shapes", "num_tiles",
@@ -46,44 +47,27 @@ _MM_KEYS = (
 class GradientTransformCallback(TrainerCallback):
     """Applies ``recipe``'s gradient transforms in ``on_pre_optimizer_step``; restores lr in ``on_optimizer_step``.
 
-    ``stats`` is a list the loss appends ``(seq_log_ratio, seq_has_tokens)`` pairs to; it is emptied
-    at every optimizer step. ``history`` holds the transforms' metrics of every step.
+    ``step.collect(...)`` records the statistics of each loss call (the trainer below does it);
+    ``step.history`` holds the transforms' metrics of every step, also appended to ``sink`` (e.g. a
+    GRPOTrainer's ``_metrics["train"]``) so that they are logged with TRL's.
     """
 
     def __init__(self, recipe: Recipe, sink: dict[str, list[float]] | None = None) -> None:
         self.recipe = recipe
-        self.sink = sink  # e.g. a GRPOTrainer's _metrics["train"]: transform metrics get logged with TRL's
-        self.stats: list[tuple[Tensor, Tensor]] = []
-        self.saved_lr: list[float] | None = None
-        self.history: list[dict[str, float]] = []
-
-    def batch_stats(self) -> BatchStats:
-        stats = BatchStats()
-        if self.stats:
-            stats.seq_log_ratio = torch.cat([lr.reshape(-1).float() for lr, _ in self.stats])
-            if "seq_mask" in BatchStats.__dataclass_fields__:
-                stats.seq_mask = torch.cat([ok.reshape(-1) for _, ok in self.stats])
-        self.stats.clear()
-        return stats
+        self.sink = sink
+        self.step = TransformStep()
 
     def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, model: Any = None, optimizer: Any = None, **kw: Any) -> None:
         if model is None or optimizer is None:
             return
-        scale, metrics = self.recipe.transform_gradients(model.parameters(), self.batch_stats())
-        self.history.append(metrics)
+        metrics = self.step.before_step(self.recipe, optimizer, [p for p in model.parameters() if p.requires_grad])
         if self.sink is not None:
             for key, value in metrics.items():
                 self.sink[f"stabilizer/{key}"].append(float(value))
-        if scale != 1.0:
-            self.saved_lr = [g["lr"] for g in optimizer.param_groups]
-            for group in optimizer.param_groups:
-                group["lr"] = group["lr"] * scale
 
     def on_optimizer_step(self, args: Any, state: Any, control: Any, optimizer: Any = None, **kw: Any) -> None:
-        if self.saved_lr is not None and optimizer is not None:
-            for group, lr in zip(optimizer.param_groups, self.saved_lr, strict=True):
-                group["lr"] = lr
-        self.saved_lr = None
+        if optimizer is not None:
+            self.step.after_step(optimizer)
 
 
 class StabilizerGRPOTrainer(GRPOTrainer):
@@ -132,10 +116,7 @@ class StabilizerGRPOTrainer(GRPOTrainer):
             loss = loss + self.beta * aggregate(kl, terms.mask, self.agg)
         mode = "train" if self.model.training else "eval"
         if mode == "train":
-            with torch.no_grad():
-                self.stabilizer_callback.stats.append(
-                    (sequence_log_ratio(logp.detach(), behavior, terms.mask), terms.mask.any(dim=-1))
-                )
+            self.stabilizer_callback.step.collect(logp, behavior, terms.mask)
             loss = loss / getattr(self, "current_gradient_accumulation_steps", self.args.gradient_accumulation_steps)
         for key, value in out.metrics.items():
             self._metrics[mode][f"stabilizer/{key}"].append(float(value))

@@ -23,7 +23,7 @@ Extra parameters go through `StabilizerPolicyLossConfig` (a subclass of verl's `
 global ``torch.optim`` step pre-hook that acts only on an optimizer step preceded by a ``tb_*`` loss
 (so a critic's optimizer is untouched): it applies the transforms to that optimizer's gradients
 with the batch statistics (sequence log-ratios, hence ESS) gathered by the loss calls since the
-previous step, scales every param group's lr for that step, and a post-hook restores it.
+previous step, scales every param group's lr for that step (a scale of 0 skips the step), and a post-hook restores it.
 
 Switching it on in a (multi-node) verl run: the module must be imported in every worker process.
 Either install this package where the workers run (its ``verl.plugins`` entry point makes verl
@@ -55,9 +55,10 @@ except ImportError as exc:  # pragma: no cover - exercised only without verl
         f"llm_scale.integrations.verl needs verl (pip install verl, or the 'verl' extra); importing it failed: {exc}"
     ) from exc
 
-from testbed.stabilizers import SURROGATES, BatchStats, PolicyTerms, Recipe, build
+from testbed.stabilizers import SURROGATES, PolicyTerms, Recipe, build
 from testbed.stabilizers.base import Surrogate
-from testbed.stabilizers.numerics import sequence_log_ratio
+
+from .hooks import TransformStep
 
 PREFIX = "tb_"
 
@@ -136,7 +137,7 @@ def make_policy_loss(name: str) -> Any:
         loss = core_algos.agg_loss(loss_mat=loss_mat, loss_mask=used, loss_agg_mode=agg, **_global_batch_info(config))
         transforms = str(_get(loss_cfg, "gradient_transforms", "") or "")
         if transforms:
-            _HOOKS.collect(transforms, sequence_log_ratio(terms.logp.detach(), terms.behavior_logp, terms.mask), terms.mask)
+            _HOOKS.collect(transforms, terms)
         out = {f"actor/{PREFIX}{k}": float(v) for k, v in metrics.items()}
         out[f"actor/{PREFIX}nonfinite_masked"] = float(n_bad)
         return loss, out
@@ -156,23 +157,21 @@ def register(prefix: str = PREFIX) -> list[str]:
 
 
 class _TransformHooks:
-    """Gradient transforms as torch.optim step hooks: the pre-hook transforms the gradients and scales lr, the
-    post-hook restores lr.
+    """Gradient transforms as torch.optim step hooks (`TransformStep`: pre-hook transforms and scales lr,
+    post-hook restores it).
 
-    The ``tb_*`` loss calls since the last optimizer step deposit their sequence log-ratios. Installed
-    globally (the default, lazily on the first loss call naming transforms), the pre-hook acts only
-    when some are pending, so optimizers not fed by a ``tb_*`` loss (a critic's) are untouched.
-    Installed on one optimizer (`install_gradient_transforms`), it acts on every step of that one.
+    Installed globally (the default, lazily on the first loss call naming transforms), the pre-hook
+    acts only when some ``tb_*`` loss recorded statistics since the last step, so optimizers not fed
+    by a ``tb_*`` loss (a critic's) are untouched. Installed on one optimizer
+    (`install_gradient_transforms`), it acts on every step of that one.
     """
 
     def __init__(self) -> None:
         self.recipes: dict[str, Recipe] = {}
         self.spec: str | None = None
-        self.pending: list[tuple[Tensor, Tensor]] = []
-        self.saved_lr: dict[int, list[float]] = {}
+        self.step = TransformStep()
         self.handles: list[Any] = []
         self.explicit = False
-        self.last_metrics: dict[str, float] = {}
         self.lock = threading.Lock()
 
     def recipe(self, spec: str) -> Recipe:
@@ -183,47 +182,34 @@ class _TransformHooks:
             self.recipes[spec] = recipe
         return self.recipes[spec]
 
-    def collect(self, spec: str, seq_log_ratio: Tensor, mask: Tensor) -> None:
+    def collect(self, spec: str, terms: PolicyTerms) -> None:
         with self.lock:
             self.recipe(spec)
             self.spec = spec
-            self.pending.append((seq_log_ratio.detach(), mask.bool().any(dim=-1)))
+            self.step.collect(terms.logp, terms.behavior_logp, terms.mask)
             if not self.explicit and not self.handles:
-                self.handles = [
-                    register_optimizer_step_pre_hook(self.pre_hook),
-                    register_optimizer_step_post_hook(self.post_hook),
-                ]
+                self.handles = [register_optimizer_step_pre_hook(self.pre_hook),
+                                register_optimizer_step_post_hook(self.post_hook)]  # fmt: skip
 
     def pre_hook(self, optimizer: torch.optim.Optimizer, args: Any = (), kwargs: Any = None) -> None:
         with self.lock:
-            if self.spec is None or (not self.pending and not self.explicit):
+            if self.spec is None or (not self.step.pending and not self.explicit):
                 return
-            stats = BatchStats()
-            if self.pending:
-                stats.seq_log_ratio = torch.cat([lr.reshape(-1).float() for lr, _ in self.pending])
-                if "seq_mask" in BatchStats.__dataclass_fields__:
-                    stats.seq_mask = torch.cat([ok.reshape(-1) for _, ok in self.pending])
-            self.pending.clear()
-            recipe = self.recipe(self.spec)
-        params = [p for group in optimizer.param_groups for p in group["params"]]
-        scale, self.last_metrics = recipe.transform_gradients(params, stats)
-        if scale != 1.0:
-            self.saved_lr[id(optimizer)] = [g["lr"] for g in optimizer.param_groups]
-            for group in optimizer.param_groups:
-                group["lr"] = group["lr"] * scale
+            self.step.before_step(self.recipe(self.spec), optimizer)
 
     def post_hook(self, optimizer: torch.optim.Optimizer, args: Any = (), kwargs: Any = None) -> None:
-        saved = self.saved_lr.pop(id(optimizer), None)
-        if saved is not None:
-            for group, lr in zip(optimizer.param_groups, saved, strict=True):
-                group["lr"] = lr
+        self.step.after_step(optimizer)
+
+    @property
+    def last_metrics(self) -> dict[str, float]:
+        return self.step.history[-1] if self.step.history else {}
 
     def reset(self) -> None:
         """Remove every hook and forget pending statistics (the recipes, with their state, are kept)."""
         for handle in self.handles:
             handle.remove()
         self.handles, self.explicit, self.spec = [], False, None
-        self.pending.clear()
+        self.step = TransformStep()
 
 
 _HOOKS = _TransformHooks()

@@ -58,7 +58,7 @@ def test_grpo_subclass_trains_tiny_model_with_recipe(tmp_path):
     trainer = _trainer(tmp_path, "dg+clip_norm(max_norm=0.5)", steps=60, max_grad_norm=0.0)
     before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
     trainer.train()
-    history = trainer.stabilizer_callback.history
+    history = trainer.stabilizer_callback.step.history
     assert len(history) == 60 and all("grad_norm" in h for h in history)
     assert any(h["clipped"] == 1.0 for h in history)
     rewards = [row["reward"] for row in trainer.state.log_history if "reward" in row]
