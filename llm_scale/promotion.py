@@ -38,7 +38,7 @@ def report(spec: str, where: str | None = None) -> tuple[bool, str]:
     ]
     for cell in cells:
         lines.append(
-            f"  {cell['task']:<15} {cell['staleness']:<14} score {float(cell['score']):.2f}"
+            f"  {cell['task']:<20} {cell['staleness']:<10} score {float(cell['score']):.2f}"
             f"  ({cell.get('metric', '')}: recipe {cell.get('recipe_value', float('nan')):.3f},"
             f" pg {cell.get('pg_value', float('nan')):.3f}, sync {cell.get('sync_value', float('nan')):.3f})"
         )
