@@ -5,7 +5,9 @@ So that a loss computed here can be compared with verl's number for number:
 * ``token-mean``:              sum_{i,t} m l / sum_{i,t} m
 * ``seq-mean-token-mean``:     mean_i [ sum_t m l / sum_t m ]   (sequences with no token excluded)
 * ``seq-mean-token-sum``:      mean_i [ sum_t m l ]
-* ``seq-mean-token-sum-norm``: sum_i [ sum_t m l ] / S           (S = ``loss_scale_factor``, default T)
+* ``seq-mean-token-sum-norm``: mean_i [ sum_t m l ] / S          (S = ``loss_scale_factor``, default T)
+
+Sequences without any unmasked token are excluded from every sequence mean (as verl >= 0.9 does).
 
 For data-parallel training the denominators can be the global ones (``global_tokens``,
 ``global_seqs``), so that summing the per-rank losses' gradients gives the global-batch gradient.
@@ -41,11 +43,11 @@ def aggregate(
         denom = m.sum().to(loss_mat.dtype) if global_tokens is None else torch.tensor(float(global_tokens))
         return masked_sum(loss_mat, m) / denom.clamp(min=1.0)
     seq_sum = masked_sum(loss_mat, m, dim=-1)
-    if mode == "seq-mean-token-sum-norm":
-        scale = float(loss_mat.shape[-1] if loss_scale_factor is None else loss_scale_factor)
-        return seq_sum.sum() / scale
     has_tokens = m.any(dim=-1)
     # seq-mean-token-mean divides each sequence's sum by its token count; seq-mean-token-sum does not
     seq_val = seq_sum / m.sum(dim=-1).to(loss_mat.dtype).clamp(min=1.0) if mode == "seq-mean-token-mean" else seq_sum
     n_seq = has_tokens.sum().to(loss_mat.dtype) if global_seqs is None else torch.tensor(float(global_seqs))
-    return masked_sum(seq_val, has_tokens) / n_seq.clamp(min=1.0)
+    loss = masked_sum(seq_val, has_tokens) / n_seq.clamp(min=1.0)
+    if mode == "seq-mean-token-sum-norm":
+        loss = loss / float(loss_mat.shape[-1] if loss_scale_factor is None else loss_scale_factor)
+    return loss

@@ -35,8 +35,9 @@ def test_aggregation_modes_by_hand():
     assert aggregate(LOSS, MASK, "token-mean").item() == pytest.approx((1 + 2 + 4) / 3)
     assert aggregate(LOSS, MASK, "seq-mean-token-mean").item() == pytest.approx(((1 + 2) / 2 + 4 / 1) / 2)
     assert aggregate(LOSS, MASK, "seq-mean-token-sum").item() == pytest.approx((3 + 4) / 2)
-    assert aggregate(LOSS, MASK, "seq-mean-token-sum-norm").item() == pytest.approx((3 + 4) / 3)  # / T
-    assert aggregate(LOSS, MASK, "seq-mean-token-sum-norm", loss_scale_factor=2).item() == pytest.approx(3.5)
+    # verl 0.9: the sequence mean of token sums, divided by T (or loss_scale_factor)
+    assert aggregate(LOSS, MASK, "seq-mean-token-sum-norm").item() == pytest.approx((3 + 4) / 2 / 3)
+    assert aggregate(LOSS, MASK, "seq-mean-token-sum-norm", loss_scale_factor=2).item() == pytest.approx(1.75)
     # global denominators (data parallel): token count 10, sequence count 4
     assert aggregate(LOSS, MASK, "token-mean", global_tokens=10).item() == pytest.approx(0.7)
     assert aggregate(LOSS, MASK, "seq-mean-token-sum", global_seqs=4).item() == pytest.approx(7 / 4)
