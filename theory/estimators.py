@@ -51,15 +51,15 @@ def per_sample_ascent(
 
     ``logits`` [M, T, K] (each sample's own copy, e.g. its context's logits), ``actions`` [M, T],
     ``advantages`` [M] (per sequence), ``behavior_logp`` [M, T] (default: on-policy). All samples go
-    through one call with ``seq-mean-token-sum-norm`` aggregation and scale 1, i.e. the loss is the
-    sum of the per-sample losses, so row m of the gradient is sample m's own gradient. Valid for
+    through one call with ``seq-mean-token-sum`` aggregation over a global sequence count of 1, i.e. the
+    loss is the sum of the per-sample losses, so row m of the gradient is sample m's own gradient. Valid for
     surrogates whose per-sample terms do not couple across the batch (pg, is, tis, mis, dg without
     whitening); coupled ones (whitening, Kondo's batch quantile) need `batch_ascent`.
     """
     theta = torch.tensor(np.asarray(logits, dtype=np.float64), requires_grad=True)
     acts = torch.as_tensor(np.asarray(actions), dtype=torch.long)
     logp = torch.log_softmax(theta, dim=-1).gather(-1, acts[..., None])[..., 0]
-    return _ascent(spec, theta, logp, advantages, behavior_logp, "seq-mean-token-sum-norm", loss_scale_factor=1.0)
+    return _ascent(spec, theta, logp, advantages, behavior_logp, "seq-mean-token-sum", global_seqs=1.0)
 
 
 def batch_ascent(
