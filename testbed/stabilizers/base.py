@@ -72,6 +72,13 @@ class Surrogate(ABC):
         loss_mat, mask, metrics = self.per_token(terms)
         return LossOutput(aggregate(loss_mat, mask, agg, **agg_kwargs), metrics)
 
+    def state_dict(self) -> dict[str, Any]:
+        """Internal state needed for an exact resume (e.g. a random stream); most surrogates have none."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        del state
+
 
 @dataclass
 class BatchStats:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -188,6 +189,14 @@ class Kondo(Surrogate):
             check(0.0 <= self.quantile <= 1.0, f"kondo: quantile must be in [0, 1] or None, got {self.quantile}")
         check_level(self.name, self.level)
         self.reseed(self.seed)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"seed": self.seed, "generator": self._generator.get_state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state:
+            self.seed = int(state["seed"])
+            self._generator.set_state(state["generator"])
 
     def reseed(self, seed: int) -> None:
         """Restart the gate's random stream from ``seed``."""

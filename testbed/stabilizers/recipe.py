@@ -121,11 +121,16 @@ class Recipe:
 
     # -- state ---------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        return {"spec": self.spec, "transforms": [t.state_dict() for t in self.transforms]}
+        return {
+            "spec": self.spec,
+            "surrogate": self.surrogate.state_dict(),
+            "transforms": [t.state_dict() for t in self.transforms],
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state.get("spec") != self.spec:
             raise ValueError(f"state is for recipe {state.get('spec')!r}, not {self.spec!r}")
+        self.surrogate.load_state_dict(state.get("surrogate", {}))
         for transform, s in zip(self.transforms, state["transforms"], strict=True):
             transform.load_state_dict(s)
 
