@@ -1,0 +1,140 @@
+"""Command line: regenerate the figures and the claims report.
+
+    python -m figures all [--quick] [--out DIR] [--cache DIR] [--workers N]
+    python -m figures NAME [NAME ...] [same options]     one or more figures (see `list`)
+    python -m figures list                                 the figures and the claims each tests
+    python -m figures claims [--out DIR]                   rebuild claims.md / claims.json from DIR/data
+
+The full setting is the default; ``--quick`` uses a handful of steps and one seed (CI smoke test;
+its verdicts are not evidence). Outputs (default ``results/figures``, ``results/figures/quick`` with
+--quick): NAME.png, NAME.pdf, NAME.caption.txt per figure, data/NAME.json (the numbers behind the
+verdicts), claims.md and claims.json (written by ``all`` and ``claims``), timings.json. Simulator
+runs are cached in the testbed's results store (``--cache``, default ``results/figures/runs``),
+keyed by config hash: re-plotting retrains nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from figures import FIGURES, module
+
+EXIT_USAGE = 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m figures", description="Regenerate figures and the claims report.")
+    p.add_argument("targets", nargs="+", help="all | list | claims | figure name(s)")
+    p.add_argument("--quick", action="store_true", help="reduced steps and seeds (CI smoke setting)")
+    p.add_argument("--out", default=None, help="output directory (default results/figures[/quick])")
+    p.add_argument("--cache", default=None, help="run cache: a testbed results store (default results/figures/runs)")
+    p.add_argument("--workers", type=int, default=None, help="parallel training processes (default: CPU count)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--cached-only", action="store_true",
+                   help="train nothing: plot and judge from the runs already cached (a partial report if some are missing)")
+    return p
+
+
+def _list() -> int:
+    for name in FIGURES:
+        mod = module(name)
+        doc = (mod.__doc__ or "").strip().splitlines()[0]
+        print(f"{name:18s} {', '.join(mod.CLAIMS):18s} {doc}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0 if argv else EXIT_USAGE
+    args = _parser().parse_args(argv)
+    targets = args.targets
+    if targets == ["list"]:
+        return _list()
+    unknown = [t for t in targets if t not in FIGURES and t not in ("all", "claims")]
+    if unknown:
+        print(f"error: unknown figure(s) {', '.join(map(repr, unknown))}; allowed: all, list, claims, "
+              f"{', '.join(FIGURES)}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.workers is not None and args.workers < 1:
+        print(f"error: --workers must be >= 1, got {args.workers}", file=sys.stderr)
+        return EXIT_USAGE
+    out = Path(args.out or ("results/figures/quick" if args.quick else "results/figures"))
+    cache = Path(args.cache or "results/figures/runs")
+    from figures.claims import write_report
+    from figures.common import Context, dedupe, missing, read_evidence, write_evidence
+
+    command = ("python -m figures " + " ".join(targets) + (" --quick" if args.quick else "")
+               + (" --cached-only" if args.cached_only else ""))
+    ctx = Context(out=out, cache=cache, quick=args.quick, workers=args.workers or (os.cpu_count() or 1),
+                  progress=not args.no_progress, command=command, cached_only=args.cached_only)
+    out.mkdir(parents=True, exist_ok=True)
+    if targets == ["claims"]:
+        evidence = read_evidence(out)
+        missing = [f for f in FIGURES if f not in evidence]
+        if missing:
+            print(f"error: no data for {', '.join(missing)} under {out / 'data'}; run `python -m figures all` first",
+                  file=sys.stderr)
+            return EXIT_USAGE
+        quick = any(p.get("quick") for p in evidence.values())
+        rows = write_report(out, evidence, quick, command)
+        _print_verdicts(rows, out)
+        return 0
+    names = list(FIGURES) if "all" in targets else [t for t in targets if t != "claims"]
+    import torch
+
+    torch.set_num_threads(1)
+    t0 = time.perf_counter()
+    timings: dict[str, float] = {}
+    # figure by figure: each figure's missing runs are trained (in parallel workers), then it is drawn,
+    # so an interrupted run leaves finished figures and a resumable cache
+    configs = [c for n in names for c in module(n).configs(args.quick)]
+    if args.quick and configs and not args.cached_only:
+        ctx.ensure(configs)  # tiny runs: one worker pool for all of them (spawning costs more than training)
+        timings["_training"] = time.perf_counter() - t0
+    for name in names:
+        mod = module(name)
+        t = time.perf_counter()
+        ctx.ensure(mod.configs(args.quick))
+        trained = time.perf_counter() - t
+        evidence = mod.make(ctx)
+        write_evidence(ctx, name, evidence)
+        timings[name] = time.perf_counter() - t
+        print(f"{name}: {timings[name]:.1f} s (training {trained:.1f} s) -> {out / (name + '.png')}", flush=True)
+    timings["_total"] = time.perf_counter() - t0
+    import resource
+
+    usage = [resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+    timings["_cpu_s"] = sum(u.ru_utime + u.ru_stime for u in usage)  # this process + finished workers
+    prev = {}
+    tpath = out / "timings.json"
+    if tpath.is_file():
+        prev = json.loads(tpath.read_text())
+    prev[command] = {"wall_s": timings, "workers": ctx.workers, "cpu_count": os.cpu_count()}
+    tpath.write_text(json.dumps(prev, indent=1))
+    if "all" in targets or "claims" in targets:
+        evidence = read_evidence(out)
+        n_missing = missing(cache, configs) if configs else 0
+        rows = write_report(out, {k: v for k, v in evidence.items() if v.get("quick") == args.quick}, args.quick,
+                            command, missing_runs=n_missing, total_runs=len(dedupe(configs)))
+        _print_verdicts(rows, out)
+    print(f"total wall time {timings['_total']:.1f} s, CPU time {timings['_cpu_s']:.1f} s ({ctx.workers} worker(s))")
+    return 0
+
+
+def _print_verdicts(rows: list, out: Path) -> None:
+    width = max(len(r["id"]) for r in rows)
+    for r in rows:
+        print(f"{r['id']:{width}s}  {r['verdict']}")
+    print(f"report: {out / 'claims.md'}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,139 @@
+"""One matplotlib style for every figure: Agg backend, fixed colours per method, PNG + PDF, a caption.
+
+Every figure is saved by `save` as ``NAME.png`` and ``NAME.pdf`` with a caption line drawn under the
+axes ("Tests CLAIM: ... | made by: COMMAND") and the same caption written beside it as
+``NAME.caption.txt`` (the smoke test reads that file). Spread over seeds is drawn by `band`
+(mean line, shaded min..max or +-1 standard error band).
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+
+RC = {
+    "figure.dpi": 110,
+    "savefig.dpi": 150,
+    "font.size": 9,
+    "axes.titlesize": 9.5,
+    "axes.labelsize": 9,
+    "legend.fontsize": 7.5,
+    "legend.frameon": False,
+    "xtick.labelsize": 8,
+    "ytick.labelsize": 8,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "grid.linewidth": 0.6,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "lines.linewidth": 1.6,
+    "pdf.fonttype": 42,
+    "svg.fonttype": "none",
+}
+plt.rcParams.update(RC)
+
+# One colour per method across every figure (tab10 order; the dg family is always red-ish).
+COLORS = {
+    "pg": "#7f7f7f",
+    "is": "#1f77b4",
+    "tis": "#17becf",
+    "ppo": "#ff7f0e",
+    "decoupled_ppo": "#8c564b",
+    "vcpo": "#2ca02c",
+    "gac": "#9467bd",
+    "dg": "#d62728",
+    "ce": "#000000",
+    "pg_exact": "#7f7f7f",
+    "dg_exact": "#d62728",
+}
+LABELS = {
+    "pg": "PG (REINFORCE)",
+    "is": "PG + exact IS",
+    "tis": "truncated IS (c=2)",
+    "ppo": "PPO (clip 0.2)",
+    "decoupled_ppo": "decoupled PPO (AReaL)",
+    "vcpo": "VCPO",
+    "gac": "GAC",
+    "dg": "DG (no correction)",
+    "ce": "supervised CE oracle",
+}
+_EXTRA = ["#bcbd22", "#e377c2", "#393b79", "#637939", "#8c6d31", "#843c39"]
+
+
+def color(name: str, index: int = 0) -> str:
+    """The colour of a method (its base name before any ``(`` or ``+``), else a fixed fallback."""
+    base = name.split("(")[0].split("+")[0].strip()
+    return COLORS.get(name, COLORS.get(base, _EXTRA[index % len(_EXTRA)]))
+
+
+def label(name: str) -> str:
+    return LABELS.get(name, name)
+
+
+def subplots(n: int = 1, ncols: int | None = None, width: float = 3.6, height: float = 2.9, **kw):
+    """A grid of ``n`` panels (``ncols`` per row), sized for a caption line underneath."""
+    ncols = ncols or n
+    nrows = (n + ncols - 1) // ncols
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows + 0.55), squeeze=False, **kw)
+    flat = list(axes.ravel())
+    for ax in flat[n:]:
+        ax.set_visible(False)
+    return fig, flat[:n]
+
+
+def band(ax, x, values: np.ndarray, *, name: str = "", color_: str | None = None, kind: str = "se",
+         label_: str | None = None, marker: str | None = None, linestyle: str = "-", alpha: float = 0.2) -> None:
+    """Mean over seeds (rows of ``values`` [n_seeds, n_x]) with a shaded spread.
+
+    ``kind="se"``: +-1 standard error; ``"minmax"``: the range over seeds. NaNs are ignored per column.
+    """
+    values = np.atleast_2d(np.asarray(values, dtype=float))
+    x = np.asarray(x, dtype=float)
+    with np.errstate(all="ignore"):
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            mean = np.nanmean(values, axis=0)
+            n = np.sum(np.isfinite(values), axis=0)
+            if kind == "minmax":
+                lo, hi = np.nanmin(values, axis=0), np.nanmax(values, axis=0)
+            else:
+                se = np.where(n > 1, np.nanstd(values, axis=0, ddof=1) / np.sqrt(np.maximum(n, 1)), 0.0)
+                lo, hi = mean - se, mean + se
+    c = color_ or color(name)
+    ax.plot(x, mean, color=c, label=label_ if label_ is not None else label(name), marker=marker,
+            linestyle=linestyle, markersize=3.5)
+    if values.shape[0] > 1:
+        ax.fill_between(x, lo, hi, color=c, alpha=alpha, linewidth=0)
+
+
+def caption_text(claims: Sequence[str], what: str, command: str) -> str:
+    claim = ", ".join(claims) if claims else "none (diagnostic)"
+    return f"Tests {claim}: {what} | made by: {command}"
+
+
+def save(fig, out_dir: Path, name: str, caption: str, meta_note: str | None = None) -> list[Path]:
+    """Write NAME.png, NAME.pdf and NAME.caption.txt under ``out_dir``; return the paths."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    text = caption if meta_note is None else f"{caption}\n{meta_note}"
+    width_in = fig.get_size_inches()[0]
+    wrapped = "\n".join(textwrap.fill(line, width=max(60, int(width_in * 15))) for line in text.splitlines())
+    n_lines = wrapped.count("\n") + 1
+    fig.tight_layout(rect=(0, 0.035 + 0.03 * n_lines, 1, 1))
+    fig.text(0.01, 0.005, wrapped, ha="left", va="bottom", fontsize=6.5, color="#333333", family="monospace")
+    paths = [out_dir / f"{name}.png", out_dir / f"{name}.pdf"]
+    fig.savefig(paths[0])
+    fig.savefig(paths[1])
+    plt.close(fig)
+    cap = out_dir / f"{name}.caption.txt"
+    cap.write_text(text + "\n")
+    return [*paths, cap]
