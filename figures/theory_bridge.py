@@ -4,14 +4,8 @@ The figures prefer the project's `theory` package (the quantities it is checked 
 a function is not (yet) there, the exact computation below is used and the caption says so. Each
 fallback is exact (linear algebra or finite sums), not a simulation:
 
-* `a_crit(tau)`: the stability edge of x_{t+1} = x_t - a x_{t-tau}: 2 sin(pi / (2 (2 tau + 1)))
-  (ALGORITHMS.md, analytic result 1; tau = 0 gives 2).
-* `grad_autocorr(a, tau)`: the stationary lag-1 autocorrelation of the *applied* gradients
-  g_t = lambda x_{t-tau} + n_{t-tau} of delayed SGD on the noisy quadratic f = lambda x^2 / 2
-  (step a = eta lambda), from the discrete Lyapunov equation of the delay-line state
-  z_t = (x_t, ..., x_{t-tau}): Sigma = F Sigma F^T + q q^T sigma^2, with x_{t+1} = x_t - eta g_t.
-  Var g = lambda^2 Sigma[tau, tau] + sigma^2 and Cov(g_{t+1}, g_t) = lambda^2 (F Sigma)[tau, tau]
-  + lambda q[tau] sigma^2; for tau = 0 this is exactly -a / 2 (analytic result 2).
+* `a_crit(tau)` and `grad_autocorr(a, tau)`: straight from theory.delayed_optimization (analytic
+  results 1 and 2), the functions pytest checks.
 * `contamination(...)`: the tabular contamination model of analytic result 7 (ALGORITHMS.md), set up
   as theory.delight does: K = 5 actions, learner pi(y*) = 1 - delta (the rest uniform), a fraction
   rho of samples from an actor that always plays one wrong action, advantages +-1/2, per-sample
@@ -30,6 +24,8 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+
+from theory.delayed_optimization import critical_step, lag1_autocorrelation
 
 SOURCES: dict[str, str] = {}
 
@@ -58,46 +54,17 @@ def source(name: str) -> str:
 
 
 def a_crit(tau: int) -> float:
-    f = _theory("a_crit", ("delayed_optimization:critical_step",))
-    if f is not None:
-        return float(f(tau))
-    return 2.0 * math.sin(math.pi / (2.0 * (2 * tau + 1)))
-
-
-def _companion(a: float, tau: int, eta: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
-    n = tau + 1
-    F = np.zeros((n, n))
-    F[0, 0] += 1.0
-    F[0, tau] -= a
-    for i in range(1, n):
-        F[i, i - 1] = 1.0
-    q = np.zeros(n)
-    q[0] = -eta
-    return F, q
-
-
-def autocorr_exact(a: float, tau: int, lam: float = 1.0, sigma: float = 1.0) -> float:
-    """The figures' own Lyapunov computation of the stationary lag-1 autocorrelation (NaN if unstable)."""
-    from scipy.linalg import solve_discrete_lyapunov
-
-    eta = a / lam
-    F, q = _companion(a, tau, eta)
-    if np.max(np.abs(np.linalg.eigvals(F))) >= 1.0:
-        return float("nan")
-    sigma_z = solve_discrete_lyapunov(F, np.outer(q, q) * sigma**2)
-    var_g = lam**2 * sigma_z[tau, tau] + sigma**2
-    cov = lam**2 * (F @ sigma_z)[tau, tau] + lam * q[tau] * sigma**2
-    return float(cov / var_g)
+    """Stability edge of x_{t+1} = x_t - a x_{t-tau} (theory.delayed_optimization.critical_step)."""
+    SOURCES["a_crit"] = "theory.delayed_optimization.critical_step"
+    return float(critical_step(tau))
 
 
 def grad_autocorr(a: float, tau: int) -> float:
-    """Stationary lag-1 autocorrelation of applied gradients (module docstring); NaN outside 0 < a < a_crit."""
+    """Stationary lag-1 autocorrelation of applied gradients (theory.delayed_optimization); NaN when unstable."""
+    SOURCES["grad_autocorr"] = "theory.delayed_optimization.lag1_autocorrelation"
     if not 0.0 < a < a_crit(tau):
         return float("nan")
-    f = _theory("grad_autocorr", ("delayed_optimization:lag1_autocorrelation",))
-    if f is not None:
-        return float(f(a, tau))
-    return autocorr_exact(a, tau)
+    return float(lag1_autocorrelation(a, tau))
 
 
 def simulate_autocorr(a: float, tau: int, steps: int, rng: np.random.Generator, dims: int = 64,
