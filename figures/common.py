@@ -67,7 +67,9 @@ class Context:
         todo.sort(key=cost_estimate, reverse=True)
         kw = {}
         if "batch_seeds" in inspect.signature(run_sweep).parameters:
-            kw["batch_seeds"] = BATCH  # runs sharing a model shape train as one batched computation (identical results)
+            # runs sharing a model shape train as one batched computation (identical results); groups no
+            # larger than needed to keep every worker busy
+            kw["batch_seeds"] = max(1, min(BATCH, math.ceil(len(todo) / workers)))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
