@@ -157,14 +157,14 @@ GRPO_SETTINGS: dict[str, str] = {
          "max_tool_calling_iterations", "num_generations_eval", "use_transformers_continuous_batching",
          "transformers_continuous_batching_config", "use_transformers_paged", "vllm_structured_outputs_regex"),
         "no effect on the loss: sampling options (the data), used by TRL as usual",
-    ),  # fmt: skip
+    ),
     # vLLM transport and placement
     **dict.fromkeys(
         ("use_vllm", "vllm_mode", "vllm_model_impl", "vllm_enable_sleep_mode", "vllm_server_base_url", "vllm_server_host",
          "vllm_server_port", "vllm_server_timeout", "vllm_group_port", "vllm_gpu_memory_utilization",
          "vllm_max_model_length", "vllm_tensor_parallel_size", "ds3_gather_for_generation"),
         "no effect on the loss: where and how completions are generated",
-    ),  # fmt: skip
+    ),
     # data, model loading, logging
     **dict.fromkeys(
         ("model_init_kwargs", "trust_remote_code", "remove_unused_columns", "shuffle_dataset", "pad_to_multiple_of",
@@ -172,7 +172,7 @@ GRPO_SETTINGS: dict[str, str] = {
          "log_completions_hub_repo", "logging_steps", "gradient_checkpointing", "bf16", "lr_scheduler_kwargs",
          "torch_empty_cache_steps", "learning_rate"),
         "no effect on the loss: data, model loading, logging or optimizer schedule, used by TRL as usual",
-    ),  # fmt: skip
+    ),
 }
 
 # The TrainingArguments fields that touch the gradient or the step.

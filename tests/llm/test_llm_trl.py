@@ -17,14 +17,14 @@ import torch
 
 pytest.importorskip("trl", reason="the TRL plugin needs the 'trl' extra: pip install -e '.[trl]'")
 
-from trl import GRPOConfig, GRPOTrainer  # noqa: E402
-from transformers import TrainingArguments  # noqa: E402
+from transformers import TrainingArguments
+from trl import GRPOConfig, GRPOTrainer
 
-from llm_scale.integrations import trl as plugin  # noqa: E402
-from llm_scale.integrations.trl import StabilizerGRPOTrainer, compose_recipe  # noqa: E402
-from testbed.stabilizers import PolicyTerms, build  # noqa: E402
+from llm_scale.integrations import trl as plugin
+from llm_scale.integrations.trl import StabilizerGRPOTrainer, compose_recipe
+from testbed.stabilizers import PolicyTerms, build
 
-from . import trl_fixtures as fx  # noqa: E402
+from . import trl_fixtures as fx
 
 pytestmark = pytest.mark.integration
 
@@ -262,7 +262,7 @@ def test_sampler_behaviour_with_trl_correction_is_refused(tmp_path):
 
 
 def test_agg_argument_is_refused_with_the_loss_type_to_use(tmp_path):
-    with pytest.raises(TypeError, match="GRPOConfig.loss_type"):
+    with pytest.raises(TypeError, match=r"GRPOConfig\.loss_type"):
         StabilizerGRPOTrainer(model=None, args=fx.config(tmp_path), recipe="pg", agg="token-mean")
 
 
