@@ -59,6 +59,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -66,6 +67,7 @@ import torch
 from torch import Tensor
 
 try:
+    import trl
     from transformers import TrainerCallback
     from trl import GRPOTrainer
 except ImportError as exc:  # pragma: no cover - exercised only without trl
@@ -74,6 +76,14 @@ except ImportError as exc:  # pragma: no cover - exercised only without trl
 from testbed.stabilizers import NAMED_RECIPES, SURROGATES, PolicyTerms, Recipe, build, parse_spec
 
 from .hooks import TransformStep
+
+MIRRORED_TRL = "1.16"
+if not trl.__version__.startswith(MIRRORED_TRL + "."):  # pragma: no cover - depends on the installed trl
+    warnings.warn(
+        f"llm_scale.integrations.trl mirrors the loss of trl {MIRRORED_TRL}.x; trl {trl.__version__} may normalise or mask "
+        "differently (tests/llm/test_llm_trl.py compares the two)",
+        stacklevel=2,
+    )
 
 _MM_KEYS = (
     "pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask", "spatial_shapes", "num_tiles",

@@ -66,7 +66,7 @@ def config(tmp_path: Any, **overrides: Any) -> GRPOConfig:
         output_dir=str(tmp_path), per_device_train_batch_size=16 // accumulation, gradient_accumulation_steps=accumulation,
         num_generations=4, max_completion_length=6, max_steps=2, learning_rate=5e-2, logging_steps=1, report_to="none",
         use_cpu=True, bf16=False, save_strategy="no", seed=0, disable_tqdm=True, dataloader_num_workers=0,
-        lr_scheduler_type="constant", gradient_checkpointing=False, optim="sgd", max_grad_norm=0.0,
+        lr_scheduler_type="constant", activation_checkpointing=False, optim="sgd", max_grad_norm=0.0,
     )  # fmt: skip
     args.update(overrides)
     return GRPOConfig(**args)
