@@ -230,14 +230,23 @@ def _get(args: Any, name: str, default: Any = None) -> Any:
 
 
 def _explicit_surrogate_params(recipe: Recipe) -> dict[str, Any]:
-    """The surrogate parameters that the recipe's spec writes out (its own or a bundle's), by name."""
-    sname = recipe.surrogate.name
-    allowed = {f.name for f in dataclasses.fields(SURROGATES[sname]) if f.init}
-    out: dict[str, Any] = {}
+    """The surrogate parameters that the recipe's spec writes out (its own or a bundle's), by name.
+
+    For a `Recipe` assembled by hand (its spec does not rebuild its surrogate), every parameter that
+    differs from the class default counts as written out.
+    """
+    surrogate = recipe.surrogate
+    sname = surrogate.name
+    init_fields = [f for f in dataclasses.fields(SURROGATES[sname]) if f.init and not f.name.startswith("_")]
+    allowed = {f.name for f in init_fields}
     try:
         terms = parse_spec(recipe.spec)
-    except ValueError:  # a Recipe built by hand with a free-form spec: nothing is known to be explicit
-        return out
+        rebuilt = build(recipe.spec).surrogate == surrogate
+    except ValueError:
+        terms, rebuilt = [], False
+    if not rebuilt:
+        return {f.name: getattr(surrogate, f.name) for f in init_fields if getattr(surrogate, f.name) != f.default}
+    out: dict[str, Any] = {}
     for name, params in terms:
         if name in NAMED_RECIPES:
             for part in NAMED_RECIPES[name]:
@@ -328,6 +337,9 @@ def compose_recipe(recipe: str | Recipe, args: Any, behavior: str = "old") -> Re
         trl_set["dual_clip"] = ("delta", delta)
 
     explicit = _explicit_surrogate_params(base)
+    if sname == "gspo" and explicit.get("agg") is not None:
+        raise ValueError(f"recipe {base.spec!r} sets gspo's agg={explicit['agg']!r}; inside TRL the normalisation is "
+                         "GRPOConfig.loss_type ('grpo' is seq-mean-token-mean, 'dapo' token-mean over the window)")  # fmt: skip
     if "eps" in explicit:  # ppo's eps sets both bounds unless they are written out
         explicit.setdefault("eps_low", explicit["eps"])
         explicit.setdefault("eps_high", explicit["eps"])

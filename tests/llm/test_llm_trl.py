@@ -22,7 +22,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from llm_scale.integrations import trl as plugin
 from llm_scale.integrations.trl import StabilizerGRPOTrainer, compose_recipe
-from testbed.stabilizers import PolicyTerms, build
+from testbed.stabilizers import PolicyTerms, Recipe, build
 
 from . import trl_fixtures as fx
 
@@ -242,6 +242,7 @@ REFUSED = [
     ("ppo", dict(delta=1.1), "GRPOConfig.delta=1.1"),
     ("ppo(eps=0.1)", dict(epsilon=0.3), "GRPOConfig.epsilon=0.3 conflicts with eps_low=0.1"),
     ("vcpo", dict(), "advantage 'opob'"),
+    ("gspo(agg=seq-mean-token-mean)", dict(importance_sampling_level="sequence"), "GRPOConfig.loss_type"),
 ]
 
 
@@ -282,6 +283,10 @@ def test_clip_settings_reach_the_surrogate():
     s = surrogate("ppo(eps=0.3)", epsilon=0.3)  # both, equal: fine
     assert (s.lo_eps, s.hi_eps) == (0.3, 0.3)
     assert surrogate("dg").eta == 1.0  # no clip notion, TRL at its defaults: untouched
+    base = build("pg")
+    by_hand = Recipe("my-ppo", base.advantage, build("ppo(eps=0.1, dual_clip=2.0)").surrogate)  # non-defaults: written
+    s = compose_recipe(by_hand, SimpleNamespace(loss_type="dapo", epsilon=0.2, epsilon_high=None, delta=None)).surrogate
+    assert (s.lo_eps, s.hi_eps, s.dual_clip) == (0.1, 0.1, 2.0)
 
 
 def test_every_grpo_config_field_is_classified():
