@@ -1,4 +1,4 @@
-"""The asynchronous trainer: synchronous equivalence at eta = 0, bounded lag, learning, exact resume."""
+"""The asynchronous trainer: synchronous equivalence at eta = 0, bounded lag, the process mode, learning, exact resume."""
 
 from __future__ import annotations
 
@@ -27,21 +27,21 @@ def _run(cfg) -> tuple[Trainer, pd.DataFrame]:
 def test_behaviour_logp_equals_learner_logp_on_policy(tmp_path):
     """The recorded behaviour log-prob is the learner's log-prob of the same token at the same weights."""
     trainer = Trainer(tiny_config(tmp_path, temperature=0.7, task="arithmetic"))
-    batch = trainer.make_batch(trainer.model, 0, 0)
+    batch = trainer.sampler.batch(trainer.model, 0, 0)
     with torch.no_grad():
-        learner = trainer.token_logp(batch, slice(None))
+        learner, _ = trainer.learner.token_logp(batch, slice(None))
     m = batch.completion_mask
     assert m.any()
     assert torch.allclose(learner[m], batch.behavior_logp[m], atol=1e-5)
     # and the temperature is applied consistently: at T = 1 the values differ
-    trainer.cfg.temperature = 1.0
+    trainer.learner.s.temperature = 1.0
     with torch.no_grad():
-        untempered = trainer.token_logp(batch, slice(None))
+        untempered, _ = trainer.learner.token_logp(batch, slice(None))
     assert (untempered[m] - batch.behavior_logp[m]).abs().max() > 1e-3
 
 
 def test_async_eta0_reproduces_sync_step_for_step(tmp_path):
-    sync, sync_rows = _run(tiny_config(tmp_path, "sync", sync=True, task="arithmetic"))
+    sync, sync_rows = _run(tiny_config(tmp_path, "sync", mode="sync", task="arithmetic"))
     asyn, async_rows = _run(tiny_config(tmp_path, "async", max_staleness=0, task="arithmetic"))
     cols = ["loss", "reward_mean", "length_mean", "grad_norm_raw", "ratio_max"]
     pd.testing.assert_frame_equal(sync_rows[cols], async_rows[cols], check_exact=True)
@@ -74,7 +74,7 @@ def test_partial_rollouts_record_per_token_versions(tmp_path):
                     p.add_(0.01)
         return v
 
-    ids, mask = trainer._encode([trainer.task.sample(__import__("random").Random(0))] * 3, 1)
+    ids, mask = trainer.sampler.encode([trainer.sampler.task.sample(__import__("random").Random(0))] * 3, 1, trainer.device)
     _, keep, _, ver = sample_completions(
         model, ids, mask, max_new_tokens=5, temperature=1.0, eos_ids=[], pad_id=0,
         generator=torch.Generator().manual_seed(0), version=4, refresh=refresh, chunk=1,
