@@ -189,7 +189,7 @@ def test_every_option_has_a_junk_strategy():
         _junk_for(name)  # raises for an option added without one
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(junk=JUNK)
 def test_junk_in_any_option_exits_2_with_one_line_and_writes_nothing(junk):
     with tempfile.TemporaryDirectory() as tmp:
@@ -248,7 +248,7 @@ def test_an_internal_failure_exits_1_with_a_short_message_and_a_traceback_log(tm
 
     monkeypatch.setattr(Learner, "update", update)
     out = tmp_path / "run"
-    code, stdout, stderr = _call(["train", "--out", str(out), *FAST])
+    code, _stdout, stderr = _call(["train", "--out", str(out), *FAST])
     assert code == 1
     error = [line for line in stderr.splitlines() if line.startswith("error:")]
     assert error == [f"error: training failed at update 2: RuntimeError: boom in the learner (traceback: {out / 'error.log'})"]
@@ -328,7 +328,7 @@ def test_sigkill_during_training_loses_and_duplicates_nothing_on_resume_auto(tmp
     assert not (out / "summary.json").exists()
     with (out / "metrics.csv").open() as handle:
         killed_rows = len(list(csv.DictReader(handle)))
-    code, stdout, stderr = _call(["train", "--out", str(out), *args, "--resume", "auto"])
+    code, _stdout, stderr = _call(["train", "--out", str(out), *args, "--resume", "auto"])
     assert code == 0, stderr
     a, b = pd.read_csv(full / "metrics.csv"), pd.read_csv(out / "metrics.csv")
     assert list(b["step"]) == list(range(40)) and killed_rows >= 8  # nothing lost, nothing twice

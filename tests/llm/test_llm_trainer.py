@@ -50,7 +50,7 @@ def test_async_eta0_reproduces_sync_step_for_step(tmp_path):
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
-@pytest.mark.parametrize("eta, policy, chunk", [(1, "latest", 0), (3, "latest", 1), (2, "fixed", 0)])
+@pytest.mark.parametrize("eta, policy, chunk", [(1, "latest", 0), (3, "latest", 1), (2, "fixed", 0), (6, "fixed", 0)])
 def test_realised_lag_never_exceeds_eta(tmp_path, eta, policy, chunk):
     cfg = tiny_config(tmp_path, max_staleness=eta, lag_policy=policy, partial_chunk=chunk, steps=10, task="arithmetic")
     _, rows = _run(cfg)
@@ -58,6 +58,41 @@ def test_realised_lag_never_exceeds_eta(tmp_path, eta, policy, chunk):
     if policy == "fixed":  # exactly eta behind once the pipeline is full
         assert (rows["lag_max"][eta:] == eta).all() and (rows["lag_mean"][eta:] == eta).all()
         assert (rows["lag_max"][:eta] == rows["step"][:eta]).all()
+
+
+def test_process_mode_reproduces_thread_mode_exactly_and_both_keep_one_published_copy(tmp_path):
+    """The rollout side in its own process (spawned; weights through shared memory) gives the same run as the thread."""
+    kw = dict(max_staleness=2, lag_policy="fixed", steps=8, task="arithmetic", rollout_threads=1, learner_threads=1)
+    thread, thread_rows = _run(tiny_config(tmp_path, "thread", mode="thread", **kw))
+    process, process_rows = _run(tiny_config(tmp_path, "process", mode="process", **kw))
+    cols = ["loss", "reward_mean", "length_mean", "grad_norm_raw", "ratio_max", "lag_mean"]
+    pd.testing.assert_frame_equal(thread_rows[cols], process_rows[cols], check_exact=True)
+    a, b = _params(thread), _params(process)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert (process_rows["lag_max"][2:] == 2).all()
+    import json
+
+    for name in ("thread", "process"):  # learner + one published slot + the rollout side's copy, whatever eta
+        assert json.loads((tmp_path / name / "summary.json").read_text())["weight_copies"] == 3
+
+
+def test_the_published_slot_holds_exactly_one_copy_of_the_weights(tmp_path):
+    from llm_scale.rollout import Plan, ThreadRollouts, model_tensors
+
+    trainer = Trainer(tiny_config(tmp_path, task="arithmetic"))
+    plan = Plan(eta=8, total=12, start=0, next_index=0, lag_policy="fixed")
+    rollouts = ThreadRollouts(trainer.sampler, trainer.model, plan, {}, device=trainer.device)
+    try:
+        model_bytes = sum(t.numel() * t.element_size() for _, t in model_tensors(trainer.model))
+        assert rollouts.slot.nbytes == model_bytes  # one version, not eta + 1 of them
+        for k in range(12):  # the learner stays at version 0 .. 3 while the worker runs eta = 8 ahead
+            batch, _ = rollouts.get(k)
+            assert int(batch.versions.max()) == max(0, k - 8)
+            if k < 3:
+                rollouts.publish(trainer.model, k + 1)
+        assert rollouts.slot.version == 3 and rollouts.slot.nbytes == model_bytes
+    finally:
+        rollouts.close()
 
 
 def test_partial_rollouts_record_per_token_versions(tmp_path):
@@ -95,7 +130,7 @@ def test_resumed_run_matches_uninterrupted(tmp_path):
     a, b = _params(full), _params(resumed)
     assert all(torch.equal(a[k], b[k]) for k in a)
     # the optimizer state was restored too (Adam's step count)
-    steps = [s["step"] for s in resumed.optimizer.state_dict()["state"].values()]
+    steps = [s["step"] for s in resumed.learner.optimizer.state_dict()["state"].values()]
     assert all(float(s) == 8 for s in steps)
 
 
