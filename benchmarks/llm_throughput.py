@@ -41,8 +41,11 @@ def _sync(device: str) -> None:
 
 def base_config(args: argparse.Namespace, out: str, **kw: Any) -> Any:
     from llm_scale.config import TrainConfig
+    from llm_scale.models import TinyConfig
 
+    tiny = TinyConfig(hidden_size=args.tiny_hidden, num_layers=args.tiny_layers, intermediate_size=2 * args.tiny_hidden)
     return TrainConfig(
+        tiny=tiny,
         model=args.model, task=args.task, recipe="pg", steps=args.steps, prompts_per_step=args.prompts,
         group_size=args.group, max_new_tokens=args.max_new_tokens, device=args.device, out=out, tensorboard="off",
         progress=False, save_final=False, grad_cosine=False, lr=1e-6 if args.model != "tiny" else 1e-3,
@@ -50,31 +53,38 @@ def base_config(args: argparse.Namespace, out: str, **kw: Any) -> Any:
     )  # fmt: skip
 
 
-def steady_tokens_per_s(metrics_csv: Path, warmup: int) -> tuple[float, float]:
-    """(tokens/s after the first ``warmup`` updates, mean realised lag over them)."""
+def steady_tokens_per_s(metrics_csv: Path, warmup: int) -> tuple[float, float, float, float]:
+    """(tokens/s after the first ``warmup`` updates, mean realised lag, mean generation s per batch, learner s per update)."""
     import pandas as pd
 
     rows = pd.read_csv(metrics_csv)
     start = rows["elapsed_s"].iloc[warmup - 1] if warmup else 0.0
     steady = rows.iloc[warmup:]
-    return float(steady["tokens"].sum() / (steady["elapsed_s"].iloc[-1] - start)), float(steady["lag_mean"].mean())
+    gen = float((steady["tokens"] / steady["gen_tokens_per_s"]).mean())
+    learn = float((steady["step_seconds"] - steady["wait_seconds"]).mean())
+    return float(steady["tokens"].sum() / (steady["elapsed_s"].iloc[-1] - start)), float(steady["lag_mean"].mean()), gen, learn
 
 
 def throughput(args: argparse.Namespace, report: dict[str, Any]) -> None:
     from llm_scale.trainer import Trainer
 
-    modes = ["sync", "thread", "process"]
+    modes = ["sync", "thread", "process"] + (["sync-1-thread"] if args.device == "cpu" else [])
     per: dict[str, list[float]] = {m: [] for m in modes}
     lags: dict[str, list[float]] = {m: [] for m in modes}
+    split: dict[str, list[tuple[float, float]]] = {m: [] for m in modes}
     peaks: dict[str, float] = {}
     for r in range(args.rounds):
-        order = modes[r % 3 :] + modes[: r % 3]
+        order = modes[r % len(modes) :] + modes[: r % len(modes)]
         for mode in order:
             with tempfile.TemporaryDirectory() as tmp:
-                eta = 0 if mode == "sync" else args.eta
-                cfg = base_config(args, str(Path(tmp) / "run"), mode=mode, max_staleness=eta)
+                if mode == "sync-1-thread":  # the synchronous baseline with the thread count of one async side
+                    kw = dict(mode="sync", max_staleness=0, learner_threads=1, rollout_threads=1)
+                else:
+                    kw = dict(mode=mode, max_staleness=0 if mode == "sync" else args.eta)
+                cfg = base_config(args, str(Path(tmp) / "run"), **kw)
                 summary = Trainer(cfg).run()
-                tps, lag = steady_tokens_per_s(Path(tmp) / "run" / "metrics.csv", args.warmup)
+                tps, lag, gen, learn = steady_tokens_per_s(Path(tmp) / "run" / "metrics.csv", args.warmup)
+                split[mode].append((gen, learn))
                 per[mode].append(tps)
                 lags[mode].append(lag)
                 if "peak_memory_gib" in summary:
@@ -88,7 +98,10 @@ def throughput(args: argparse.Namespace, report: dict[str, Any]) -> None:
         rows.append({
             "mode": mode, "tokens_per_s": statistics.median(per[mode]), "ratio_to_sync": ratio,
             "rounds": per[mode], "lag_mean": statistics.mean(lags[mode]), "peak_memory_gib": peaks.get(mode),
+            "gen_s": statistics.median(g for g, _ in split[mode]), "learn_s": statistics.median(v for _, v in split[mode]),
         })  # fmt: skip
+        g, lrn = rows[-1]["gen_s"], rows[-1]["learn_s"]
+        rows[-1]["overlap_ceiling"] = (g + lrn) / max(g, lrn)  # one rollout worker: (G + L) / max(G, L)
     report["throughput"] = rows
 
 
@@ -179,7 +192,10 @@ def table(report: dict[str, Any]) -> str:
     for row in report.get("throughput", []):
         mem = "" if row["peak_memory_gib"] is None else f"{row['peak_memory_gib']:.1f} GiB"
         lines.append(f"| {row['mode']} mode | {row['tokens_per_s']:,.0f} tokens/s | {row['ratio_to_sync']:.2f} x sync | {mem} "
-                     f"| median of {len(row['rounds'])} paired rounds; mean lag {row['lag_mean']:.2f} |")  # fmt: skip
+                     f"| median of {len(row['rounds'])} paired rounds; mean lag {row['lag_mean']:.2f}; generation "
+                     f"{row['gen_s']:.3f} s/batch, learner {row['learn_s']:.3f} s/update"
+                     + (f"; overlap ceiling (G+L)/max(G,L) {row['overlap_ceiling']:.2f}" if row["mode"].startswith("sync") else "")
+                     + " |")  # fmt: skip
     for what in ("stabilizers", "precision"):
         for row in report.get(what, []):
             mem = "" if row["peak_memory_gib"] is None else f"{row['peak_memory_gib']:.1f} GiB"
@@ -193,6 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="cpu")
     p.add_argument("--model", default="tiny")
     p.add_argument("--task", default="arithmetic")
+    p.add_argument("--tiny-hidden", type=int, default=64, help="tiny model width (intermediate: twice it)")
+    p.add_argument("--tiny-layers", type=int, default=2)
     p.add_argument("--prompts", type=int, default=8)
     p.add_argument("--group", type=int, default=8)
     p.add_argument("--max-new-tokens", type=int, default=64)
@@ -216,7 +234,8 @@ def main(argv: list[str] | None = None) -> int:
     report: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "device_name": device_name(args.device),
         "torch": torch.__version__, "transformers": transformers.__version__, "python": platform.python_version(),
-        "model": args.model, "task": args.task, "batch": f"{args.prompts} prompts x {args.group} samples, up to "
+        "model": args.model if args.model != "tiny" else f"tiny (hidden {args.tiny_hidden}, {args.tiny_layers} layers)",
+        "task": args.task, "batch": f"{args.prompts} prompts x {args.group} samples, up to "
         f"{args.max_new_tokens} new tokens, eta {args.eta}, learner micro-batch {args.micro or 'all'}, autocast {args.autocast}", "command": "python -m benchmarks.llm_throughput "
         + " ".join(argv if argv is not None else sys.argv[1:]),
     }  # fmt: skip

@@ -339,3 +339,42 @@ def test_sigkill_during_training_loses_and_duplicates_nothing_on_resume_auto(tmp
     ckpt_a = load_file(str(full / "checkpoints" / "step_0000040" / "model.safetensors"))
     ckpt_b = load_file(str(out / "checkpoints" / "step_0000040" / "model.safetensors"))
     assert all(torch.equal(ckpt_a[k], ckpt_b[k]) for k in ckpt_a)
+
+
+def _children(pid: int) -> list[int]:
+    kids = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        text = (task / "children").read_text().split() if (task / "children").exists() else []
+        kids += [int(k) for k in text]
+    return kids
+
+
+def _alive(pid: int) -> bool:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    return "\nState:\tZ" not in status  # a zombie has exited
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
+def test_sigkill_of_the_trainer_leaves_no_orphan_rollout_process(tmp_path):
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(cli.__file__).parents[1]), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, "-m", "llm_scale", "train", "--out", str(out), "--mode", "process",
+                             "--max-staleness", "2", "--steps", "100000", "--tensorboard", "off", "--no-progress"],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if (out / "metrics.csv").is_file() and len((out / "metrics.csv").read_text().splitlines()) > 3:
+            break
+        time.sleep(0.05)
+    kids = _children(proc.pid)  # the spawned rollout process (and multiprocessing's resource tracker)
+    assert proc.poll() is None and kids, "the run should be training with its rollout process"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(_alive(k) for k in kids):
+        time.sleep(0.05)
+    assert not any(_alive(k) for k in kids)

@@ -4,6 +4,7 @@ their behaviour log-probs, bf16 autocast, gradient checkpointing, step-0 evaluat
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from pathlib import Path
@@ -86,7 +87,7 @@ def test_entropy_bonus_raises_entropy_and_nothing_moves_without_it_when_advantag
     for step in range(1, 5):
         metrics = learner.update(batch, step)
         values.append(entropy())
-    assert all(b > a for a, b in zip(values, values[1:])) and values[-1] > values[0] + 0.1
+    assert all(b > a for a, b in itertools.pairwise(values)) and values[-1] > values[0] + 0.1
     assert metrics["entropy"] == pytest.approx(values[-2], rel=1e-4)  # logged: the entropy at that step's forward
 
 
