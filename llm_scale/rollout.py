@@ -238,10 +238,18 @@ class WeightSlot:
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self.tensors)
 
-    def write(self, model: torch.nn.Module, version: int, *, after_taken: int | None = None) -> None:
-        """Publish ``model`` as ``version``; with ``after_taken``, first wait until the reader took that version."""
+    def write(
+        self, model: torch.nn.Module, version: int, *, after_taken: int | None = None,
+        reader_failed: Callable[[], bool] = lambda: False,
+    ) -> None:  # fmt: skip
+        """Publish ``model`` as ``version``; with ``after_taken``, first wait until the reader took that version.
+
+        The wait ends early when ``reader_failed()`` (the reader's error then surfaces at the next batch).
+        """
         with self.cond:
             while after_taken is not None and self._taken.value < after_taken and not self.stop.is_set():
+                if reader_failed():
+                    return
                 self.cond.wait(0.5)
             with torch.no_grad():
                 for dst, (_, src) in zip(self.tensors, model_tensors(model), strict=True):
@@ -375,6 +383,10 @@ class _Async(Rollouts):
         """Wait (briefly) for the next batch from the rollout side into ``self.ready``; raise its failure."""
         raise NotImplementedError
 
+    def _failed(self) -> bool:
+        """True once the rollout side has stopped with an error."""
+        raise NotImplementedError
+
     def get(self, k: int) -> tuple[RolloutBatch, float]:
         t0 = time.perf_counter()
         while k not in self.ready:
@@ -383,7 +395,7 @@ class _Async(Rollouts):
 
     def publish(self, model: torch.nn.Module, version: int) -> None:
         needed = self.plan.lag_policy == "fixed" and version - 1 + self.plan.eta < self.plan.total
-        self.slot.write(model, version, after_taken=version - 1 if needed else None)
+        self.slot.write(model, version, after_taken=version - 1 if needed else None, reader_failed=self._failed)
 
     def pending(self, k: int) -> dict[int, RolloutBatch]:
         # fixed lag: batches k .. k + eta - 1 need versions older than k, which a resumed run no longer has
@@ -425,6 +437,9 @@ class ThreadRollouts(_Async):
 
         self.thread = threading.Thread(target=work, name="rollout-worker", daemon=True)
         self.thread.start()
+
+    def _failed(self) -> bool:
+        return self.error is not None
 
     def _receive(self) -> None:
         with self.cond:
@@ -516,6 +531,9 @@ class ProcessRollouts(_Async):
         )  # fmt: skip
         self.proc.start()
         self.finished = False
+
+    def _failed(self) -> bool:
+        return not self.proc.is_alive()
 
     def _receive(self) -> None:
         try:
