@@ -13,20 +13,20 @@ import re
 import sys
 from pathlib import Path
 
-from benchmarks import profile_steps, stabilizer_overhead, sweep_scaling, throughput, version_store
+from benchmarks import loop, profile_steps, stabilizer_overhead, sweep_scaling, version_store
 from benchmarks.common import DEFAULT_THREADS, Ratio, machine, set_threads
 
-NAMES = ("overhead", "throughput", "store", "sweep", "profile")
+NAMES = ("loop", "overhead", "store", "sweep", "profile")
 
 
 def collect(names: list[str], quick: bool) -> tuple[list[Ratio], str]:
     ratios: list[Ratio] = []
     profiles = ""
     for name in names:
-        if name == "overhead":
+        if name == "loop":
+            ratios += loop.run_all(quick=quick)
+        elif name == "overhead":
             ratios += stabilizer_overhead.run(quick=quick)
-        elif name == "throughput":
-            ratios += throughput.run_all(quick=quick)
         elif name == "store":
             ratios += version_store.run(quick=quick)
         elif name == "sweep":

@@ -1,8 +1,9 @@
-"""Profiles that explain the benchmark numbers (where a learner step spends its CPU time).
+"""Profiles that explain the benchmark numbers (where a step of the loop spends its CPU time).
 
-1. The MNIST learner step of 8 seeds batched, phase by phase (each phase timed alone on the thread
-   CPU clock: the batched forward, forward + backward, one slot's advantages + loss, the stacked
-   Adam step, the whole step), next to one seed's whole step; then torch.profiler's top operators.
+1. The loop's phases (`Runner.act`: sampling; `Runner.learn`: the update; `Runner.publish`: the
+   divergence check, evaluation and logging) per step on the thread CPU clock, for one MNIST run,
+   eight MNIST runs in one loop and one token-reversal run (H = 10, 10 actors x 10 episodes); then
+   torch.profiler's top operators of the eight-run learner phase and of the token-reversal step.
 2. Per-phase CPU time of the learner step for pg and each recipe (benchmarks/stabilizer_overhead.py's
    step, which times its phases), on the MNIST MLP and the tiny transformer.
 
@@ -12,72 +13,58 @@
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 import warnings
-from collections.abc import Callable
-from typing import Any
 
-import torch
-from torch.profiler import ProfilerActivity, profile
+from torch.profiler import ProfilerActivity, profile, record_function
 
 from benchmarks.common import DEFAULT_THREADS, set_threads
+from benchmarks.loop import TOKEN
 from benchmarks.stabilizer_overhead import PHASES, RECIPES, Learner, Setup
-from benchmarks.throughput import BatchedStep, SingleStep
-from testbed.runner import RunConfig
-from testbed.stabilizers import PolicyTerms
+from testbed.runner import RunConfig, Runner
 
 
-def cpu_ms(fn: Callable[[], Any], n: int) -> float:
-    for _ in range(2):
-        fn()
-    out = []
-    for _ in range(n):
-        t0 = time.thread_time()
-        fn()
-        out.append(time.thread_time() - t0)
-    return 1e3 * statistics.median(out)
+def _runner(cfgs: list[RunConfig], warm: int = 5) -> Runner:
+    runner = Runner(cfgs)
+    runner.publish(-1)
+    for t in range(warm):
+        runner.act(t)
+        runner.learn(t)
+        runner.publish(t)
+    return runner
 
 
-def batched_mnist(seeds: int = 8, n: int = 20) -> str:
-    cfgs = [RunConfig(task="mnist", seed=s, steps=10**6) for s in range(seeds)]
-    step, single = BatchedStep(cfgs), SingleStep(cfgs[0])
-    br = step.runner
-    batches = step.pool[0]
-    contexts = torch.stack([b["contexts"] for b in batches])
-    actions = torch.stack([b["actions"] for b in batches])
-    slot, batch = br.runners[0], batches[0]
-    logp = br.token_logp(contexts, actions)
-
-    def forward_backward() -> None:
-        for p in br.params.values():
-            p.grad = None
-        br.token_logp(contexts, actions).sum().backward()
-
-    def one_slot_loss() -> None:
-        lp, blogp = logp[0], batch["behavior_logp"]
-        mask = torch.ones_like(lp, dtype=torch.bool)
-        adv = slot.recipe.advantages(batch["rewards"], logp=lp.detach(), behavior_logp=blogp, mask=mask)
-        terms = PolicyTerms(lp, blogp, adv, mask, proximal_logp=lp.detach(), versions=batch["versions"],
-                            rewards=batch["rewards"])
-        slot.recipe.loss(terms, slot.cfg.agg)
-
-    rows = {
-        f"whole step, {seeds} seeds batched": cpu_ms(step, n),
-        "  forward (vmap, exact rules, pixel gather)": cpu_ms(lambda: br.token_logp(contexts, actions), n),
-        "  forward + backward": cpu_ms(forward_backward, n),
-        f"  advantages + loss, one slot (x{seeds})": cpu_ms(one_slot_loss, n),
-        "  Adam step on the stacked parameters": cpu_ms(lambda: br.optimizer.step([1.0] * seeds), n),
-        "whole step, 1 seed (Runner._update)": cpu_ms(single, n),
+def loop_phases(n: int) -> str:
+    cases = {
+        "MNIST dg, 1 run": [RunConfig(task="mnist", recipe="dg", steps=10**6)],
+        "MNIST dg, 8 runs in one loop": [RunConfig(task="mnist", recipe="dg", seed=s, steps=10**6) for s in range(8)],
+        "token reversal H=10 dg, 1 run": [RunConfig(**TOKEN, steps=10**6)],
     }
-    lines = ["| phase | CPU ms |", "| --- | ---: |"] + [f"| {k} | {v:.2f} |" for k, v in rows.items()]
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*batching rule.*")
+    lines = ["| case | act ms | learn ms | publish ms | step ms |", "| --- | ---: | ---: | ---: | ---: |"]
+    tables = []
+    for label, cfgs in cases.items():
+        runner = _runner(cfgs)
+        steps = n if "token" not in label else max(2, n // 4)
+        acc = {"act": 0.0, "learn": 0.0, "publish": 0.0}
+        for t in range(5, 5 + steps):
+            for phase in acc:
+                t0 = time.thread_time()
+                getattr(runner, phase)(t)
+                acc[phase] += time.thread_time() - t0
+        ms = {k: 1e3 * v / steps for k, v in acc.items()}
+        lines.append(f"| {label} | {ms['act']:.2f} | {ms['learn']:.2f} | {ms['publish']:.2f} | {sum(ms.values()):.2f} |")
+        if "1 run" in label and "MNIST" in label:
+            continue
         with profile(activities=[ProfilerActivity.CPU]) as prof:
-            for _ in range(n):
-                step()
-    table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12, max_name_column_width=40)
-    return "\n".join(lines) + "\n\ntorch.profiler, " + f"{n} batched steps, top operators by self CPU time:\n\n```\n{table}\n```"
+            for t in range(5 + steps, 5 + 2 * steps):
+                runner.act(t)
+                with record_function("learn"):
+                    runner.learn(t)
+                runner.publish(t)
+        table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=14, max_name_column_width=40)
+        tables.append(f"torch.profiler, {label}, {steps} steps, top operators by self CPU time (``learn`` is the "
+                      f"learner phase's own Python time):\n\n```\n{table}\n```")
+    return "\n".join(lines) + "\n\n" + "\n\n".join(tables)
 
 
 def recipe_phases(kind: str, n: int, specs: list[str] | None = None) -> str:
@@ -101,7 +88,7 @@ def recipe_phases(kind: str, n: int, specs: list[str] | None = None) -> str:
 def run(steps: int = 20, quick: bool = False) -> str:
     n = 4 if quick else steps
     parts = [
-        "### MNIST learner step, 8 seeds batched\n\n" + batched_mnist(n=n),
+        "### The loop's phases\n\n" + loop_phases(n),
         "### Learner step by phase and recipe\n\n" + recipe_phases("mnist", n),
         recipe_phases("transformer", max(2, n // 4)),
     ]

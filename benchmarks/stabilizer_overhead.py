@@ -1,9 +1,9 @@
 """Per-step cost of each stabilizer recipe relative to plain pg, on the same learner step.
 
 The step is the runner's learner step without diagnostics: forward (token log-probs), advantages
-(with exact per-sample score norms for opob/vcpo, by ``torch.func`` through
-`testbed.stabilizers.score_sq_norms`), the recipe's loss, backward, its gradient transforms and
-``Adam.step`` (``foreach``, as the runner builds it), through the public recipe API only. Each recipe
+(with exact per-sample score norms for opob/vcpo, by `testbed.diagnostics.score_sq_norms`), the
+recipe's loss, backward, its gradient transforms and ``Adam.step`` (``fused``, as the runner builds
+it), through the public recipe API only, on a one-slot policy (testbed/tasks/stacked.py). Each recipe
 has its own copy of the same initial model and optimizer and consumes the same pool of batches
 (behaviour log-probs = current ones + N(0, 0.05^2) noise, so ratios are not all 1). The recipes are
 timed in alternation, round after round; a recipe's number is the median over rounds of
@@ -21,15 +21,16 @@ import argparse
 import copy
 import time
 import warnings
-from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from benchmarks.common import DEFAULT_THREADS, Ratio, interleaved, median_ratio, set_threads, spread
-from testbed.stabilizers import PolicyTerms, build, score_sq_norms
+from testbed.diagnostics import score_sq_norms
+from testbed.stabilizers import PolicyTerms, build
 from testbed.tasks import make_task
+from testbed.tasks.base import token_logp
 
 # recipe spec -> target on (mnist, transformer); None = reported only
 RECIPES: dict[str, tuple[str | None, str | None]] = {
@@ -61,24 +62,26 @@ class Setup:
             self.task = make_task("token_reversal", partial_credit=True)
         else:
             raise ValueError(f"model must be 'mnist' or 'transformer', got {kind!r}")
-        self.model = self.task.make_policy(gen)
+        self.model = self.task.make_policy([gen])
         with torch.no_grad():  # a non-uniform policy (the transformer's head starts at zero)
             for p in self.model.parameters():
                 p.add_(0.02 * torch.randn(p.shape, generator=gen))
         self.batches = [self._batch(gen) for _ in range(n_batches)]
 
     def token_logp(self, model: nn.Module, contexts: Tensor, actions: Tensor) -> Tensor:
-        logits = self.task.logits(model, contexts, actions)
-        return torch.log_softmax(logits.float(), dim=-1).gather(-1, actions[..., None]).squeeze(-1)
+        """[B, T] log-probs of one batch under the one-slot model."""
+        return token_logp(self.task.logits(model, contexts[None], actions[None]), actions[None])[0]
 
     def _batch(self, gen: torch.Generator) -> dict[str, Tensor]:
         contexts = self.task.sample_contexts(BATCH, gen)
         with torch.no_grad():
             if self.kind == "mnist":
-                probs = torch.softmax(self.task.logits(self.model, contexts, torch.zeros(BATCH, 1, dtype=torch.long))[:, 0], -1)
+                zeros = torch.zeros(1, BATCH, 1, dtype=torch.long)
+                probs = torch.softmax(self.task.logits(self.model, contexts[None], zeros)[0, :, 0], -1)
                 actions = torch.multinomial(probs, 1, generator=gen)
             else:
-                actions, _ = self.task.rollout(self.model, contexts, gen)
+                u = torch.rand((1, *contexts.shape), generator=gen)
+                actions = self.task.rollout(self.model, contexts[None], u)[0][0]
             logp = self.token_logp(self.model, contexts, actions)
         return {
             "contexts": contexts,
@@ -86,19 +89,6 @@ class Setup:
             "behavior_logp": logp + 0.05 * torch.randn(logp.shape, generator=gen),
             "rewards": self.task.reward(contexts, actions),
         }
-
-    def score_inputs(self, batch: dict[str, Tensor]) -> tuple[Callable[..., Tensor], tuple[Tensor, ...]]:
-        """(seq_logp, inputs) for `score_sq_norms`: one sample's log pi(tau) given the module's forward."""
-        if self.kind == "mnist":
-            def seq_logp(forward: Callable, x: Tensor, a: Tensor) -> Tensor:
-                return torch.log_softmax(forward(x), -1).gather(-1, a).sum()
-
-            return seq_logp, (self.task.pixels(batch["contexts"]), batch["actions"])
-
-        def seq_logp_seq(forward: Callable, x: Tensor, a: Tensor) -> Tensor:
-            return torch.log_softmax(forward(x, a).float(), -1).gather(-1, a[..., None]).sum()
-
-        return seq_logp_seq, (batch["contexts"], batch["actions"])
 
 
 PHASES = ("forward", "score norms", "advantages + loss", "backward", "transforms + Adam")
@@ -110,7 +100,7 @@ class Learner:
     def __init__(self, setup: Setup, spec: str, lr: float = 1e-3) -> None:
         self.setup, self.recipe = setup, build(spec)
         self.model = copy.deepcopy(setup.model)
-        self.opt = torch.optim.Adam(self.model.parameters(), lr=lr, foreach=True)
+        self.opt = torch.optim.Adam(self.model.parameters(), lr=lr, fused=True)
         self.i = 0
         self.phase_s = dict.fromkeys(PHASES, 0.0)
 
@@ -124,8 +114,7 @@ class Learner:
         t1 = time.thread_time()
         score = None
         if recipe.needs_score_norms:
-            seq_logp, inputs = s.score_inputs(batch)
-            score = score_sq_norms(self.model, seq_logp, *inputs)
+            score = score_sq_norms(s.task, self.model, batch["contexts"][None], batch["actions"][None])[0]
         t2 = time.thread_time()
         adv = recipe.advantages(batch["rewards"], logp=logp.detach(), behavior_logp=batch["behavior_logp"], mask=mask,
                                 score_sq_norms=score)

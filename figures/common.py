@@ -13,10 +13,8 @@ written to ``<out>/data/NAME.json`` so the report can be rebuilt without re-plot
 
 from __future__ import annotations
 
-import inspect
 import json
 import math
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,8 +23,6 @@ import numpy as np
 import pandas as pd
 
 from testbed.runner import RunConfig
-
-BATCH = 8
 
 
 @dataclass
@@ -65,20 +61,8 @@ class Context:
         workers = max(1, min(self.workers, len(todo)))
         # largest first, so that parallel workers finish together
         todo.sort(key=cost_estimate, reverse=True)
-        kw = {}
-        if "batch_seeds" in inspect.signature(run_sweep).parameters:
-            # runs sharing a model shape train as one batched computation (identical results); groups no
-            # larger than needed to keep every worker busy
-            kw["batch_seeds"] = max(1, min(BATCH, math.ceil(len(todo) / workers)))
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            try:
-                run_sweep(todo, self.cache, workers=workers, meta={"command": "figures"}, progress=self.progress, **kw)
-            except Exception:
-                if not kw:
-                    raise
-                # the batched path failed: finish the remaining runs one by one (finished ones are kept)
-                run_sweep(todo, self.cache, workers=workers, meta={"command": "figures"}, progress=self.progress)
+        # runs sharing a model shape train in one loop (identical results); the sweep sizes the loops
+        run_sweep(todo, self.cache, workers=workers, meta={"command": "figures"}, progress=self.progress)
 
     def table(self, configs: list[RunConfig]) -> pd.DataFrame:
         """The tidy rows (one per run x logged step) of ``configs``, training what is missing."""

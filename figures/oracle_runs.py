@@ -2,7 +2,7 @@
 
 The runner trains from sampled actions; DG-1 also needs the limits of infinitely many samples per
 image, which no sampler reaches. With 10 actions the expectations are finite sums, so this adapter
-trains the same MLP (same initialisation as the runner's seed: ``derive_seed(seed, "init")``), with
+trains the same MLP (same initialisation as the runner's seed: ``generator(seed, "init")``), with
 Adam at the same learning rate and batches of 100 images, on:
 
 * ``pg_exact``: -mean_x sum_a sg(pi(a|x)) A(x, a) log pi(a|x), i.e. the exact gradient of the
@@ -34,21 +34,20 @@ def _key(settings: dict) -> str:
 
 def train(kind: str, seed: int, steps: int, log_every: int, lr: float = 1e-3, batch: int = 100,
           eta: float = 1.0) -> pd.DataFrame:
-    from testbed.runner import derive_seed
+    from testbed.seeding import generator
     from testbed.tasks import make_task
 
     if kind not in KINDS:
         raise ValueError(f"oracle kind must be one of {', '.join(KINDS)}, got {kind!r}")
     torch.set_num_threads(1)
     task = make_task("mnist")
-    policy = task.make_policy(torch.Generator().manual_seed(derive_seed(seed, "init")))
+    policy = task.make_policy([generator(seed, "init")])  # one slot
     opt = torch.optim.Adam(policy.parameters(), lr=lr)
-    gen = torch.Generator().manual_seed(derive_seed(seed, "oracle", kind))
-    eval_gen = torch.Generator()
+    gen = generator(seed, "oracle", kind)
     rows = []
     for t in range(steps):
         x = task.sample_contexts(batch, gen, "train")
-        logits = policy(task.pixels(x))
+        logits = policy(task.pixels(x)[None])[0]
         if kind == "ce":
             loss = torch.nn.functional.cross_entropy(logits, task.labels[x])
         else:
@@ -65,15 +64,16 @@ def train(kind: str, seed: int, steps: int, log_every: int, lr: float = 1e-3, ba
         loss.backward()
         opt.step()
         if (t + 1) % log_every == 0 or t + 1 == steps:
-            eval_gen.manual_seed(derive_seed(seed, "eval", t))
             with torch.no_grad():
-                rows.append({"step": t + 1, **task.evaluate(policy, eval_gen)})
+                rows.append({"step": t + 1, **task.evaluate(policy, [generator(seed, "eval", t)])[0]})
     return pd.DataFrame(rows)
 
 
 def cached(cache: Path, kind: str, seed: int, steps: int, log_every: int) -> pd.DataFrame:
+    from testbed.seeding import SCHEME
+
     settings = {"kind": kind, "seed": seed, "steps": steps, "log_every": log_every, "lr": 1e-3, "batch": 100,
-                "task": "mnist"}
+                "task": "mnist", "seed_scheme": SCHEME}
     path = Path(cache) / "oracle" / f"{_key(settings)}.csv"
     if path.is_file():
         df = pd.read_csv(path)

@@ -39,14 +39,15 @@ def _parser_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=int, default=None, help="parallel worker processes (default 1)")
     p.add_argument("--format", choices=("csv", "parquet"), default=None, help="also write results.parquet")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
-    p.add_argument("--batch-seeds", type=int, nargs="?", const=8, default=None, metavar="N",
-                   help="train up to N runs that share a model shape (e.g. the seeds) as one batched "
-                        "computation, N = 8 if not given; results identical to one by one (testbed/batched.py)")
+    p.add_argument("--loop-size", type=int, default=None, metavar="N",
+                   help="train at most N runs that share a model shape (e.g. the seeds) in one loop; default: up "
+                        "to 8, fewer when that keeps every worker busy; results do not depend on it")
 
 
 def _run_parser(task_opts: dict[str, Any] | None = None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m testbed run", description="Train one config over one or more seeds.")
-    p.add_argument("--task", default="mnist", help="task name (see `python -m testbed list`)")
+    p.add_argument("--task", default="mnist", help='task name, or name with options, e.g. "token_reversal(H=10, M=2)" '
+                   "(see `python -m testbed list`)")
     p.add_argument("--recipe", default="pg", help='stabilizer spec, e.g. dg, "tis(c=2)", "dg+gac"')
     p.add_argument("--delay", default="sync", help="staleness model: sync, fixed:D, uniform:D, geometric:p,max, "
                    "pareto:alpha,max, bounded:eta[,speed], and +mixed:q")
@@ -59,6 +60,8 @@ def _run_parser(task_opts: dict[str, Any] | None = None) -> argparse.ArgumentPar
     p.add_argument("--lr", type=float, default=None, help=f"default: the task's, else {DEFAULTS['lr']}")
     p.add_argument("--n-actors", type=int, default=None, help="actors per learner step (each has its own lag)")
     p.add_argument("--group-size", type=int, default=1, help="samples per context (GRPO groups)")
+    p.add_argument("--epochs", type=int, default=1, help="passes over each batch (PPO/GRPO trainers' K)")
+    p.add_argument("--minibatches", type=int, default=1, help="optimizer steps per pass (the batch split in N)")
     p.add_argument("--log-every", type=int, default=100, help="diagnostics interval in steps")
     p.add_argument("--agg", default=None, help="loss aggregation (verl's mode names)")
     p.add_argument("--optimizer", default="adam", choices=("adam", "sgd"))
@@ -79,17 +82,15 @@ def _run_parser(task_opts: dict[str, Any] | None = None) -> argparse.ArgumentPar
 
 def _cmd_run(argv: list[str]) -> int:
     from testbed.sweep import run_sweep
-    from testbed.tasks import coerce_option, make_task, task_options
+    from testbed.tasks import coerce_option, make_task, parse_task, task_options
 
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--task", default="mnist")
     known, _ = pre.parse_known_args(argv)
-    try:
-        opts = task_options(known.task)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    task_name, task_args = parse_task(known.task)  # "token_reversal" or "token_reversal(H=10, M=2)"
+    opts = task_options(task_name)
     args = _run_parser(opts).parse_args(argv)
-    task_args: dict[str, Any] = {}
+    args.task = task_name
     for item in args.task_arg:
         key, eq, value = item.partition("=")
         if not eq or not key:
@@ -103,7 +104,8 @@ def _cmd_run(argv: list[str]) -> int:
     configs = [
         RunConfig(task=args.task, recipe=args.recipe, delay=args.delay, frictions=args.frictions, seed=args.seed + i,
                   steps=args.steps, batch_size=args.batch_size, lr=args.lr, n_actors=args.n_actors,
-                  group_size=args.group_size, log_every=args.log_every, agg=args.agg, optimizer=args.optimizer,
+                  group_size=args.group_size, epochs=args.epochs, minibatches=args.minibatches,
+                  log_every=args.log_every, agg=args.agg, optimizer=args.optimizer,
                   proximal=args.proximal, task_args=task_args)
         for i in range(args.seeds)
     ]
@@ -113,7 +115,7 @@ def _cmd_run(argv: list[str]) -> int:
     out = args.out or "runs/run"
     meta = {"command": "run", "argv": argv}
     table = run_sweep(configs, out, workers=args.workers or 1, fmt=args.format or "csv", meta=meta,
-                      batch_seeds=_batch_seeds(args),
+                      loop_size=_loop_size(args),
                       progress=not args.no_progress)
     _print_summary(Path(out))
     return 0 if len(table) else 1
@@ -128,10 +130,10 @@ def _print_summary(out: Path) -> None:
     print(f"wrote {out / 'results.csv'} and {out / 'summary.csv'}")
 
 
-def _batch_seeds(args: argparse.Namespace) -> int:
-    if args.batch_seeds is not None and args.batch_seeds < 1:
-        raise UsageError(f"--batch-seeds must be >= 1, got {args.batch_seeds}")
-    return args.batch_seeds or 0
+def _loop_size(args: argparse.Namespace) -> int | None:
+    if args.loop_size is not None and args.loop_size < 1:
+        raise UsageError(f"--loop-size must be >= 1, got {args.loop_size}")
+    return args.loop_size
 
 
 def _cmd_sweep(argv: list[str]) -> int:
@@ -144,7 +146,7 @@ def _cmd_sweep(argv: list[str]) -> int:
     if args.workers is not None and args.workers < 1:
         raise UsageError(f"--workers must be >= 1, got {args.workers}")
     sweep_file(args.file, out=args.out, workers=args.workers, fmt=args.format, progress=not args.no_progress,
-               batch_seeds=None if args.batch_seeds is None else _batch_seeds(args))
+               loop_size=_loop_size(args))
     _print_summary(Path(args.out or load_file(args.file)["out"]))
     return 0
 

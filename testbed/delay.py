@@ -8,7 +8,8 @@ version before 0), so the *realised* lag at step ``t`` is ``min(L, t)``.
 Each learner batch is split among ``n_actors`` actors; every actor chunk has its own lag. A model
 turns ``(n_steps, n_actors, rng)`` into the lag table ``[n_steps, n_actors]`` (already clamped).
 
-Spec grammar (one base model, optionally ``+mixed:q``)::
+Spec (the project's one grammar, testbed/stabilizers/spec.py: ``fixed:10`` is shorthand for ``fixed(10)``
+and for ``fixed(D=10)``; one base model, optionally ``+mixed:q``)::
 
     sync                 lag 0
     fixed:D              lag D
@@ -24,20 +25,26 @@ Spec grammar (one base model, optionally ``+mixed:q``)::
                          t - L and, between consecutive tokens, the actor picks up the next version with
                          probability q (never beyond t). Only matters for tasks with horizon T > 1.
 
-How versions are stored (see runner.py): the runner never keeps old parameters. Each actor chunk is
-*generated* at the moment its version is current (right after update ``t - L``) and queued until
-its consumption step, so the store holds the pending chunks (contexts, actions, behaviour log-probs,
-versions, rewards: a few KB each) instead of up to ``max_lag + 1`` parameter copies.
+The version/delay queue (`Schedule`): no old parameters are ever stored. Each actor chunk (the
+samples one actor hands the learner at one step) is *sampled* at the moment its version is current
+(right after update ``t - L``) and waits in the queue until its consumption step, so the queue holds
+the pending chunks (contexts, actions, behaviour log-probs, versions, rewards: a few KB each)
+instead of up to ``max_lag + 1`` parameter copies.
 """
 
 from __future__ import annotations
 
 import bisect
 import math
-from dataclasses import dataclass
+from collections import defaultdict
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 import numpy as np
 import torch
+from torch import Tensor
+
+from testbed.stabilizers.spec import SpecError, Term, bind, parse
 
 FORMS = (
     "sync",
@@ -50,8 +57,8 @@ FORMS = (
 )
 
 
-def _err(spec: object, why: str) -> ValueError:
-    return ValueError(f"bad staleness spec {spec!r}: {why}; allowed forms: {', '.join(FORMS)}")
+def _err(spec: object, why: str) -> SpecError:
+    return SpecError(f"bad staleness spec {spec!r}: {why}; allowed forms: {', '.join(FORMS)}")
 
 
 @dataclass(frozen=True)
@@ -150,67 +157,173 @@ def bounded_lags(n_steps: int, n_actors: int, eta: int, speed: float) -> np.ndar
     return lags
 
 
-def _num(spec: str, text: str, what: str) -> float:
+@dataclass(frozen=True)
+class _D:
+    D: int
+
+
+@dataclass(frozen=True)
+class _Geometric:
+    p: float
+    max: int
+
+
+@dataclass(frozen=True)
+class _Pareto:
+    alpha: float
+    max: int
+
+
+@dataclass(frozen=True)
+class _Bounded:
+    eta: int
+    speed: float = 2.0
+
+
+@dataclass(frozen=True)
+class _NoArgs:
+    pass
+
+
+@dataclass(frozen=True)
+class _Mixed:
+    q: float
+
+
+_MODELS: dict[str, type] = {"sync": _NoArgs, "none": _NoArgs, "fixed": _D, "uniform": _D, "geometric": _Geometric,
+                            "pareto": _Pareto, "bounded": _Bounded}
+
+
+def _model(spec: object, term: Term) -> tuple[str, tuple[float, ...]]:
+    if term.name not in _MODELS:
+        raise _err(spec, f"unknown model {term.name!r}")
     try:
-        value = float(text)
-    except ValueError:
-        raise _err(spec, f"{what} must be a number, got {text!r}") from None
-    if not math.isfinite(value):
-        raise _err(spec, f"{what} must be finite, got {text!r}")
-    return value
-
-
-def _int(spec: str, text: str, what: str) -> int:
-    value = _num(spec, text, what)
-    if value != int(value) or value < 0:
-        raise _err(spec, f"{what} must be a non-negative integer, got {text!r}")
-    return int(value)
+        values = bind(term, _MODELS[term.name])
+    except SpecError as exc:
+        raise _err(spec, str(exc)) from None
+    args = tuple(getattr(values, f.name) for f in fields(values))
+    for f in fields(values):
+        value = getattr(values, f.name)
+        if not math.isfinite(value):
+            raise _err(spec, f"{f.name} must be finite, got {value}")
+        if f.type in ("int", int) and value < 0:
+            raise _err(spec, f"{f.name} must be a non-negative integer, got {value}")
+    if term.name == "geometric" and not 0.0 < args[0] <= 1.0:
+        raise _err(spec, f"p must be in (0, 1], got {args[0]}")
+    if term.name == "pareto" and args[0] <= 0:
+        raise _err(spec, f"alpha must be > 0, got {args[0]}")
+    if term.name == "bounded" and args[1] <= 0:
+        raise _err(spec, f"speed must be > 0, got {args[1]}")
+    kind = "sync" if term.name == "none" else term.name
+    return kind, args
 
 
 def parse_staleness(spec: str | Staleness) -> Staleness:
-    """Parse a staleness spec (see the module docstring). Raises ValueError listing allowed forms."""
+    """Parse a staleness spec (see the module docstring). Raises ValueError listing the allowed forms."""
     if isinstance(spec, Staleness):
         return spec
     if not isinstance(spec, str) or not spec.strip():
         raise _err(spec, "expected a non-empty string")
-    text = spec.strip().replace(" ", "")
-    base, *mods = text.split("+")
+    try:
+        base, *mods = parse(spec)
+    except SpecError as exc:
+        raise _err(spec, str(exc)) from None
+    kind, args = _model(spec, base)
     mix = 0.0
     for mod in mods:
-        name, _, arg = mod.partition(":")
-        if name != "mixed" or not arg:
-            raise _err(spec, f"unknown modifier {mod!r} (only mixed:q)")
-        mix = _num(spec, arg, "mixed q")
+        if mod.name != "mixed":
+            raise _err(spec, f"unknown modifier {mod.name!r} (only mixed:q)")
+        try:
+            mix = bind(mod, _Mixed).q
+        except SpecError as exc:
+            raise _err(spec, str(exc)) from None
         if not 0.0 <= mix <= 1.0:
-            raise _err(spec, f"mixed q must be in [0, 1], got {arg}")
-    name, _, arg = base.partition(":")
-    args = arg.split(",") if arg else []
-    if name in ("sync", "0", "none") and not args:
-        return Staleness(spec, "sync", (), mix)
-    if name in ("fixed", "uniform"):
-        if len(args) != 1:
-            raise _err(spec, f"{name} takes one argument D")
-        return Staleness(spec, name, (_int(spec, args[0], "D"),), mix)
-    if name == "geometric":
-        if len(args) != 2:
-            raise _err(spec, "geometric takes p,max")
-        p, m = _num(spec, args[0], "p"), _int(spec, args[1], "max")
-        if not 0.0 < p <= 1.0:
-            raise _err(spec, f"p must be in (0, 1], got {args[0]}")
-        return Staleness(spec, name, (p, m), mix)
-    if name == "pareto":
-        if len(args) != 2:
-            raise _err(spec, "pareto takes alpha,max")
-        a, m = _num(spec, args[0], "alpha"), _int(spec, args[1], "max")
-        if a <= 0:
-            raise _err(spec, f"alpha must be > 0, got {args[0]}")
-        return Staleness(spec, name, (a, m), mix)
-    if name == "bounded":
-        if len(args) not in (1, 2):
-            raise _err(spec, "bounded takes eta or eta,speed")
-        eta = _int(spec, args[0], "eta")
-        speed = _num(spec, args[1], "speed") if len(args) == 2 else 2.0
-        if speed <= 0:
-            raise _err(spec, f"speed must be > 0, got {args[1]}")
-        return Staleness(spec, name, (eta, speed), mix)
-    raise _err(spec, f"unknown model {name!r}")
+            raise _err(spec, f"mixed q must be in [0, 1], got {mix}")
+    return Staleness(spec, kind, args, mix)
+
+
+# -- the version/delay queue ------------------------------------------------------------------------
+
+
+@dataclass
+class Chunk:
+    """The samples one actor hands the learner at one step, filled in by the actor at its events.
+
+    ``start`` is the version that starts sampling it (step - lag); with per-token mixed versions its
+    later tokens are sampled at later versions (``versions`` [size, T]). ``state`` holds what the
+    actor needs between events (its random stream and pre-drawn randomness).
+    """
+
+    step: int
+    actor: int
+    size: int
+    start: int
+    contexts: Tensor | None = None
+    group_ids: Tensor | None = None
+    actions: Tensor | None = None
+    behavior_logp: Tensor | None = None
+    versions: Tensor | None = None
+    buggy: bool = False
+    rewards: Tensor | None = None  # as shown to the learner
+    true_rewards: Tensor | None = None
+    state: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def done(self) -> bool:
+        return self.rewards is not None
+
+    def nbytes(self) -> int:
+        tensors = (self.contexts, self.group_ids, self.actions, self.behavior_logp, self.versions, self.rewards,
+                   self.true_rewards)
+        return sum(t.element_size() * t.numel() for t in tensors if t is not None)
+
+
+class Schedule:
+    """The version/delay queue of one run: which chunks are sampled at each version, which wait, which
+    the learner consumes at each step.
+
+    ``lags`` [n_steps, n_actors] (a model's `Staleness.lags`) fixes, for the chunk of actor ``a``
+    consumed at step ``t``, the version ``t - lags[t, a]`` at which sampling starts. At version ``v``
+    the actor calls `due` for the chunks to (start or continue to) sample, `defer` for a chunk whose
+    later tokens are due at a later version, and the learner calls `take` at step ``v``.
+    """
+
+    def __init__(self, lags: np.ndarray, sizes: list[int]) -> None:
+        steps, n_actors = lags.shape
+        if len(sizes) != n_actors:
+            raise ValueError(f"{len(sizes)} chunk sizes for {n_actors} actors")
+        self.lags, self.sizes = lags, sizes
+        start = np.arange(steps)[:, None] - lags
+        order = np.argsort(start, axis=None, kind="stable")  # by start version, then step, then actor
+        flat = start.ravel()[order]
+        cuts = np.flatnonzero(np.diff(flat)) + 1
+        self._starts: dict[int, np.ndarray] = {int(flat[g[0]]): order[g] for g in np.split(np.arange(flat.size), cuts)
+                                               if g.size}
+        self._waiting: dict[int, list[Chunk]] = defaultdict(list)  # by consumption step
+        self._deferred: dict[int, list[Chunk]] = defaultdict(list)  # by the version its next tokens are due at
+
+    def due(self, version: int) -> list[Chunk]:
+        """The chunks that start sampling at ``version`` (new) followed by those whose next tokens are due."""
+        n_actors = self.lags.shape[1]
+        new = []
+        for flat in self._starts.pop(version, np.zeros(0, dtype=np.int64)).tolist():
+            step, actor = divmod(flat, n_actors)
+            chunk = Chunk(step, actor, self.sizes[actor], version)
+            self._waiting[step].append(chunk)
+            new.append(chunk)
+        return new + self._deferred.pop(version, [])
+
+    def defer(self, chunk: Chunk, version: int) -> None:
+        """Queue ``chunk`` again for its tokens due at ``version``."""
+        self._deferred[version].append(chunk)
+
+    def take(self, step: int) -> list[Chunk]:
+        """The chunks the learner consumes at ``step``, in actor order (every one complete)."""
+        chunks = sorted(self._waiting.pop(step), key=lambda c: c.actor)
+        if len(chunks) != self.lags.shape[1] or not all(c.done for c in chunks):
+            raise RuntimeError(f"step {step}: the queue holds unfinished chunks (a sampling event was skipped)")
+        return chunks
+
+    def pending_bytes(self) -> int:
+        """Bytes of the chunks sampled (wholly or partly) but not yet consumed."""
+        return sum(c.nbytes() for chunks in self._waiting.values() for c in chunks)

@@ -16,18 +16,25 @@ positive cosine means "pushes the parameters the same way":
   ``log_ratio_abs_mean``: mean |log pi_theta - log mu| per token.
 
 Computing the oracles costs two more backward passes, so the runner only computes diagnostics on
-logged steps (``log_every``); the previous gradient is kept every step (one flat vector).
+logged steps (``log_every``), and keeps a flat gradient only where the next logged step needs it.
+
+The runner's policy holds S slots (testbed/tasks/stacked.py); the functions below that take the
+policy return one row per slot.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
+from torch.func import functional_call
 
 from testbed.stabilizers import effective_sample_size
 from testbed.stabilizers.numerics import ratio_metrics
+from testbed.tasks import ExactOracle, stacked
+from testbed.tasks.base import token_logp
 
 
 def flat_grad(params: list[Tensor]) -> Tensor:
@@ -36,11 +43,13 @@ def flat_grad(params: list[Tensor]) -> Tensor:
 
 
 def cosine(a: Tensor, b: Tensor) -> float:
-    """cos(a, b); NaN when either is zero (undefined)."""
-    na, nb = a.norm(), b.norm()
+    """cos(a, b); NaN when either is zero (undefined). Elementwise products and ATen reductions (not a
+    BLAS dot, whose rounding can depend on memory alignment), so a slot's value does not depend on
+    where its gradient sits in a stacked tensor."""
+    na, nb = torch.linalg.vector_norm(a), torch.linalg.vector_norm(b)
     if float(na) == 0.0 or float(nb) == 0.0:
         return float("nan")
-    return float(torch.dot(a, b) / (na * nb))
+    return float((a * b).sum() / (na * nb))
 
 
 def ratio_stats(token_log_ratio: Tensor, seq_log_ratio: Tensor) -> dict[str, float]:
@@ -53,62 +62,88 @@ def ratio_stats(token_log_ratio: Tensor, seq_log_ratio: Tensor) -> dict[str, flo
     }
 
 
-def oracle_gradients(runner: Any, contexts: Tensor) -> tuple[Tensor, Tensor]:
-    """(exact expected-PG loss gradient, supervised CE gradient) at the runner's current parameters,
-    both flat, on ``contexts``; the task must implement ``expected_reward`` and ``supervised_loss``."""
-    params = {k: v.detach().requires_grad_(True) for k, v in runner.params.items()}
-    names = list(params)
+def oracle_gradients(task: ExactOracle, policy: nn.Module, contexts: Tensor) -> tuple[Tensor, Tensor]:
+    """(exact expected-PG loss gradient, supervised CE gradient) per slot at the policy's parameters, flat
+    [S, P], on ``contexts`` [S, B]: the gradients of -mean_x sum_a pi(a|x) r(x, a) and of the mean
+    cross-entropy to the rewarded action (slots are independent, so one backward serves all)."""
+    params = list(policy.parameters())
+    s = contexts.shape[0]
     with torch.enable_grad():
-        neg_j = -runner.apply(params, runner.task.expected_reward, contexts).mean()
-        g_pg = torch.autograd.grad(neg_j, [params[n] for n in names], allow_unused=True)
-        ce = runner.apply(params, runner.task.supervised_loss, contexts)
-        g_ce = torch.autograd.grad(ce, [params[n] for n in names], allow_unused=True)
+        neg_j = -task.expected_reward(policy, contexts).mean(-1).sum()
+        g_pg = torch.autograd.grad(neg_j, params, allow_unused=True)
+        ce = task.supervised_loss(policy, contexts).sum()
+        g_ce = torch.autograd.grad(ce, params, allow_unused=True)
 
     def flat(gs: tuple) -> Tensor:
-        return torch.cat([(g if g is not None else torch.zeros_like(params[n])).reshape(-1) for g, n in zip(gs, names, strict=True)])
+        return torch.cat([(g if g is not None else torch.zeros_like(p)).reshape(s, -1) for g, p in zip(gs, params, strict=True)], 1)
 
     return flat(g_pg), flat(g_ce)
 
 
-def linear_score_sq_norms(policy: torch.nn.Module, token_logp: Any) -> Tensor | None:
-    """Per-sample ||grad_theta sum_t log pi(a_t|...)||^2 [B] in one backward pass, or None if not applicable.
+def _linear_ghost_norms(policy: nn.Module, logp_of: Callable[[], Tensor]) -> Tensor | None:
+    """Per-sample ||grad log pi(tau)||^2 [S, B] when every parameter of ``policy`` belongs to a
+    `stacked.Linear` called once per forward (an MLP), else None.
 
-    Applies when every trainable parameter belongs to an ``nn.Linear`` called once per forward, with
-    the batch as the first dimension and samples independent (MLPs). For a layer with inputs a_{i,s}
-    and output gradients d_{i,s} over positions s, the per-sample weight gradient is
-    sum_s d_{i,s} a_{i,s}^T, whose squared Frobenius norm is sum_{s,s'} (a_s . a_s')(d_s . d_s')
-    (Goodfellow 2015's trick); the bias adds ||sum_s d_{i,s}||^2. ``token_logp()`` runs the forward
-    and returns the [B, T] log-probs with gradients.
+    For a layer with inputs a_p and output gradients d_p over the positions p of one sample, the
+    per-sample weight gradient is sum_p d_p a_p^T, whose squared Frobenius norm is
+    sum_{p,p'} (a_p . a_p')(d_p . d_p') (Goodfellow 2015), and the bias adds ||sum_p d_p||^2: one
+    backward pass for the whole batch instead of one per sample.
     """
-    linears = [m for m in policy.modules() if isinstance(m, torch.nn.Linear)]
+    linears = [m for m in policy.modules() if isinstance(m, stacked.Linear)]
     covered = {id(p) for m in linears for p in m.parameters(recurse=False)}
-    if not linears or any(id(p) not in covered for p in policy.parameters() if p.requires_grad):
+    if not linears or any(id(p) not in covered for p in policy.parameters()):
         return None
-    calls: list[tuple[torch.nn.Module, Tensor, Tensor]] = []
+    calls: list[tuple[Tensor, Tensor]] = []
 
-    def hook(module: torch.nn.Module, inputs: tuple, output: Tensor) -> None:
-        calls.append((module, inputs[0].detach(), output))
+    def hook(module: nn.Module, inputs: tuple, output: Tensor) -> None:
+        calls.append((inputs[0].detach(), output))
 
     handles = [m.register_forward_hook(hook) for m in linears]
     try:
         with torch.enable_grad():
-            logp = token_logp()
+            logp = logp_of()
     finally:
         for h in handles:
             h.remove()
-    if len(calls) != len(linears) or len({id(m) for m, _, _ in calls}) != len(linears):
+    if len(calls) != len(linears):
         return None  # a layer called twice or not at all: cross terms this formula does not cover
-    deltas = torch.autograd.grad(logp.sum(), [out for _, _, out in calls], allow_unused=True)
-    total = torch.zeros(logp.shape[0], dtype=torch.float32)
-    for (module, a, _), d in zip(calls, deltas, strict=True):
+    deltas = torch.autograd.grad(logp.sum(), [out for _, out in calls], allow_unused=True)
+    s, b = logp.shape[:2]
+    total = torch.zeros((s, b), dtype=torch.float32)
+    for (a, _), d in zip(calls, deltas, strict=True):
         if d is None:
             continue
-        b = a.shape[0]
-        a3, d3 = a.reshape(b, -1, a.shape[-1]).float(), d.reshape(b, -1, d.shape[-1]).float()
+        a3 = a.reshape(s * b, -1, a.shape[-1]).float()
+        d3 = d.reshape(s * b, -1, d.shape[-1]).float()
         if a3.shape[1] == 1:
-            total += a3.pow(2).sum((1, 2)) * d3.pow(2).sum((1, 2))
+            w = a3.pow(2).sum((1, 2)) * d3.pow(2).sum((1, 2))
         else:
-            total += (a3 @ a3.transpose(1, 2) * (d3 @ d3.transpose(1, 2))).sum((1, 2))
-        if module.bias is not None:
-            total += d3.sum(1).pow(2).sum(1)
+            w = (torch.bmm(a3, a3.transpose(1, 2)) * torch.bmm(d3, d3.transpose(1, 2))).sum((1, 2))
+        total += (w + d3.sum(1).pow(2).sum(1)).reshape(s, b)
     return total.detach()
+
+
+def score_sq_norms(task: Any, policy: nn.Module, contexts: Tensor, actions: Tensor) -> Tensor:
+    """Per-sample ||grad_theta log pi(tau_i)||^2 [S, B] of every slot's batch (OPOB needs it), exact:
+    by `_linear_ghost_norms` for MLPs; otherwise, slot by slot, every sample of the batch becomes a slot
+    of its own (the slot's parameters repeated B times), so one backward pass gives the B per-sample
+    gradients (the construction of per-sample gradients by vectorisation, written with the policy's own
+    slot dimension)."""
+    fast = _linear_ghost_norms(policy, lambda: token_logp(task.logits(policy, contexts, actions), actions))
+    if fast is not None:
+        return fast
+    s, b = contexts.shape[:2]
+    out = []
+    for i in range(s):
+        params = {k: v[i].detach().unsqueeze(0).repeat(b, *([1] * (v.dim() - 1))).requires_grad_(True)
+                  for k, v in policy.named_parameters()}
+
+        def view(*args: Any, params: dict[str, Tensor] = params, **kwargs: Any) -> Any:
+            return functional_call(policy, params, args, kwargs)
+
+        x, a = contexts[i].unsqueeze(1), actions[i].unsqueeze(1)  # [B, 1, ...]: one sample per slot
+        with torch.enable_grad():
+            logp = token_logp(task.logits(view, x, a), a).sum()
+            grads = torch.autograd.grad(logp, list(params.values()))
+        out.append(sum(g.reshape(b, -1).pow(2).sum(1) for g in grads))
+    return torch.stack(out).detach()

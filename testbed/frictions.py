@@ -1,7 +1,7 @@
 """Frictions of distributed RL other than staleness, applied by the runner on the actor side.
 
-A friction spec uses the recipe grammar: ``name(key=value, ...)`` terms joined by ``+``, or
-``none``. Frictions combine freely (each kind at most once)::
+A friction spec uses the project's one grammar (testbed/stabilizers/spec.py): ``name(key=value, ...)``
+terms joined by ``+``, or ``none``. Frictions combine freely (each kind at most once)::
 
     bug(frac=0.2, kind=temperature, temp=3)+reward(p=0.1)+mismatch(sigma=0.1)
 
@@ -20,16 +20,23 @@ A friction spec uses the recipe grammar: ``name(key=value, ...)`` terms joined b
     logits + sigma * N(0, 1) (per token and action) and records the clean log-probs.
 
 Rare discovery (reward only on rare paths) is a property of a task's reward, not of the runner.
+
+Randomness. Everything an actor draws for a chunk comes from the chunk's own stream, drawn when the
+chunk starts (`Frictions.draws`: the sampling uniforms, the mismatch noise, the random-action draws),
+except the perturbed weights (drawn at each sampling event) and the reward corruption (drawn when the
+chunk is complete). Actions are sampled by inverse CDF from the pre-drawn uniforms (`sample_actions`),
+so all the chunks sampled at one event go through one vectorised computation, and a chunk's samples
+do not depend on which other chunks share its event.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from testbed.stabilizers import parse_spec
+from testbed.stabilizers.spec import SpecError, bind, parse
 
 BUG_KINDS = ("temperature", "random", "perturb")
 REWARD_KINDS = ("flip", "noise")
@@ -41,8 +48,9 @@ FORMS = (
 )
 
 
-def _err(spec: object, why: str) -> ValueError:
-    return ValueError(f"bad friction spec {spec!r}: {why}; allowed: {' + '.join(FORMS)}")
+def _check(ok: bool, message: str) -> None:
+    if not ok:
+        raise SpecError(message)
 
 
 @dataclass(frozen=True)
@@ -54,6 +62,13 @@ class Bug:
     sigma: float = 0.1
     sticky: bool = False
 
+    def __post_init__(self) -> None:
+        _check(0.0 <= self.frac <= 1.0, f"bug.frac must be in [0, 1], got {self.frac}")
+        _check(self.kind in BUG_KINDS, f"bug.kind must be one of {', '.join(BUG_KINDS)}, got {self.kind!r}")
+        _check(0.0 < self.temp < float("inf"), f"bug.temp must be a finite number > 0, got {self.temp}")
+        _check(0.0 <= self.eps <= 1.0, f"bug.eps must be in [0, 1], got {self.eps}")
+        _check(0.0 <= self.sigma < float("inf"), f"bug.sigma must be a finite number >= 0, got {self.sigma}")
+
 
 @dataclass(frozen=True)
 class RewardCorruption:
@@ -61,13 +76,29 @@ class RewardCorruption:
     kind: str = "flip"
     sigma: float = 1.0
 
+    def __post_init__(self) -> None:
+        _check(0.0 <= self.p <= 1.0, f"reward.p must be in [0, 1], got {self.p}")
+        _check(self.kind in REWARD_KINDS, f"reward.kind must be one of {', '.join(REWARD_KINDS)}, got {self.kind!r}")
+        _check(0.0 <= self.sigma < float("inf"), f"reward.sigma must be a finite number >= 0, got {self.sigma}")
+
 
 @dataclass(frozen=True)
 class Mismatch:
     sigma: float = 0.1
 
+    def __post_init__(self) -> None:
+        _check(0.0 <= self.sigma < float("inf"), f"mismatch.sigma must be a finite number >= 0, got {self.sigma}")
+
 
 _COMPONENTS = {"bug": Bug, "reward": RewardCorruption, "mismatch": Mismatch}
+
+
+def sample_actions(probs: Tensor, u: Tensor) -> Tensor:
+    """Inverse-CDF sampling: the action a with C(a - 1) <= u < C(a), C the cumulative sum of ``probs``
+    over the last dimension; ``u`` uniform in [0, 1) with the shape of ``probs`` minus its last dimension.
+    (A ``u`` at or above the rounded total C(A) picks the last action.)"""
+    cdf = probs.cumsum(-1)
+    return (cdf <= u.unsqueeze(-1)).sum(-1).clamp_max(probs.shape[-1] - 1)
 
 
 @dataclass(frozen=True)
@@ -101,29 +132,34 @@ class Frictions:
             return bool(sticky[actor])
         return bool(torch.rand((), generator=gen) < self.bug.frac)
 
-    def perturbed(self, params: dict[str, Tensor], gen: torch.Generator) -> dict[str, Tensor]:
-        """theta + sigma * N(0, I), the weights a ``perturb`` bug samples with."""
-        sigma = self.bug.sigma
-        return {k: v.detach() + sigma * torch.randn(v.shape, generator=gen, dtype=v.dtype) for k, v in params.items()}
-
-    def sampling_logits(self, logits: Tensor, buggy: bool, gen: torch.Generator) -> Tensor:
-        """Logits the actor actually samples from (before random actions); ``logits`` [b, A]."""
-        out = logits
-        if buggy and self.bug.kind == "temperature":
-            out = out / self.bug.temp
+    def draws(self, size: int, horizon: int, n_actions: int, buggy: bool, gen: torch.Generator) -> dict[str, Tensor]:
+        """The randomness a chunk's sampling needs, drawn at its start, in this order: ``u`` [size, T]
+        (the inverse-CDF uniforms), ``noise`` [size, T, A] (mismatch), ``flip`` [size, T] bool and
+        ``random`` [size, T] long (the random-action bug)."""
+        out = {"u": torch.rand((size, horizon), generator=gen)}
         if self.mismatch is not None:
-            out = out + self.mismatch.sigma * torch.randn(out.shape, generator=gen, dtype=out.dtype)
+            out["noise"] = self.mismatch.sigma * torch.randn((size, horizon, n_actions), generator=gen)
+        if buggy and self.bug.kind == "random":
+            out["flip"] = torch.rand((size, horizon), generator=gen) < self.bug.eps
+            out["random"] = torch.randint(n_actions, (size, horizon), generator=gen)
         return out
 
     def sample(self, logits: Tensor, buggy: bool, gen: torch.Generator) -> Tensor:
-        """Sample one action per row from ``logits`` [b, A] with this actor's frictions: [b] long."""
-        probs = torch.softmax(self.sampling_logits(logits, buggy, gen), dim=-1)
-        actions = torch.multinomial(probs, 1, generator=gen).squeeze(1)
-        if buggy and self.bug.kind == "random":
-            flip = torch.rand(actions.shape, generator=gen) < self.bug.eps
-            rand = torch.randint(logits.shape[-1], actions.shape, generator=gen)
-            actions = torch.where(flip, rand, actions)
-        return actions
+        """One action per row of ``logits`` [b, A] by this actor's frictions (a chunk of horizon 1)."""
+        d = self.draws(logits.shape[0], 1, logits.shape[-1], buggy, gen)
+        temp = self.temperature(buggy)
+        return act(logits, d["u"][:, 0], None if temp == 1.0 else torch.tensor(temp),
+                   d["noise"][:, 0] if "noise" in d else None,
+                   d["flip"][:, 0] if "flip" in d else None, d["random"][:, 0] if "random" in d else None)
+
+    def temperature(self, buggy: bool) -> float:
+        """The sampling temperature of a chunk (1 unless a temperature bug hit it)."""
+        return self.bug.temp if buggy and self.bug.kind == "temperature" else 1.0
+
+    def perturbed(self, params: dict[str, Tensor], gen: torch.Generator) -> dict[str, Tensor]:
+        """theta + sigma * N(0, I), the weights a ``perturb`` bug samples with (drawn at every event)."""
+        sigma = self.bug.sigma
+        return {k: v.detach() + sigma * torch.randn(v.shape, generator=gen, dtype=v.dtype) for k, v in params.items()}
 
     def corrupt_rewards(self, rewards: Tensor, gen: torch.Generator) -> Tensor:
         """The rewards the learner is shown."""
@@ -137,45 +173,31 @@ class Frictions:
         return torch.where(hit, bad, rewards)
 
 
-def _coerce(spec: str, comp: str, cls: type, params: dict) -> object:
-    allowed = {f.name: f for f in fields(cls)}
-    kwargs = {}
-    for key, value in params.items():
-        if key not in allowed:
-            raise _err(spec, f"unknown parameter {key!r} for {comp}; allowed: {', '.join(allowed)}")
-        default = allowed[key].default
-        if isinstance(default, bool):
-            if not isinstance(value, bool):
-                raise _err(spec, f"{comp}.{key} must be true or false, got {value!r}")
-        elif isinstance(default, float):
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise _err(spec, f"{comp}.{key} must be a number, got {value!r}")
-            value = float(value)
-        elif isinstance(default, str) and not isinstance(value, str):
-            raise _err(spec, f"{comp}.{key} must be a word, got {value!r}")
-        kwargs[key] = value
-    obj = cls(**kwargs)
-    if isinstance(obj, Bug):
-        if not 0.0 <= obj.frac <= 1.0:
-            raise _err(spec, f"bug.frac must be in [0, 1], got {obj.frac}")
-        if obj.kind not in BUG_KINDS:
-            raise _err(spec, f"bug.kind must be one of {', '.join(BUG_KINDS)}, got {obj.kind!r}")
-        if obj.temp <= 0 or not 0.0 <= obj.eps <= 1.0 or obj.sigma < 0:
-            raise _err(spec, "bug needs temp > 0, eps in [0, 1], sigma >= 0")
-    if isinstance(obj, RewardCorruption):
-        if not 0.0 <= obj.p <= 1.0:
-            raise _err(spec, f"reward.p must be in [0, 1], got {obj.p}")
-        if obj.kind not in REWARD_KINDS:
-            raise _err(spec, f"reward.kind must be one of {', '.join(REWARD_KINDS)}, got {obj.kind!r}")
-        if obj.sigma < 0:
-            raise _err(spec, "reward.sigma must be >= 0")
-    if isinstance(obj, Mismatch) and obj.sigma < 0:
-        raise _err(spec, f"mismatch.sigma must be >= 0, got {obj.sigma}")
-    return obj
+def acting_probs(logits: Tensor, temperature: Tensor | None, noise: Tensor | None) -> Tensor:
+    """The distribution an actor actually samples from: softmax(logits / temperature + noise).
+
+    ``logits`` [..., A] are the clean logits of the version that samples (whose log-probs are recorded);
+    ``temperature`` broadcasts against ``logits[..., :1]`` (None: 1), ``noise`` has the shape of ``logits``."""
+    out = logits
+    if temperature is not None:
+        out = out / temperature
+    if noise is not None:
+        out = out + noise
+    return torch.softmax(out, dim=-1)
+
+
+def act(logits: Tensor, u: Tensor, temperature: Tensor | None = None, noise: Tensor | None = None,
+        flip: Tensor | None = None, random: Tensor | None = None) -> Tensor:
+    """Actions [...] from clean ``logits`` [..., A] with the actor's frictions: inverse-CDF samples of
+    `acting_probs` at the uniforms ``u``, replaced by ``random`` where ``flip`` holds (random-action bug)."""
+    actions = sample_actions(acting_probs(logits, temperature, noise), u)
+    if flip is not None:
+        actions = torch.where(flip, random, actions)
+    return actions
 
 
 def parse_frictions(spec: str | Frictions | None) -> Frictions:
-    """Parse a friction spec (module docstring). Raises ValueError naming the bad part."""
+    """Parse a friction spec (module docstring). Raises a one-line ValueError naming the bad part."""
     if isinstance(spec, Frictions):
         return spec
     if spec is None or (isinstance(spec, str) and spec.strip().lower() in ("", "none")):
@@ -183,14 +205,19 @@ def parse_frictions(spec: str | Frictions | None) -> Frictions:
     if not isinstance(spec, str):
         raise _err(spec, "expected a string")
     try:
-        terms = parse_spec(spec)
-    except ValueError as exc:
+        terms = parse(spec)
+        found: dict[str, object] = {}
+        for term in terms:
+            if term.name not in _COMPONENTS:
+                raise SpecError(f"unknown friction {term.name!r}")
+            if term.name in found:
+                raise SpecError(f"{term.name} appears twice")
+            found[term.name] = bind(term, _COMPONENTS[term.name], positional=("frac",) if term.name == "bug" else
+                                    ("p",) if term.name == "reward" else ("sigma",))
+    except SpecError as exc:
         raise _err(spec, str(exc)) from None
-    found: dict[str, object] = {}
-    for name, params in terms:
-        if name not in _COMPONENTS:
-            raise _err(spec, f"unknown friction {name!r}")
-        if name in found:
-            raise _err(spec, f"{name} appears twice")
-        found[name] = _coerce(spec, name, _COMPONENTS[name], params)
     return Frictions(spec.strip(), **found)
+
+
+def _err(spec: object, why: str) -> SpecError:
+    return SpecError(f"bad friction spec {spec!r}: {why}; allowed: {' + '.join(FORMS)}")

@@ -1,67 +1,85 @@
-"""The delay-controlled simulator: actors -> delay -> learner -> stabilizer -> optimizer.
+"""The delay-controlled simulator: actors -> delay -> learner -> stabilizer -> optimizer, for S >= 1 runs.
 
-One run = one `RunConfig`. The loop, for learner step t = 0 .. steps - 1 (the current parameters
-are version t)::
+One loop trains any number of runs that share a model shape (the fields in `SHAPE_FIELDS`) as one
+computation; seeds, recipes, delays, frictions, learning rates, optimizers, aggregation and the
+proximal setting may differ between them. S = 1 is the ordinary case. For learner step
+t = 0 .. steps - 1 (the current parameters of every run are its version t)::
 
-    1. actor events at version t: every actor chunk whose (next) tokens are due at version t is
-       sampled *now*, autoregressively from task.logits under version t, with the run's frictions,
-       and queued until its consumption step;
-    2. learner step t: the chunks of the n_actors actors due at step t form the batch; the recipe
-       computes advantages, the loss (the learner's log-probs under version t, with gradients) and
-       the update, which produces version t + 1.
+    1. act: every actor chunk whose (next) tokens are due at version t is sampled *now*, from the
+       run's version t with the run's frictions, and waits in the run's queue (delay.Schedule)
+       until its consumption step;
+    2. learn: the chunks due at step t form each run's batch; one forward and one backward of the
+       stacked policy give every run's gradient; each run's recipe computes advantages and loss
+       and steps the run's own optimizer (K epochs x N minibatches of such steps per batch:
+       ``epochs``, ``minibatches``), which produces version t + 1;
+    3. log (every ``log_every`` steps and at the end): diagnostics, evaluation, one row per run.
 
-Policy versions. The policy is a parameter dict evaluated with ``torch.func.functional_call``
-(nothing else holds state), so the runner stores no old versions at all: a chunk with lag L is
-generated at the moment version t - L is current and waits in the queue. What the queue holds per
-sample is the context (an index for MNIST), T actions, T behaviour log-probs, T versions and two
-rewards: about 40 bytes per sample on MNIST (T = 1), so D = 1000 with batch 100 costs ~4 MB instead
-of the ~320 MB that 1001 copies of the 79,510-parameter MLP would take. Per-token mixed versions
-(partial rollouts) work the same way: a chunk's later tokens are sampled at the later version's
-event, conditioned on the prefix already sampled.
+The policy (testbed/tasks/stacked.py) holds one slot per run; slot s depends only on run s, and every
+per-run computation (sampling draws, advantages, the loss, gradient transforms, the optimizer) is
+that run's alone, so a run trained with others is identical, bit for bit, to the same run alone
+(tests/integration/test_one_loop.py). A run that diverges is recorded as diverged and leaves the
+batch; the others go on.
+
+Policy versions. No old parameters are stored: a chunk with lag L is sampled at the moment version
+t - L is current and waits in the queue (about 40 bytes per sample on MNIST). Per-token mixed
+versions (partial rollouts) work the same way: a chunk's later tokens are sampled at the later
+version's event, conditioned on the prefix already sampled (whose keys and values the new version
+recomputes, as a rollout engine does after a weight update).
 
 Recorded behaviour log-probs are those of the clean policy of the version that sampled each token;
 with inference mismatch or an actor bug the actor *samples* from something else (frictions.py) but
 records these, as a real system would.
 
-Randomness is derived from (seed, purpose, step, actor), never from a shared stream, so a chunk is
-the same whatever order events happen in: with lag 0 the pipeline reproduces a plain on-policy loop
-exactly (tests/integration/test_runner.py). Per chunk (step t, actor a) the generator
-``slot_generator(seed, t, a)`` is used, in order, for: the contexts (``task.sample_contexts``),
-the bug draw (only with a non-sticky bug friction), the per-token versions (only with
-``+mixed:q``), the perturbed weights (perturb bug), then per token the mismatch noise, the action
-(``torch.multinomial``) and the random-action draws, then the reward corruption.
+Randomness (testbed/seeding.py): every stream is keyed by (seed, purpose, ...): ``init`` (weights),
+``lags``, ``bugs`` (sticky bugs), ``slot, step, actor`` (everything one chunk draws: its contexts,
+bug status, token versions, sampling uniforms and friction noise at its start; perturbed weights at
+each of its events; reward corruption at its end), ``minibatch, step, epoch`` and ``eval, step``. A
+chunk is therefore the same whatever order events happen in and whichever runs share the loop, and
+runs that differ only in their delay see the same contexts (common random numbers for paired
+comparisons).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import time
-import zlib
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-import numpy as np
 import torch
 from torch import Tensor, nn
 from torch.func import functional_call
 
 from testbed import diagnostics as diag
-from testbed.delay import parse_staleness
-from testbed.frictions import parse_frictions
-from testbed.stabilizers import AGG_MODES, PolicyTerms, build
+from testbed.delay import Chunk, Schedule, Staleness, parse_staleness
+from testbed.frictions import Frictions, act, parse_frictions
+from testbed.seeding import SCHEME, generator, numpy_rng
+from testbed.stabilizers import AGG_MODES, PolicyTerms, Recipe, build
 from testbed.stabilizers.numerics import sequence_log_ratio
-from testbed.tasks import make_task, runner_defaults, task_options
+from testbed.stabilizers.spec import SpecError
+from testbed.tasks import ExactOracle, make_task, runner_defaults, task_options
+from testbed.tasks.base import token_logp
 
 DEFAULTS: dict[str, Any] = {"batch_size": 100, "lr": 1e-3, "n_actors": 1, "agg": "token-mean"}
 OPTIMIZERS = ("adam", "sgd")
+PROXIMAL = ("current", "none")
+# Fields that fix the shape of the computation: runs trained in one loop must agree on them.
+SHAPE_FIELDS = ("task", "task_args", "steps", "log_every", "batch_size", "n_actors", "group_size", "epochs",
+                "minibatches")
 
 
 @dataclass
 class RunConfig:
-    """Everything that determines a run (its hash is the run id). ``None`` = the task's default."""
+    """Everything that determines a run (its hash is the run id). ``None`` = the task's default.
+
+    ``proximal="current"``: the proximal policy of decoupled PPO is the learner's policy at the start
+    of the batch (AReaL's definition; with one step per batch, the current policy). ``epochs`` x
+    ``minibatches`` optimizer steps per batch (PPO/GRPO trainers' regime; 1 x 1 is one step per batch).
+    """
 
     task: str = "mnist"
     recipe: str = "pg"
@@ -73,6 +91,8 @@ class RunConfig:
     lr: float | None = None
     n_actors: int | None = None
     group_size: int = 1
+    epochs: int = 1
+    minibatches: int = 1
     log_every: int = 100
     agg: str | None = None
     optimizer: str = "adam"
@@ -98,103 +118,66 @@ class RunConfig:
 
     @property
     def run_id(self) -> str:
-        """Hash of the resolved config: the key under which results are stored."""
-        text = json.dumps(asdict(self.resolved()), sort_keys=True, default=str)
+        """Hash of the resolved config and the seed scheme: the key under which results are stored."""
+        payload = {**asdict(self.resolved()), "seed_scheme": SCHEME}
+        text = json.dumps(payload, sort_keys=True, default=str)
         return hashlib.sha1(text.encode()).hexdigest()[:12]
+
+    def parse(self) -> RunSpec:
+        """Check every field and parse every spec once; the typed result the runner uses."""
+        task_options(self.task)  # raises for an unknown task
+        cfg = self.resolved()
+        from testbed.tasks import coerce_option
+
+        task_args = {k: coerce_option(cfg.task, k, v) for k, v in cfg.task_args.items()}
+        ints = ("steps", "batch_size", "n_actors", "group_size", "epochs", "minibatches", "log_every")
+        for name in ints:
+            value = getattr(cfg, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise SpecError(f"{name} must be an integer >= 1, got {value!r}")
+        if isinstance(cfg.seed, bool) or not isinstance(cfg.seed, int) or cfg.seed < 0:
+            raise SpecError(f"seed must be an integer >= 0, got {cfg.seed!r}")
+        if isinstance(cfg.lr, bool) or not isinstance(cfg.lr, int | float) or not 0 < cfg.lr < float("inf"):
+            raise SpecError(f"lr must be a finite number > 0, got {cfg.lr!r}")
+        for name, allowed in (("agg", AGG_MODES), ("optimizer", OPTIMIZERS), ("proximal", PROXIMAL)):
+            if getattr(cfg, name) not in allowed:
+                raise SpecError(f"{name} must be one of {', '.join(allowed)}, got {getattr(cfg, name)!r}")
+        if cfg.batch_size < cfg.n_actors:
+            raise SpecError(f"batch_size ({cfg.batch_size}) must be >= n_actors ({cfg.n_actors})")
+        sizes = chunk_sizes(cfg.batch_size, cfg.n_actors)
+        if any(size % cfg.group_size for size in sizes):
+            raise SpecError(f"group_size {cfg.group_size} must divide every actor's share of the batch ({sizes})")
+        if cfg.batch_size % cfg.minibatches:
+            raise SpecError(f"minibatches ({cfg.minibatches}) must divide batch_size ({cfg.batch_size})")
+        return RunSpec(cfg, build(cfg.recipe), parse_staleness(cfg.delay), parse_frictions(cfg.frictions), task_args)
 
     def validate(self) -> RunConfig:
         """Check every field (building the recipe, parsing the specs); return the resolved config."""
-        options = task_options(self.task)  # raises for an unknown task
-        for key in self.task_args:
-            if key not in options:
-                raise ValueError(f"unknown option {key!r} for task {self.task!r}; allowed: {', '.join(options) or '(none)'}")
-        cfg = self.resolved()
-        build(cfg.recipe)
-        parse_staleness(cfg.delay)
-        parse_frictions(cfg.frictions)
-        checks = [
-            (isinstance(cfg.steps, int) and cfg.steps >= 1, f"steps must be an integer >= 1, got {cfg.steps!r}"),
-            (isinstance(cfg.seed, int) and cfg.seed >= 0, f"seed must be an integer >= 0, got {cfg.seed!r}"),
-            (isinstance(cfg.batch_size, int) and cfg.batch_size >= 1, f"batch_size must be an integer >= 1, got {cfg.batch_size!r}"),
-            (isinstance(cfg.n_actors, int) and cfg.n_actors >= 1, f"n_actors must be an integer >= 1, got {cfg.n_actors!r}"),
-            (isinstance(cfg.group_size, int) and cfg.group_size >= 1, f"group_size must be an integer >= 1, got {cfg.group_size!r}"),
-            (isinstance(cfg.log_every, int) and cfg.log_every >= 1, f"log_every must be an integer >= 1, got {cfg.log_every!r}"),
-            (isinstance(cfg.lr, int | float) and cfg.lr > 0, f"lr must be a number > 0, got {cfg.lr!r}"),
-            (cfg.agg in AGG_MODES, f"agg must be one of {', '.join(AGG_MODES)}, got {cfg.agg!r}"),
-            (cfg.optimizer in OPTIMIZERS, f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {cfg.optimizer!r}"),
-            (cfg.proximal in ("current", "none"), f"proximal must be 'current' or 'none', got {cfg.proximal!r}"),
-        ]
-        for ok, message in checks:
-            if not ok:
-                raise ValueError(message)
-        if cfg.batch_size < cfg.n_actors:
-            raise ValueError(f"batch_size ({cfg.batch_size}) must be >= n_actors ({cfg.n_actors})")
-        for size in chunk_sizes(cfg.batch_size, cfg.n_actors):
-            if size % cfg.group_size:
-                raise ValueError(
-                    f"group_size {cfg.group_size} must divide every actor's share of the batch "
-                    f"({chunk_sizes(cfg.batch_size, cfg.n_actors)})"
-                )
-        return cfg
+        return self.parse().config
+
+
+@dataclass
+class RunSpec:
+    """A run's config with its specs parsed: the recipe (fresh state: one run's), staleness model,
+    frictions and task options as typed objects."""
+
+    config: RunConfig  # resolved
+    recipe: Recipe
+    staleness: Staleness
+    frictions: Frictions
+    task_args: dict[str, Any]
+
+    @property
+    def shape(self) -> tuple:
+        """What runs trained in one loop must share (`SHAPE_FIELDS`)."""
+        cfg = self.config
+        return tuple(sorted(self.task_args.items()) if f == "task_args" else getattr(cfg, f) for f in SHAPE_FIELDS)
 
 
 def chunk_sizes(batch_size: int, n_actors: int) -> list[int]:
     """How a batch is split among actors: as evenly as possible, the first ones one larger."""
     base, extra = divmod(batch_size, n_actors)
     return [base + (1 if a < extra else 0) for a in range(n_actors)]
-
-
-def derive_seed(seed: int, *parts: int | str) -> int:
-    """A 63-bit seed from (seed, parts...) by SplitMix64 mixing (strings via crc32)."""
-    x = seed & 0xFFFFFFFFFFFFFFFF
-    for part in parts:
-        value = zlib.crc32(part.encode()) if isinstance(part, str) else int(part)
-        x = (x ^ (value & 0xFFFFFFFFFFFFFFFF)) + 0x9E3779B97F4A7C15
-        x &= 0xFFFFFFFFFFFFFFFF
-        x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
-        x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
-        x ^= x >> 31
-    return x & 0x7FFFFFFFFFFFFFFF
-
-
-def slot_generator(seed: int, step: int, actor: int) -> torch.Generator:
-    """The generator of the chunk consumed at ``step`` from ``actor`` (see the module docstring)."""
-    return torch.Generator().manual_seed(derive_seed(seed, "slot", step, actor))
-
-
-class _Call(nn.Module):
-    """Holds the policy so that ``functional_call(self, params, (fn, *args))`` runs ``fn(policy, *args)``
-    with the policy's parameters replaced by ``params`` (keys prefixed ``policy.``)."""
-
-    def __init__(self, policy: nn.Module) -> None:
-        super().__init__()
-        self.policy = policy
-
-    def forward(self, fn: Callable, *args: Any) -> Any:
-        return fn(self.policy, *args)
-
-
-@dataclass
-class Chunk:
-    """The samples of one actor for one learner step (filled in at its generation events)."""
-
-    step: int
-    actor: int
-    size: int
-    gen: torch.Generator | None = None
-    contexts: Tensor | None = None
-    group_ids: Tensor | None = None
-    actions: Tensor | None = None
-    behavior_logp: Tensor | None = None
-    versions: Tensor | None = None  # [b, T] long
-    buggy: bool = False
-    rewards: Tensor | None = None  # as shown to the learner
-    true_rewards: Tensor | None = None
-
-    def nbytes(self) -> int:
-        tensors = (self.contexts, self.group_ids, self.actions, self.behavior_logp, self.versions, self.rewards,
-                   self.true_rewards)
-        return sum(t.element_size() * t.numel() for t in tensors if t is not None)
 
 
 @dataclass
@@ -206,237 +189,464 @@ class RunResult:
 
 
 class Diverged(Exception):
-    pass
+    """A run's loss, gradient or parameters became non-finite (or its optimizer overflowed)."""
+
+
+@dataclass
+class _Run:
+    """One run's own state inside the loop."""
+
+    spec: RunSpec
+    schedule: Schedule
+    sticky: Tensor | None
+    params: dict[str, Tensor]  # leaf tensors: the run's current version (its optimizer's parameters)
+    optimizer: torch.optim.Optimizer
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    status: str = "ok"
+    prev_grad: Tensor | None = None
+    reward_sum: Tensor | float = 0.0
+    reward_n: int = 0
+    queue_peak: int = 0
+
+    @property
+    def cfg(self) -> RunConfig:
+        return self.spec.config
+
+    @property
+    def recipe(self) -> Recipe:
+        return self.spec.recipe
+
+
+@dataclass
+class _Work:
+    """The learner's view of one step's batches, by slot position (filtered when a run leaves)."""
+
+    t: int
+    batches: list[dict[str, Tensor]]
+    x: Tensor  # [S, B, ...] contexts
+    a: Tensor  # [S, B, T] actions
+    start_logp: Tensor | None = None  # [S, B, T] under the policy at the start of the batch (K x N > 1)
+    score: Tensor | None = None  # [S, B] per-sample squared score norms (OPOB)
+    order: Tensor | None = None  # [S, B] this epoch's minibatch permutation
+    advantages: list[Tensor] = field(default_factory=list)
+
+    def keep(self, positions: list[int]) -> None:
+        idx = torch.tensor(positions, dtype=torch.long)
+        self.batches = [self.batches[p] for p in positions]
+        self.x, self.a = self.x.index_select(0, idx), self.a.index_select(0, idx)
+        for name in ("start_logp", "score", "order"):
+            value = getattr(self, name)
+            if value is not None:
+                setattr(self, name, value.index_select(0, idx))
+        self.advantages = [self.advantages[p] for p in positions if p < len(self.advantages)]
+
+
+def _cat(tensors: list[Tensor]) -> Tensor:
+    return tensors[0] if len(tensors) == 1 else torch.cat(tensors)
+
+
+def _stack(tensors: list[Tensor]) -> Tensor:
+    return tensors[0].unsqueeze(0) if len(tensors) == 1 else torch.stack(tensors)
 
 
 class Runner:
-    """Runs one config. ``on_version(v, params)`` is called for every new version (0 first) and
-    ``on_batch(step, batch)`` with every consumed batch before the update (tests use both)."""
+    """Trains ``configs`` (one or several runs sharing `SHAPE_FIELDS`) as one computation.
 
-    def __init__(self, config: RunConfig, task: Any = None) -> None:
-        self.cfg = cfg = config.validate()
-        self.task = task if task is not None else make_task(cfg.task, **cfg.task_args)
-        self.recipe = build(cfg.recipe)
-        self.staleness = parse_staleness(cfg.delay)
-        self.frictions = parse_frictions(cfg.frictions)
-        self.horizon = int(self.task.horizon)
-        init_gen = torch.Generator().manual_seed(derive_seed(cfg.seed, "init"))
-        policy = self.task.make_policy(init_gen)
-        self.call_module = _Call(policy)
-        self.params: dict[str, Tensor] = {
-            f"policy.{k}": v.detach().clone().requires_grad_(True) for k, v in policy.named_parameters()
-        }
-        self.buffers = {f"policy.{k}": v for k, v in policy.named_buffers()}
-        trainable = list(self.params.values())
-        if cfg.optimizer == "adam":
-            self.optimizer: torch.optim.Optimizer = torch.optim.Adam(trainable, lr=cfg.lr, foreach=True)
-        else:
-            self.optimizer = torch.optim.SGD(trainable, lr=cfg.lr)
-        self.sizes = chunk_sizes(cfg.batch_size, cfg.n_actors)
-        rng = np.random.default_rng(derive_seed(cfg.seed, "lags"))
-        self.lags = self.staleness.lags(cfg.steps, cfg.n_actors, rng)
-        self.sticky = self.frictions.buggy_actors(cfg.n_actors, torch.Generator().manual_seed(derive_seed(cfg.seed, "bugs")))
-        self.oracle = self.horizon == 1 and hasattr(self.task, "expected_reward") and hasattr(self.task, "supervised_loss")
-        self.on_version: Callable[[int, dict[str, Tensor]], None] | None = None
-        self.on_batch: Callable[[int, dict[str, Tensor]], None] | None = None
+    Hooks for tests and instrumentation: ``on_version(run, version, params)`` for every new version
+    of every run (0 first; ``params`` the run's parameter dict) and ``on_batch(run, step, batch)``
+    with every consumed batch before the update.
+    """
 
-    # -- functional evaluation ------------------------------------------------------------------
-    def apply(self, params: dict[str, Tensor], fn: Callable, *args: Any) -> Any:
-        """``fn(policy, *args)`` with the policy's parameters set to ``params``."""
-        return functional_call(self.call_module, {**params, **self.buffers}, (fn, *args))
+    def __init__(self, configs: RunConfig | Sequence[RunConfig], task: Any = None) -> None:
+        configs = [configs] if isinstance(configs, RunConfig) else list(configs)
+        if not configs:
+            raise ValueError("Runner needs at least one config")
+        specs = [c.parse() for c in configs]
+        for spec in specs[1:]:
+            for name, a, b in zip(SHAPE_FIELDS, specs[0].shape, spec.shape, strict=True):
+                if a != b:
+                    raise SpecError(f"runs trained in one loop must agree on {', '.join(SHAPE_FIELDS)}; they differ in "
+                                    f"{name} ({a!r} vs {b!r})")
+        ids = [s.config.run_id for s in specs]
+        if len(set(ids)) != len(ids):
+            raise SpecError("the same run appears twice in one loop")
+        cfg0 = specs[0].config
+        self.cfg0 = cfg0
+        self.task = task if task is not None else make_task(cfg0.task, **specs[0].task_args)
+        self.horizon, self.n_actions = int(self.task.horizon), int(self.task.n_actions)
+        self.sizes = chunk_sizes(cfg0.batch_size, cfg0.n_actors)
+        self.policy: nn.Module = self.task.make_policy([generator(s.config.seed, "init") for s in specs])
+        self.runs: list[_Run] = []
+        for i, spec in enumerate(specs):
+            cfg = spec.config
+            # the run's parameters are its slot of the policy's: leaf views that its optimizer updates in place
+            params = {k: v.detach()[i].requires_grad_(True) for k, v in self.policy.named_parameters()}
+            leaves = list(params.values())
+            if cfg.optimizer == "adam":
+                optimizer: torch.optim.Optimizer = torch.optim.Adam(leaves, lr=cfg.lr, fused=True)
+            else:
+                optimizer = torch.optim.SGD(leaves, lr=cfg.lr)
+            lags = spec.staleness.lags(cfg.steps, cfg.n_actors, numpy_rng(cfg.seed, "lags"))
+            sticky = spec.frictions.buggy_actors(cfg.n_actors, generator(cfg.seed, "bugs"))
+            self.runs.append(_Run(spec, Schedule(lags, self.sizes), sticky, params, optimizer))
+        self.active = list(range(len(self.runs)))  # runs still training, in slot order
+        self.oracle = self.horizon == 1 and isinstance(self.task, ExactOracle)
+        self.on_version: Callable[[int, int, dict[str, Tensor]], None] | None = None
+        self.on_batch: Callable[[int, int, dict[str, Tensor]], None] | None = None
 
-    def logits(self, params: dict[str, Tensor], contexts: Tensor, actions: Tensor) -> Tensor:
-        return self.apply(params, self.task.logits, contexts, actions)
+    # -- the policy's slots ------------------------------------------------------------------------
+    def params(self, run: int) -> dict[str, Tensor]:
+        """The current parameters of run ``run`` (leaf tensors; their shapes are one slot's)."""
+        return self.runs[run].params
+
+    def _nonfinite(self) -> list[int]:
+        """Slot positions whose parameters have blown up: some tensor's L2 norm is not finite in float32
+        (NaN, inf, or entries so large that their squares overflow)."""
+        if not self.active:
+            return []
+        with torch.no_grad():
+            norms = torch.stack([torch.linalg.vector_norm(p.flatten(1), dim=1) for p in self.policy.parameters()])
+            ok = torch.isfinite(norms).all(0)
+        return [pos for pos, good in enumerate(ok.tolist()) if not good]
+
+    def _view(self, slots: list[int]) -> Callable[..., Any]:
+        """The policy restricted to the given slot positions (all of them: the policy itself)."""
+        if len(slots) == len(self.active):
+            return self.policy
+        idx = torch.tensor(slots)
+        params = {k: v.index_select(0, idx) for k, v in self.policy.named_parameters()}
+        return functools.partial(_call, self.policy, params)
 
     def token_logp(self, params: dict[str, Tensor], contexts: Tensor, actions: Tensor) -> Tensor:
-        """log pi(a_t | x, a_<t) for every token: [B, T]."""
-        logits = self.logits(params, contexts, actions)
-        return torch.log_softmax(logits.float(), dim=-1).gather(-1, actions[..., None]).squeeze(-1)
+        """log pi(a_t | x, a_<t) [S', B, T] under ``params`` (a dict of [S', ...] tensors)."""
+        return token_logp(self.task.logits(functools.partial(_call, self.policy, params), contexts, actions), actions)
 
-    # -- actors -----------------------------------------------------------------------------------
-    def _generate(self, chunk: Chunk, version: int) -> int | None:
-        """Sample the tokens of ``chunk`` due at ``version``; return the next version it is due at."""
-        horizon = self.horizon
-        if chunk.gen is None:  # first event of this chunk
-            gen = chunk.gen = slot_generator(self.cfg.seed, chunk.step, chunk.actor)
-            g = self.cfg.group_size
-            contexts = self.task.sample_contexts(chunk.size // g, gen, "train")
-            if g > 1:
-                contexts = contexts.repeat_interleave(g, dim=0)
-                chunk.group_ids = torch.arange(chunk.size // g).repeat_interleave(g)
-            chunk.contexts = contexts
-            chunk.buggy = self.frictions.is_buggy(chunk.actor, self.sticky, gen)
-            mixed = self.staleness.token_versions(version, chunk.step, (chunk.size, horizon), gen)
-            chunk.versions = (
-                torch.full((chunk.size, horizon), version, dtype=torch.long) if mixed is None else torch.from_numpy(mixed)
-            )
-            chunk.actions = torch.zeros((chunk.size, horizon), dtype=torch.long)
-            chunk.behavior_logp = torch.zeros((chunk.size, horizon), dtype=torch.float32)
-        gen = chunk.gen
-        params = {k: v.detach() for k, v in self.params.items()}
-        sample_params = None
-        if chunk.buggy and self.frictions.bug.kind == "perturb":
-            sample_params = self.frictions.perturbed(params, gen)
-        due = chunk.versions == version
-        with torch.no_grad():
-            for k in range(horizon):
-                rows = due[:, k]
-                if not bool(rows.any()):
-                    continue
-                logits = self.logits(params, chunk.contexts, chunk.actions)[:, k].float()
-                if not bool(torch.isfinite(logits).all()):
-                    raise Diverged(max(version - 1, 0))  # the last update made the policy non-finite
-                acting = logits if sample_params is None else self.logits(sample_params, chunk.contexts, chunk.actions)[:, k].float()
-                actions = self.frictions.sample(acting, chunk.buggy, gen)
-                logp = torch.log_softmax(logits, dim=-1).gather(-1, actions[:, None]).squeeze(-1)
-                chunk.actions[rows, k] = actions[rows]
-                chunk.behavior_logp[rows, k] = logp[rows]
-        later = chunk.versions[chunk.versions > version]
-        if later.numel():
-            return int(later.min())
-        with torch.no_grad():
-            chunk.true_rewards = self.task.reward(chunk.contexts, chunk.actions).to(torch.float32)
-        chunk.rewards = self.frictions.corrupt_rewards(chunk.true_rewards, gen)
-        chunk.gen = None
-        return None
-
-    # -- learner ----------------------------------------------------------------------------------
-    def _batch(self, chunks: list[Chunk]) -> dict[str, Tensor]:
-        cat = {name: torch.cat([getattr(c, name) for c in chunks]) for name in
-               ("contexts", "actions", "behavior_logp", "versions", "rewards", "true_rewards")}
-        if self.cfg.group_size > 1:
-            offsets, gids = 0, []
-            for c in chunks:
-                gids.append(c.group_ids + offsets)
-                offsets += c.size // self.cfg.group_size
-            cat["group_ids"] = torch.cat(gids)
-        cat["buggy"] = torch.cat([torch.full((c.size,), c.buggy) for c in chunks])
-        return cat
-
-    def _score_sq_norms(self, contexts: Tensor, actions: Tensor) -> Tensor:
-        """||grad_theta log pi(tau_i)||^2 per sequence (OPOB needs it): exact, by `diag.linear_score_sq_norms`
-        when every parameter belongs to an nn.Linear, else by vmap over per-sample gradients."""
-        fast = diag.linear_score_sq_norms(self.call_module.policy, lambda: self.token_logp(self.params, contexts, actions))
-        if fast is not None:
-            return fast
-        params = {k: v.detach() for k, v in self.params.items()}
-
-        def seq_logp(p: dict[str, Tensor], x: Tensor, a: Tensor) -> Tensor:
-            return self.token_logp(p, x[None], a[None]).sum()
-
-        try:
-            grads = torch.func.vmap(torch.func.grad(seq_logp), in_dims=(None, 0, 0))(params, contexts, actions)
-            return sum(g.reshape(g.shape[0], -1).pow(2).sum(1) for g in grads.values())
-        except (RuntimeError, NotImplementedError):  # a task op without a vmap rule: loop
-            out = []
-            for x, a in zip(contexts, actions, strict=True):
-                g = torch.func.grad(seq_logp)(params, x, a)
-                out.append(sum(v.pow(2).sum() for v in g.values()))
-            return torch.stack(out)
-
-    def run(self, progress: bool = False) -> RunResult:
-        cfg = self.cfg
-        starts: dict[int, list[Chunk]] = defaultdict(list)
-        due: dict[int, list[Chunk]] = defaultdict(list)
-        consume: dict[int, list[Chunk]] = {}
-        for t in range(cfg.steps):
-            consume[t] = [Chunk(t, a, self.sizes[a]) for a in range(cfg.n_actors)]
-            for a, chunk in enumerate(consume[t]):
-                starts[t - int(self.lags[t, a])].append(chunk)
-        rows: list[dict[str, Any]] = []
-        status, prev_grad = "ok", None
-        window: list[float] = []
-        peak_queue = 0
-        eval_gen = torch.Generator()
+    # -- the loop ------------------------------------------------------------------------------------
+    def run(self, progress: bool = False) -> list[RunResult]:
+        """Train every run to its last step (or its divergence); one result per run, in order."""
         t0 = time.perf_counter()
         bar = None
         if progress:
             from tqdm.auto import tqdm
 
-            bar = tqdm(total=cfg.steps, desc=f"{cfg.recipe} {cfg.delay} seed {cfg.seed}", leave=False)
-        if self.on_version is not None:
-            self.on_version(0, self.params)
+            label = self.runs[0].cfg.recipe if len(self.runs) == 1 else f"{len(self.runs)} runs"
+            bar = tqdm(total=self.cfg0.steps, desc=label, leave=False)
         try:
-            for t in range(cfg.steps):
-                for chunk in starts.pop(t, []) + due.pop(t, []):
-                    nxt = self._generate(chunk, t)
-                    if nxt is not None:
-                        due[nxt].append(chunk)
-                batch = self._batch(consume.pop(t))
-                log_now = (t + 1) % cfg.log_every == 0 or t + 1 == cfg.steps
-                if log_now:
-                    peak_queue = max(peak_queue, self.queue_bytes(consume))
-                if self.on_batch is not None:
-                    self.on_batch(t, batch)
-                row, grad = self._update(t, batch, prev_grad, log_now)
-                window.append(float(batch["true_rewards"].mean()))
-                if self.on_version is not None:
-                    self.on_version(t + 1, self.params)
-                if log_now:
-                    eval_gen.manual_seed(derive_seed(cfg.seed, "eval", t))
-                    with torch.no_grad():
-                        row.update(self.apply(self.params, self.task.evaluate, eval_gen))
-                    row["reward_avg"] = float(np.mean(window))
-                    window.clear()
-                    rows.append(row)
-                prev_grad = grad
+            self.publish(-1)
+            for t in range(self.cfg0.steps):
+                if not self.active:
+                    break
+                self.act(t)
+                self.learn(t)
+                self.publish(t)
                 if bar is not None:
                     bar.update(1)
-        except Diverged as exc:
-            status = "diverged"
-            rows.append({"step": int(exc.args[0]) + 1, "diverged_at": int(exc.args[0]) + 1})
         finally:
             if bar is not None:
                 bar.close()
-        info = {"wall_s": time.perf_counter() - t0, "queue_peak_bytes": peak_queue,
-                "param_bytes": sum(p.numel() * p.element_size() for p in self.params.values())}
-        return RunResult(cfg, rows, status, info)
+        return self.results(time.perf_counter() - t0)
+
+    def results(self, wall: float = float("nan")) -> list[RunResult]:
+        param_bytes = sum(p.numel() * p.element_size() for p in self.runs[0].params.values())
+        n = len(self.runs)
+        return [RunResult(r.cfg, r.rows, r.status, {"wall_s": wall / n, "loop_wall_s": wall, "loop_runs": n,
+                                                    "queue_peak_bytes": r.queue_peak, "param_bytes": param_bytes})
+                for r in self.runs]
+
+    def publish(self, t: int) -> None:
+        """After update t (t = -1: at the start): every run's version t + 1 is in the policy (each run's optimizer
+        updates its slot in place); record runs whose parameters blew up as diverged at update t, and on a
+        logged step evaluate and log."""
+        if t >= 0:
+            self._drop(self._nonfinite(), t)
+        if self.on_version is not None:
+            for r in self.active:
+                self.on_version(r, t + 1, self.runs[r].params)
+        if t >= 0 and self._logs(t) and self.active:
+            self._log(t)
+
+    def _logs(self, t: int) -> bool:
+        return (t + 1) % self.cfg0.log_every == 0 or t + 1 == self.cfg0.steps
+
+    def _drop(self, positions: list[int], step: int) -> None:
+        """Record the runs at these slot positions as diverged at update ``step`` and take them out."""
+        for pos in positions:
+            self._record_divergence(self.runs[self.active[pos]], step)
+        self._remove(positions)
 
     @staticmethod
-    def queue_bytes(pending: dict[int, list[Chunk]]) -> int:
-        return sum(c.nbytes() for chunks in pending.values() for c in chunks)
+    def _record_divergence(run: _Run, step: int) -> None:
+        run.status = "diverged"
+        while run.rows and run.rows[-1].get("step", 0) > step:
+            run.rows.pop()  # rows of updates at or after the one that diverged
+        run.rows.append({"step": step + 1, "diverged_at": step + 1})
 
-    def _update(self, t: int, batch: dict[str, Tensor], prev_grad: Tensor | None, log_now: bool) -> tuple[dict, Tensor]:
-        cfg, recipe = self.cfg, self.recipe
-        contexts, actions, blogp = batch["contexts"], batch["actions"], batch["behavior_logp"]
-        logp = self.token_logp(self.params, contexts, actions)
-        mask = torch.ones_like(logp, dtype=torch.bool)
-        group_ids = batch.get("group_ids")
-        score = self._score_sq_norms(contexts, actions) if recipe.needs_score_norms else None
-        adv = recipe.advantages(batch["rewards"], group_ids=group_ids, logp=logp.detach(), behavior_logp=blogp,
-                                mask=mask, score_sq_norms=score)
-        terms = PolicyTerms(logp, blogp, adv, mask, proximal_logp=logp.detach() if cfg.proximal == "current" else None,
-                            versions=batch["versions"], group_ids=group_ids, rewards=batch["rewards"])
-        try:
-            out = recipe.loss(terms, cfg.agg)
-        except ValueError as exc:
-            if "non-finite" in str(exc):
-                raise Diverged(t) from exc
-            raise
-        if not bool(torch.isfinite(out.loss)):
-            raise Diverged(t)
-        params = list(self.params.values())
+    def _remove(self, positions: list[int]) -> None:
+        if not positions:
+            return
+        keep = [pos for pos in range(len(self.active)) if pos not in positions]
+        self.active = [self.active[pos] for pos in keep]
+        idx = torch.tensor(keep, dtype=torch.long)
+        with torch.no_grad():
+            for name, p in self.policy.named_parameters():
+                p.data = p.data.index_select(0, idx)
+                p.grad = None
+                for pos, r in enumerate(self.active):  # the remaining runs' parameters: views of the new slots
+                    self.runs[r].params[name].data = p.data[pos]
+
+    # -- actors --------------------------------------------------------------------------------------
+    def _start(self, run: _Run, chunk: Chunk) -> None:
+        """A chunk's first event: contexts, bug status, token versions and its pre-drawn randomness."""
+        cfg, spec = run.cfg, run.spec
+        gen = generator(cfg.seed, "slot", chunk.step, chunk.actor)
+        g = cfg.group_size
+        contexts = self.task.sample_contexts(chunk.size // g, gen, "train")
+        if g > 1:
+            contexts = contexts.repeat_interleave(g, dim=0)
+            chunk.group_ids = torch.arange(chunk.size // g).repeat_interleave(g)
+        chunk.contexts = contexts
+        chunk.buggy = spec.frictions.is_buggy(chunk.actor, run.sticky, gen)
+        shape = (chunk.size, self.horizon)
+        mixed = spec.staleness.token_versions(chunk.start, chunk.step, shape, gen)
+        chunk.versions = torch.full(shape, chunk.start, dtype=torch.long) if mixed is None else torch.from_numpy(mixed)
+        chunk.actions = torch.zeros(shape, dtype=torch.long)
+        chunk.behavior_logp = torch.zeros(shape, dtype=torch.float32)
+        chunk.state = {"gen": gen, **spec.frictions.draws(chunk.size, self.horizon, self.n_actions, chunk.buggy, gen)}
+
+    def act(self, t: int) -> None:
+        """Sample every chunk due at version t, all runs with the same job shape in one computation."""
+        jobs: dict[tuple[int, int, int], list[tuple[int, list[Chunk]]]] = defaultdict(list)
+        for pos, r in enumerate(self.active):
+            run = self.runs[r]
+            chunks = run.schedule.due(t)
+            if not chunks:
+                continue
+            for chunk in chunks:
+                if chunk.contexts is None:
+                    self._start(run, chunk)
+            due = torch.cat([c.versions == t for c in chunks]) if len(chunks) > 1 else chunks[0].versions == t
+            cols = due.any(0).nonzero().flatten()
+            key = (int(due.shape[0]), int(cols[0]), int(cols[-1]))
+            jobs[key].append((pos, chunks))
+        for (_, k0, k1), group in jobs.items():
+            self._sample(t, group, k0, k1)
+        if self._logs(t):
+            for r in self.active:
+                run = self.runs[r]
+                run.queue_peak = max(run.queue_peak, run.schedule.pending_bytes())
+
+    def _sample(self, t: int, group: list[tuple[int, list[Chunk]]], k0: int, k1: int) -> None:
+        """Sample positions k0..k1 of the due rows of every chunk in ``group`` ([(slot position, chunks)])."""
+        slots = [pos for pos, _ in group]
+        policy = self._view(slots)
+        runs = [self.runs[self.active[pos]] for pos in slots]
+        allc = [c for _, chunks in group for c in chunks]
+
+        def gather(get: Callable[[Chunk], Tensor]) -> Tensor:
+            return _stack([_cat([get(c) for c in chunks]) for _, chunks in group])
+
+        def temperature(run: _Run, chunks: list[Chunk]) -> Tensor:
+            return _cat([torch.full((c.size, 1), run.spec.frictions.temperature(c.buggy)) for c in chunks])
+
+        x = gather(lambda c: c.contexts)
+        actions = gather(lambda c: c.actions)
+        blogp = gather(lambda c: c.behavior_logp)
+        due = gather(lambda c: c.versions == t)
+        u = gather(lambda c: c.state["u"])
+        temp = noise = flip = rand = None
+        if any(run.spec.frictions.temperature(c.buggy) != 1.0 for run, (_, chunks) in zip(runs, group, strict=True)
+               for c in chunks):
+            temp = _stack([temperature(run, chunks) for run, (_, chunks) in zip(runs, group, strict=True)])
+        if any("noise" in c.state for c in allc):
+            noise = gather(lambda c: c.state.get("noise", torch.zeros((c.size, self.horizon, self.n_actions))))
+        if any("flip" in c.state for c in allc):
+            flip = gather(lambda c: c.state.get("flip", torch.zeros((c.size, self.horizon), dtype=torch.bool)))
+            rand = gather(lambda c: c.state.get("random", torch.zeros((c.size, self.horizon), dtype=torch.long)))
+        perturbed = self._perturbed(t, group, runs, k0)
+        with torch.no_grad():
+            state = self.task.decode_state(policy, x, actions, k0)
+            for k in range(k0, k1 + 1):
+                logits, state = self.task.decode(policy, state, actions, k)
+                acting = logits
+                if perturbed:
+                    acting = logits.clone()
+                    for (g, lo, hi), (view, pstate) in list(perturbed.items()):
+                        plogits, pstate = self.task.decode(view, pstate, actions[g : g + 1, lo:hi], k)
+                        perturbed[(g, lo, hi)] = (view, pstate)
+                        acting[g, lo:hi] = plogits[0]
+                a = act(acting, u[..., k], temp, None if noise is None else noise[..., k, :],
+                        None if flip is None else flip[..., k], None if rand is None else rand[..., k])
+                d = due[..., k]
+                actions[..., k] = torch.where(d, a, actions[..., k])
+                blogp[..., k] = torch.where(d, token_logp(logits.unsqueeze(-2), a.unsqueeze(-1)).squeeze(-1), blogp[..., k])
+        for g, ((_, chunks), run) in enumerate(zip(group, runs, strict=True)):
+            lo = 0
+            for c in chunks:
+                c.actions, c.behavior_logp = actions[g, lo : lo + c.size], blogp[g, lo : lo + c.size]
+                lo += c.size
+                later = c.versions[c.versions > t]
+                if later.numel():
+                    run.schedule.defer(c, int(later.min()))
+                else:
+                    self._finish(run, c)
+
+    def _perturbed(self, t: int, group: list, runs: list[_Run], k0: int) -> dict:
+        """For chunks sampled by a ``perturb`` bug: a view of the policy with that run's weights perturbed
+        (drawn now from the chunk's stream) and its decode state, keyed by (group row, first, last row)."""
+        out = {}
+        for g, ((pos, chunks), run) in enumerate(zip(group, runs, strict=True)):
+            lo = 0
+            for c in chunks:
+                if c.buggy and run.spec.frictions.bug.kind == "perturb":
+                    params = {k: v[pos : pos + 1] for k, v in self.policy.named_parameters()}
+                    noisy = run.spec.frictions.perturbed(params, c.state["gen"])
+                    view = functools.partial(_call, self.policy, noisy)
+                    x, a = c.contexts.unsqueeze(0), c.actions.unsqueeze(0)
+                    out[(g, lo, lo + c.size)] = (view, self.task.decode_state(view, x, a, k0))
+                lo += c.size
+        return out
+
+    def _finish(self, run: _Run, chunk: Chunk) -> None:
+        """A chunk's last event: its rewards (true and as shown to the learner)."""
+        with torch.no_grad():
+            chunk.true_rewards = self.task.reward(chunk.contexts, chunk.actions).to(torch.float32)
+        chunk.rewards = run.spec.frictions.corrupt_rewards(chunk.true_rewards, chunk.state["gen"])
+        chunk.actions, chunk.behavior_logp = chunk.actions.clone(), chunk.behavior_logp.clone()
+        chunk.state = {}
+
+    # -- learner -------------------------------------------------------------------------------------
+    def _batch(self, run: _Run, chunks: list[Chunk]) -> dict[str, Tensor]:
+        batch = {name: _cat([getattr(c, name) for c in chunks]) for name in
+                 ("contexts", "actions", "behavior_logp", "versions", "rewards", "true_rewards")}
+        g = run.cfg.group_size
+        if g > 1:
+            offsets, gids = 0, []
+            for c in chunks:
+                gids.append(c.group_ids + offsets)
+                offsets += c.size // g
+            batch["group_ids"] = torch.cat(gids)
+        batch["buggy"] = torch.cat([torch.full((c.size,), c.buggy) for c in chunks])
+        return batch
+
+    def learn(self, t: int) -> None:
+        """Every active run's update(s) from its batch of step t: epochs x minibatches optimizer steps."""
+        cfg0 = self.cfg0
+        log_now = self._logs(t)
+        batches = []
+        for r in self.active:
+            run = self.runs[r]
+            batch = self._batch(run, run.schedule.take(t))
+            run.reward_sum = run.reward_sum + batch["true_rewards"].mean()
+            run.reward_n += 1
+            if self.on_batch is not None:
+                self.on_batch(r, t, batch)
+            batches.append(batch)
+        work = _Work(t, batches, _stack([b["contexts"] for b in batches]), _stack([b["actions"] for b in batches]))
+        n_steps = cfg0.epochs * cfg0.minibatches
+        with torch.no_grad():
+            if n_steps > 1:  # the policy at the start of the batch: advantages and the proximal policy
+                work.start_logp = token_logp(self.task.logits(self.policy, work.x, work.a), work.a)
+        if any(self.runs[r].recipe.needs_score_norms for r in self.active):
+            work.score = diag.score_sq_norms(self.task, self.policy, work.x, work.a)
+        step = 0
+        for epoch in range(cfg0.epochs):
+            work.order = self._minibatch_order(t, epoch) if cfg0.minibatches > 1 else None
+            for mb in range(cfg0.minibatches):
+                last = step == n_steps - 1
+                if step > 0:
+                    self._drop_and_filter([(pos, t) for pos in self._nonfinite()], work)
+                if not self.active:
+                    return
+                size = cfg0.batch_size // cfg0.minibatches
+                idx = None if work.order is None else work.order[:, mb * size : (mb + 1) * size]
+                failed = self._update(work, idx, log_now and last, log_now or (last and self._logs(t + 1)))
+                self._drop_and_filter(failed, work)
+                step += 1
+
+    def _drop_and_filter(self, failed: list[tuple[int, int]], work: _Work) -> None:
+        if failed:
+            positions = [pos for pos, _ in failed]
+            keep = [pos for pos in range(len(self.active)) if pos not in positions]
+            for pos, step in failed:
+                self._record_divergence(self.runs[self.active[pos]], step)
+            self._remove(positions)
+            work.keep(keep)
+
+    def _minibatch_order(self, t: int, epoch: int) -> Tensor:
+        """Each active run's permutation of its batch for this epoch [S, B] (from its own stream)."""
+        b = self.cfg0.batch_size
+        return torch.stack([torch.randperm(b, generator=generator(self.runs[r].cfg.seed, "minibatch", t, epoch))
+                            for r in self.active])
+
+    def _update(self, work: _Work, idx: Tensor | None, log_now: bool, keep_grad: bool) -> list[tuple[int, int]]:
+        """One optimizer step of every active run (``idx`` [S, b]: this minibatch's rows of each batch);
+        returns (slot position, step of the update that diverged) of the runs that diverged."""
+        t = work.t
+        params = list(self.policy.parameters())
         for p in params:
             p.grad = None
-        out.loss.backward()
-        grad = diag.flat_grad(params)
-        row: dict[str, Any] = {}
-        if log_now:
-            row = self._diagnostics(t, batch, logp.detach(), blogp, out, grad, prev_grad)
-        try:
-            metrics = recipe.step(params, self.optimizer, terms)
-        except RuntimeError as exc:  # e.g. a step size that no longer fits in float32
-            if "overflow" in str(exc):
-                raise Diverged(t) from exc
-            raise
-        if not bool(torch.stack(torch._foreach_norm(params)).isfinite().all()):
-            raise Diverged(t)
-        if log_now:
-            row = {**{k: float(v) for k, v in metrics.items()}, **row}
-        return row, grad
+        xs, as_ = (work.x, work.a) if idx is None else (_take(work.x, idx), _take(work.a, idx))
+        logp = token_logp(self.task.logits(self.policy, xs, as_), as_)
+        bad = torch.isfinite(logp.detach()).flatten(1).all(1).logical_not().nonzero().flatten().tolist()
+        if bad:  # this version is not finite: the previous update diverged
+            positions = self._nonfinite()
+            stale = [pos for pos in bad if pos in positions]
+            if stale:
+                return [(pos, t - 1) for pos in stale] + [(pos, t) for pos in bad if pos not in stale]
+        losses, outs, terms_of, failed = [], [], [], []
+        for pos, r in enumerate(self.active):
+            run, batch = self.runs[r], work.batches[pos]
+            rows = slice(None) if idx is None else idx[pos]
+            start = logp[pos].detach() if work.start_logp is None else work.start_logp[pos]
+            if len(work.advantages) <= pos:
+                work.advantages.append(run.recipe.advantages(
+                    batch["rewards"], group_ids=batch.get("group_ids"), logp=start, behavior_logp=batch["behavior_logp"],
+                    mask=torch.ones_like(start, dtype=torch.bool), score_sq_norms=None if work.score is None else work.score[pos]))
+            group_ids = batch.get("group_ids")
+            terms = PolicyTerms(logp[pos], batch["behavior_logp"][rows], work.advantages[pos][rows],
+                                torch.ones_like(logp[pos], dtype=torch.bool),
+                                proximal_logp=start[rows] if run.cfg.proximal == "current" else None,
+                                versions=batch["versions"][rows], group_ids=None if group_ids is None else group_ids[rows],
+                                rewards=batch["rewards"][rows])
+            out = run.recipe.loss(terms, run.cfg.agg, nan_policy="ignore")  # logp and the loss are checked here
+            losses.append(out.loss)
+            outs.append(out)
+            terms_of.append(terms)
+        total = torch.stack(losses)
+        failed = [pos for pos, ok in enumerate(torch.isfinite(total).tolist()) if not ok or pos in bad]
+        ok = [pos for pos in range(len(self.active)) if pos not in failed]
+        if not ok:
+            return [(pos, t) for pos in failed]
+        total[ok].sum().backward()
+        oracle = diag.oracle_gradients(self.task, self.policy, xs) if log_now and self.oracle else None
+        for pos in ok:
+            run = self.runs[self.active[pos]]
+            leaves = list(run.params.values())
+            for leaf, p in zip(leaves, params, strict=True):
+                # transforms edit gradients in place: give them their own memory, as a run alone has
+                leaf.grad = p.grad[pos].clone() if run.recipe.transforms else p.grad[pos]
+            grad = diag.flat_grad(leaves) if keep_grad else None
+            row = None
+            if log_now:
+                row = self._diagnostics(t, work.batches[pos], logp[pos].detach(), terms_of[pos].behavior_logp,
+                                        outs[pos], grad, run.prev_grad,
+                                        None if oracle is None else (oracle[0][pos], oracle[1][pos]))
+            try:
+                metrics = run.recipe.step(leaves, run.optimizer, terms_of[pos])
+            except RuntimeError as exc:  # e.g. a step size that no longer fits in float32
+                if "overflow" not in str(exc):
+                    raise
+                failed.append(pos)
+                continue
+            if row is not None:
+                run.rows.append({**{k: float(v) for k, v in metrics.items()}, **row})
+            run.prev_grad = grad
+        for p in params:
+            p.grad = None
+        return [(pos, t) for pos in sorted(failed)]
 
     def _diagnostics(self, t: int, batch: dict, logp: Tensor, blogp: Tensor, out: Any, grad: Tensor,
-                     prev_grad: Tensor | None) -> dict[str, Any]:
+                     prev_grad: Tensor | None, oracle: tuple[Tensor, Tensor] | None) -> dict[str, Any]:
         lags = (t - batch["versions"]).float()
         seq_lr = sequence_log_ratio(logp, blogp, torch.ones_like(logp, dtype=torch.bool))
         row: dict[str, Any] = {
@@ -447,18 +657,43 @@ class Runner:
             "lag_mean": float(lags.mean()),
             "lag_max": int(lags.max()),
             "buggy_frac": float(batch["buggy"].float().mean()),
-            "grad_norm": float(grad.norm()),
+            "grad_norm": float(torch.linalg.vector_norm(grad)),
             "grad_cos_prev": diag.cosine(grad, prev_grad) if prev_grad is not None else float("nan"),
             **{k: float(v) for k, v in out.metrics.items()},
             **diag.ratio_stats(logp - blogp, seq_lr),
         }
-        if self.oracle:
-            true_pg, ce = diag.oracle_gradients(self, batch["contexts"])
-            row["cos_true_pg"] = diag.cosine(grad, true_pg)
-            row["cos_ce"] = diag.cosine(grad, ce)
+        if oracle is not None:
+            row["cos_true_pg"] = diag.cosine(grad, oracle[0])
+            row["cos_ce"] = diag.cosine(grad, oracle[1])
         return row
+
+    def _log(self, t: int) -> None:
+        """Evaluate every active run at its new version and complete its row of step t."""
+        with torch.no_grad():
+            metrics = self.task.evaluate(self.policy, [generator(self.runs[r].cfg.seed, "eval", t) for r in self.active])
+        for pos, r in enumerate(self.active):
+            run = self.runs[r]
+            if not run.rows or run.rows[-1].get("step") != t + 1:
+                continue
+            run.rows[-1].update(metrics[pos])
+            run.rows[-1]["reward_avg"] = float(run.reward_sum) / run.reward_n
+            run.reward_sum, run.reward_n = 0.0, 0
+
+
+def _call(module: nn.Module, params: dict[str, Tensor], *args: Any, **kwargs: Any) -> Any:
+    return functional_call(module, params, args, kwargs)
+
+
+def _take(x: Tensor, idx: Tensor) -> Tensor:
+    """Rows ``idx[s]`` of every slot s of ``x`` [S, B, ...] -> [S, b, ...]."""
+    return torch.stack([x[s].index_select(0, idx[s]) for s in range(x.shape[0])])
+
+
+def run_many(configs: Sequence[RunConfig], progress: bool = False, task: Any = None) -> list[RunResult]:
+    """Train ``configs`` (sharing `SHAPE_FIELDS`) in one loop; results in order, each equal to running it alone."""
+    return Runner(configs, task=task).run(progress=progress)
 
 
 def run(config: RunConfig, progress: bool = False, task: Any = None) -> RunResult:
-    """Run one config (see `Runner`)."""
-    return Runner(config, task=task).run(progress=progress)
+    """Train one config."""
+    return Runner([config], task=task).run(progress=progress)[0]

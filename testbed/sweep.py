@@ -5,8 +5,9 @@ File format (TOML shown; YAML with the same keys works too)::
     out = "runs/mnist_delay"      # optional (the CLI's --out wins)
     workers = 1                   # optional (the CLI's --workers wins)
     format = "csv"                # or "parquet" (results.parquet beside results.csv)
-    batch_seeds = true            # optional: runs that share a model shape train as one batched
-                                  # computation, 8 at a time (or an integer: that many); testbed/batched.py
+    loop_size = 8                 # optional: at most this many runs that share a model shape train in one
+                                  # loop (testbed/runner.py; default: up to 8, fewer when that keeps every
+                                  # worker busy; 1 = one run at a time). Results do not depend on it.
 
     [base]                        # settings shared by every run
     task = "mnist"
@@ -20,16 +21,21 @@ File format (TOML shown; YAML with the same keys works too)::
     seed = [0, 1, 2]              # or, in [base]: seeds = 3  (seeds 0, 1, 2)
 
 Keys are the fields of `RunConfig` (task, recipe, delay, frictions, seed, steps, batch_size, lr,
-n_actors, group_size, log_every, agg, optimizer, proximal); any other key is an option of the task
+n_actors, group_size, epochs, minibatches, log_every, agg, optimizer, proximal); any other key is an option of the task
 (e.g. ``H``, ``M`` for token reversal, ``data_dir`` for MNIST), in [base] or [grid]. Every config
 is validated before anything is written; runs already finished in the output directory (same
 config hash) are skipped, so rerunning an interrupted sweep completes it.
+
+Grouping is the sweep's decision, not the runner's: `group_runs` packs the configs that share a
+model shape (`testbed.runner.SHAPE_FIELDS`) into loops of at most ``loop_size`` runs, and each loop
+runs in this process or in a worker process. A run's results are the same whatever loop it ran in.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
 import itertools
+import math
 import multiprocessing
 from pathlib import Path
 from typing import Any
@@ -37,10 +43,12 @@ from typing import Any
 import pandas as pd
 
 from testbed.results import ResultStore
-from testbed.runner import RunConfig, run
+from testbed.runner import RunConfig, run_many
+from testbed.stabilizers.spec import SpecError
 from testbed.tasks import make_task, task_options
 
-TOP_KEYS = ("out", "workers", "format", "base", "grid", "name", "description", "batch_seeds")
+TOP_KEYS = ("out", "workers", "format", "base", "grid", "name", "description", "loop_size")
+MAX_LOOP = 8  # runs per loop by default: past this the per-run work dominates and memory grows
 FORMATS = ("csv", "parquet")
 
 
@@ -127,17 +135,41 @@ def expand(spec: dict[str, Any]) -> list[RunConfig]:
     return configs
 
 
+def parse_loop_size(value: Any) -> int | None:
+    """A sweep file's or the CLI's ``loop_size``: None (automatic) or an integer >= 1."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SpecError(f"loop_size must be an integer >= 1 (runs per loop), got {value!r}")
+    return value
+
+
+def group_runs(configs: list[RunConfig], loop_size: int) -> list[list[RunConfig]]:
+    """Configs packed into loops of at most ``loop_size`` runs that share a model shape (order kept within a
+    loop; loops in order of their first config)."""
+    buckets: dict[str, list[list[RunConfig]]] = {}
+    order: list[list[RunConfig]] = []
+    for cfg in configs:
+        bucket = buckets.setdefault(repr(cfg.parse().shape), [])
+        if not bucket or len(bucket[-1]) >= loop_size:
+            bucket.append([])
+            order.append(bucket[-1])
+        bucket[-1].append(cfg)
+    return order
+
+
 def _worker_init(threads: int) -> None:
     import torch
 
     torch.set_num_threads(threads)
 
 
-def _execute(config: dict[str, Any], out: str) -> tuple[str, str, float]:
-    cfg = RunConfig(**config)
-    result = run(cfg)
-    ResultStore(out).save(result)
-    return cfg.run_id, result.status, float(result.info["wall_s"])
+def _execute(configs: list[dict[str, Any]], out: str) -> int:
+    results = run_many([RunConfig(**c) for c in configs])
+    store = ResultStore(out)
+    for result in results:
+        store.save(result)
+    return len(results)
 
 
 def run_sweep(
@@ -149,47 +181,48 @@ def run_sweep(
     meta: dict[str, Any] | None = None,
     progress: bool = True,
     threads_per_worker: int = 1,
-    batch_seeds: int = 0,
+    loop_size: int | None = None,
 ) -> pd.DataFrame:
     """Run every config not already finished under ``out``; write the tables; return results.
 
-    ``batch_seeds > 1``: up to that many runs sharing a model shape train as one batched computation
-    (testbed/batched.py; results identical to running them one by one)."""
+    Runs sharing a model shape train together, at most ``loop_size`` per loop (None: up to `MAX_LOOP`,
+    fewer when that keeps every worker busy)."""
     if fmt not in FORMATS:
-        raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
-    if not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
+        raise SpecError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise SpecError(f"workers must be an integer >= 1, got {workers!r}")
+    loop_size = parse_loop_size(loop_size)
     store = ResultStore(out)
     store.write_config(meta or {}, configs)
     todo = [c for c in configs if not store.done(c.run_id)]
+    if loop_size is None:
+        loop_size = max(1, min(MAX_LOOP, math.ceil(len(todo) / workers)))
+    groups = group_runs(todo, loop_size)
     bar = None
     if progress:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=len(configs), initial=len(configs) - len(todo), desc="runs", unit="run")
     try:
-        if batch_seeds > 1:
-            from testbed.batched import run_groups
-
-            run_groups(todo, str(out), batch_seeds, workers, threads_per_worker, bar.update if bar is not None else None)
-        elif workers == 1:
+        if workers == 1:
             import torch
 
             torch.set_num_threads(threads_per_worker)
-            for cfg in todo:
-                store.save(run(cfg, progress=progress))
+            for group in groups:
+                for result in run_many(group, progress=progress):
+                    store.save(result)
                 if bar is not None:
-                    bar.update(1)
+                    bar.update(len(group))
         else:
             ctx = multiprocessing.get_context("spawn")
             with cf.ProcessPoolExecutor(workers, mp_context=ctx, initializer=_worker_init,
                                         initargs=(threads_per_worker,)) as pool:
-                futures = [pool.submit(_execute, c.to_dict(), str(out)) for c in todo]
+                futures = [pool.submit(_execute, [c.to_dict() for c in g], str(out)) for g in groups]
                 try:
                     for fut in cf.as_completed(futures):
-                        fut.result()
+                        done = fut.result()
                         if bar is not None:
-                            bar.update(1)
+                            bar.update(done)
                 except BaseException:
                     for f in futures:
                         f.cancel()
@@ -201,8 +234,8 @@ def run_sweep(
 
 
 def sweep_file(path: str | Path, out: str | Path | None = None, workers: int | None = None,
-               fmt: str | None = None, progress: bool = True, batch_seeds: int | None = None) -> pd.DataFrame:
-    """Load, validate and run a sweep file (``out``/``workers``/``fmt``/``batch_seeds`` override the file's)."""
+               fmt: str | None = None, progress: bool = True, loop_size: int | None = None) -> pd.DataFrame:
+    """Load, validate and run a sweep file (``out``/``workers``/``fmt``/``loop_size`` override the file's)."""
     spec = load_file(path)
     configs = expand(spec)
     out = out or spec.get("out")
@@ -213,7 +246,5 @@ def sweep_file(path: str | Path, out: str | Path | None = None, workers: int | N
     if fmt not in FORMATS:
         raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     meta = {"command": "sweep", "file": str(path), "spec": spec}
-    from testbed.batched import parse_batch_seeds
-
-    batch = parse_batch_seeds(spec.get("batch_seeds")) if batch_seeds is None else batch_seeds
-    return run_sweep(configs, out, workers=workers, fmt=fmt, meta=meta, progress=progress, batch_seeds=batch)
+    size = parse_loop_size(spec.get("loop_size")) if loop_size is None else loop_size
+    return run_sweep(configs, out, workers=workers, fmt=fmt, meta=meta, progress=progress, loop_size=size)

@@ -43,7 +43,9 @@ class TransformStep:
         """Transform the gradients of ``params`` (default: the optimizer's) and scale lr; return the metrics."""
         if params is None:
             params = [p for group in optimizer.param_groups for p in group["params"]]
-        scale, metrics = recipe.transform_gradients(params, self.batch_stats())
+        scale, raw = recipe.transform_gradients(params, self.batch_stats())
+        scale = float(scale)
+        metrics = {key: float(value) for key, value in raw.items()}
         self.history.append(metrics)
         if scale == 0.0:
             for p in params:

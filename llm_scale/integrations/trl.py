@@ -1,53 +1,205 @@
-"""TRL plugin: a ``GRPOTrainer`` whose loss is a stabilizer recipe's surrogate, and a ``TrainerCallback``
-that applies the recipe's gradient transforms just before each optimizer step.
+"""TRL plugin: ``GRPOTrainer`` (and TRL's experimental ``AsyncGRPOTrainer``) with a stabilizer recipe's
+surrogate as the policy loss, and a ``TrainerCallback`` applying the recipe's gradient transforms.
 
     from llm_scale.integrations.trl import StabilizerGRPOTrainer
-    trainer = StabilizerGRPOTrainer(model=..., reward_funcs=..., args=GRPOConfig(...), train_dataset=...,
-                                    recipe="dg+gac(t_low=0.1)", agg="token-mean")
+    trainer = StabilizerGRPOTrainer(model=..., reward_funcs=..., args=GRPOConfig(loss_type="dapo", ...),
+                                    train_dataset=..., recipe="dg+gac(t_low=0.1)")
     trainer.train()
 
-What maps to what: ``logp`` is TRL's recomputed per-token log-prob of the completion (with grad);
-``behavior_logp`` is the log-prob the sampler recorded when TRL has it (vLLM's
-``sampling_per_token_logps``), else TRL's ``old_per_token_logps`` (the policy that generated the
-batch, present when a batch is reused over several steps), else the detached current log-prob
-(exactly on-policy). Advantages are TRL's (group-normalised rewards, its ``scale_rewards`` option):
-the recipe's advantage hook is not used here, since TRL does not pass rewards or ratios to the
-loss; a recipe whose advantage is not the default gets a warning. The surrogate's loss is
-aggregated with ``agg`` (verl's mode names) and divided by the gradient-accumulation steps as TRL
-does; TRL's KL term (``beta > 0``) is added with the same aggregation. Gradient transforms run in
-``on_pre_optimizer_step``, i.e. after TRL's own ``max_grad_norm`` clipping (set ``max_grad_norm=0``
-to leave clipping to the recipe), with batch statistics (sequence log-ratios, hence ESS) gathered
-from the loss calls of the accumulation window; their lr scale lasts for that step only.
+The loss is TRL's own loss with exactly one part replaced: TRL's clipped-ratio term becomes the
+recipe's per-token surrogate. Everything around it is TRL's code path, number for number:
+
+* **Normalisation** follows ``GRPOConfig.loss_type`` for any gradient accumulation: ``grpo``
+  (mean over sequences of the token mean), ``bnpo`` (token mean of the micro-batch), ``dr_grpo``
+  (sum / (B * max_completion_length)), ``dapo`` and ``cispo`` (sum / the active tokens of the whole
+  accumulation window, TRL's ``num_items_in_batch``), ``luspo`` (mean over sequences of the token
+  sum), each divided by the accumulation steps where TRL divides. A recipe that reduces to TRL's
+  loss (``ppo`` with TRL's clip range) therefore has TRL's gradient for every accumulation.
+* **What multiplies the per-token loss**, in TRL's order: the off-policy sequence mask
+  (``off_policy_mask_threshold``), the high-entropy token mask (``top_entropy_quantile``) and
+  TRL's vLLM importance-sampling correction weights (``vllm_importance_sampling_*``); then the KL
+  term (``beta``, with ``use_bias_correction_kl``'s ratio) is added per token; the entropy bonus
+  (``entropy_coef``, ``use_adaptive_entropy``) and the MoE auxiliary loss are added as TRL adds them.
+* **Clip settings** go to the recipe's surrogate where it has the same notion (`TRL_CLIP_MAPPING`):
+  ``epsilon`` -> ``eps_low`` and ``epsilon_high`` (default ``epsilon``) -> ``eps_high`` of ppo,
+  decoupled_ppo, gspo and cispo; ``delta`` -> ppo's ``dual_clip`` (TRL's two-sided clip is PPO's
+  dual clip when ``delta >= 1 + epsilon_high``); with ``loss_type="cispo"``, TRL's cap
+  ``epsilon_high`` is cispo's ``1 + eps_high`` (no lower bound), so the cispo recipe is TRL's cispo.
+  A parameter written in the recipe spec (``ppo(eps=0.1)``) is a deliberate difference and wins
+  over TRL's default; both set to different values is an error.
+* **Refused** (one ValueError naming the setting and what is allowed), see `GRPO_SETTINGS`:
+  ``loss_type`` ``sapo`` / ``vespo`` (TRL surrogates of their own that the recipe would replace) and
+  ``cispo`` unless the recipe's surrogate is cispo; ``importance_sampling_level="sequence"`` unless
+  the surrogate is gspo (TRL's sequence level *is* GSPO's length-normalised ratio); a non-default
+  ``epsilon`` / ``epsilon_high`` / ``delta`` for a surrogate without ratio clipping; a recipe
+  advantage other than the default (TRL computes the advantages: ``scale_rewards`` etc.).
+
+Behaviour policy (``behavior``): ``"old"`` (default) takes TRL's ``old_per_token_logps`` (the
+trainer's log-probs of the policy that generated the batch; the detached current ones when TRL
+skips them because the batch is on-policy) and TRL's vLLM correction weights multiply the loss on
+top, the recipe's weights and TRL's combined as a product (as TRL and verl do). ``"sampler"`` takes
+the rollout engine's own log-probs (vLLM's ``sampling_per_token_logps``), so the recipe's weights
+correct staleness and the engine mismatch together; it requires
+``vllm_importance_sampling_correction=False`` (otherwise the mismatch would be corrected twice).
+
+Gradient transforms run in ``on_pre_optimizer_step``, i.e. after TRL's own ``max_grad_norm``
+clipping (set ``max_grad_norm=0`` to leave clipping to the recipe), with batch statistics
+(sequence log-ratios, hence ESS) gathered from the loss calls of the accumulation window; their lr
+scale lasts for that step only.
+
+``StabilizerAsyncGRPOTrainer`` does the same for ``trl.experimental.async_grpo.AsyncGRPOTrainer``,
+whose loss has no options beyond ``epsilon`` / ``epsilon_high`` and whose behaviour log-probs are
+the rollout worker's (vLLM's): the packed tokens are unpacked into ``[completions, T]`` for the
+surrogate (sequence-level recipes see whole completions) and the loss keeps that trainer's
+normalisation (token sum / tokens per rank / accumulation steps).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
+import time
 import warnings
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 from torch import Tensor
 
 try:
+    import trl
     from transformers import TrainerCallback
     from trl import GRPOTrainer
 except ImportError as exc:  # pragma: no cover - exercised only without trl
     raise ImportError(f"llm_scale.integrations.trl needs trl (the 'trl' extra: pip install -e '.[trl]'): {exc}") from exc
 
-from testbed.stabilizers import PolicyTerms, Recipe, aggregate, build
+from testbed.stabilizers import NAMED_RECIPES, SURROGATES, PolicyTerms, Recipe, build, parse_spec
 
 from .hooks import TransformStep
+
+MIRRORED_TRL = "1.16"
+if not trl.__version__.startswith(MIRRORED_TRL + "."):  # pragma: no cover - depends on the installed trl
+    warnings.warn(
+        f"llm_scale.integrations.trl mirrors the loss of trl {MIRRORED_TRL}.x; trl {trl.__version__} may normalise or mask "
+        "differently (tests/llm/test_llm_trl.py compares the two)",
+        stacklevel=2,
+    )
 
 _MM_KEYS = (
     "pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask", "spatial_shapes", "num_tiles",
     "image_sizes", "token_type_ids", "mm_token_type_ids", "image_position_ids",
 )  # fmt: skip
 
+# TRL loss types whose surrogate is PPO's clipped ratio: the recipe replaces that surrogate and the
+# normalisation is kept. "cispo" is accepted only with the cispo recipe; the rest is refused.
+PPO_FAMILY_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")
+LOSS_TYPES = (*PPO_FAMILY_LOSS_TYPES, "cispo")
+REFUSED_LOSS_TYPES = ("sapo", "vespo")
+
+# Surrogates with a clipped (or bounded) ratio and the parameters TRL's settings map to.
+CLIP_SURROGATES = {"ppo": ("eps", "eps_low", "eps_high", "dual_clip"), "decoupled_ppo": ("eps", "eps_low", "eps_high", "dual_clip"),
+                   "gspo": ("eps_low", "eps_high"), "cispo": ("eps_low", "eps_high")}  # fmt: skip
+
+TRL_CLIP_MAPPING = {
+    "epsilon": "eps_low of ppo / decoupled_ppo / gspo / cispo",
+    "epsilon_high": "eps_high of ppo / decoupled_ppo / gspo / cispo (default: epsilon); with loss_type='cispo' "
+    "cispo's 1 + eps_high (TRL's absolute cap; eps_low = 1, no lower bound)",
+    "delta": "dual_clip of ppo / decoupled_ppo (equal to TRL's two-sided clip when delta >= 1 + epsilon_high)",
+}
+
+# Every GRPOConfig field that is not a plain transformers TrainingArguments field, and what the plugin
+# does with it. "honoured": used exactly as GRPOTrainer uses it (upstream of the loss or replicated in
+# it); "composed": combined with the recipe as stated; "refused": a ValueError when it would change
+# TRL's loss in a way the recipe cannot follow; "no effect on the loss": sampling, vLLM transport,
+# logging or data-loading options.
+GRPO_SETTINGS: dict[str, str] = {
+    # loss and gradient
+    "loss_type": "composed: its normalisation is kept for every accumulation; its surrogate is the recipe's. "
+    "grpo/bnpo/dr_grpo/dapo/luspo accepted; cispo only with the cispo recipe (then it is TRL's cispo); "
+    "sapo/vespo refused",
+    "epsilon": "composed: " + TRL_CLIP_MAPPING["epsilon"] + "; refused (non-default) for other surrogates",
+    "epsilon_high": "composed: " + TRL_CLIP_MAPPING["epsilon_high"] + "; refused (set) for other surrogates",
+    "delta": "composed: " + TRL_CLIP_MAPPING["delta"] + "; refused for other surrogates or delta < 1 + epsilon_high",
+    "importance_sampling_level": "composed: 'sequence' is GSPO's ratio, accepted only with the gspo recipe "
+    "(refused otherwise); also sets the KL bias-correction ratio as in TRL",
+    "beta": "honoured: TRL's k3 KL to the reference model added per token before the normalisation",
+    "use_bias_correction_kl": "honoured: the KL term is multiplied by TRL's ratio to old_per_token_logps",
+    "top_entropy_quantile": "honoured: TRL's high-entropy mask multiplies the recipe's per-token loss",
+    "entropy_coef": "honoured: TRL's entropy bonus (mean entropy / accumulation steps)",
+    "use_adaptive_entropy": "honoured: TRL's adaptive entropy controller, same state and update",
+    "entropy_coef_min": "honoured (adaptive entropy)",
+    "entropy_coef_max": "honoured (adaptive entropy)",
+    "entropy_coef_delta": "honoured (adaptive entropy)",
+    "entropy_target": "honoured (adaptive entropy)",
+    "off_policy_mask_threshold": "honoured: TRL's off-policy sequence mask multiplies the recipe's per-token loss",
+    "vllm_importance_sampling_correction": "composed: TRL's weights multiply the recipe's per-token loss "
+    "(behavior='old'); must be False with behavior='sampler'",
+    "vllm_importance_sampling_mode": "honoured: TRL computes the correction weights with it",
+    "vllm_importance_sampling_clip_max": "honoured: TRL computes the correction weights with it",
+    "vllm_importance_sampling_clip_min": "honoured: TRL computes the correction weights with it",
+    "vllm_importance_sampling_cap": "honoured (deprecated alias of vllm_importance_sampling_clip_max)",
+    "router_aux_loss_coef": "honoured: the MoE auxiliary loss is added as in TRL",
+    "max_completion_length": "honoured: generation length and dr_grpo's normaliser",
+    "mask_truncated_completions": "honoured: TRL zeroes the completion mask the recipe receives",
+    "num_iterations": "honoured: batches reused; old_per_token_logps become the behaviour policy",
+    "steps_per_generation": "honoured: off-policy micro-batches get TRL's old_per_token_logps",
+    "generation_batch_size": "honoured (as steps_per_generation)",
+    "scale_rewards": "honoured: TRL computes the advantages the recipe uses",
+    "reward_weights": "honoured: TRL computes the advantages the recipe uses",
+    "multi_objective_aggregation": "honoured: TRL computes the advantages the recipe uses",
+    "num_generations": "honoured: TRL's group size for its advantages",
+    "temperature": "honoured: sampling and TRL's log-prob recomputation",
+    "sync_ref_model": "honoured: TRL's reference-model update (KL term)",
+    "ref_model_mixup_alpha": "honoured: TRL's reference-model update (KL term)",
+    "ref_model_sync_steps": "honoured: TRL's reference-model update (KL term)",
+    "cast_lm_head_to_fp32": "honoured: model setting, the same log-probs",
+    "disable_dropout": "honoured: model setting, the same log-probs",
+    "use_liger_kernel": "honoured: model setting (layer kernels), the same loss path",
+    "sapo_temperature_neg": "no effect: read only by loss_type='sapo', which is refused",
+    "sapo_temperature_pos": "no effect: read only by loss_type='sapo', which is refused",
+    "vespo_k_pos": "no effect: read only by loss_type='vespo', which is refused",
+    "vespo_lambda_pos": "no effect: read only by loss_type='vespo', which is refused",
+    "vespo_k_neg": "no effect: read only by loss_type='vespo', which is refused",
+    "vespo_lambda_neg": "no effect: read only by loss_type='vespo', which is refused",
+    # sampling (changes the data, not how the loss treats it; as in TRL)
+    **dict.fromkeys(
+        ("top_p", "top_k", "min_p", "repetition_penalty", "generation_kwargs", "chat_template_kwargs", "cache_implementation",
+         "max_tool_calling_iterations", "num_generations_eval", "use_transformers_continuous_batching",
+         "transformers_continuous_batching_config", "use_transformers_paged", "vllm_structured_outputs_regex"),
+        "no effect on the loss: sampling options (the data), used by TRL as usual",
+    ),
+    # vLLM transport and placement
+    **dict.fromkeys(
+        ("use_vllm", "vllm_mode", "vllm_model_impl", "vllm_enable_sleep_mode", "vllm_server_base_url", "vllm_server_host",
+         "vllm_server_port", "vllm_server_timeout", "vllm_group_port", "vllm_gpu_memory_utilization",
+         "vllm_max_model_length", "vllm_tensor_parallel_size", "ds3_gather_for_generation"),
+        "no effect on the loss: where and how completions are generated",
+    ),
+    # data, model loading, logging
+    **dict.fromkeys(
+        ("model_init_kwargs", "trust_remote_code", "remove_unused_columns", "shuffle_dataset", "pad_to_multiple_of",
+         "log_completions", "log_multimodal", "num_completions_to_print", "log_unique_prompts",
+         "log_completions_hub_repo", "logging_steps", "gradient_checkpointing", "bf16", "lr_scheduler_kwargs",
+         "torch_empty_cache_steps", "learning_rate"),
+        "no effect on the loss: data, model loading, logging or optimizer schedule, used by TRL as usual",
+    ),
+}
+
+# The TrainingArguments fields that touch the gradient or the step.
+TRAINING_ARGS_SETTINGS: dict[str, str] = {
+    "gradient_accumulation_steps": "honoured: TRL's normaliser for every loss_type (see loss_type)",
+    "max_grad_norm": "composed: TRL clips first, then the recipe's gradient transforms run (0 leaves it to the recipe)",
+    "learning_rate": "composed: a transform's lr scale multiplies every param group's lr for that step only",
+    "lr_scheduler_type": "composed: the scheduler sets lr; a transform's scale multiplies it for one step",
+    "optim": "composed: any torch optimizer; transforms act on its gradients before its step",
+    "weight_decay": "honoured by the optimizer",
+}
+
 
 class GradientTransformCallback(TrainerCallback):
     """Applies ``recipe``'s gradient transforms in ``on_pre_optimizer_step``; restores lr in ``on_optimizer_step``.
 
-    ``step.collect(...)`` records the statistics of each loss call (the trainer below does it);
+    ``step.collect(...)`` records the statistics of each loss call (the trainers below do it);
     ``step.history`` holds the transforms' metrics of every step, also appended to ``sink`` (e.g. a
     GRPOTrainer's ``_metrics["train"]``) so that they are logged with TRL's.
     """
@@ -70,54 +222,417 @@ class GradientTransformCallback(TrainerCallback):
             self.step.after_step(optimizer)
 
 
+# -- composing a recipe with TRL's settings ---------------------------------------------------------
+
+
+def _get(args: Any, name: str, default: Any = None) -> Any:
+    return getattr(args, name, default)
+
+
+def _explicit_surrogate_params(recipe: Recipe) -> dict[str, Any]:
+    """The surrogate parameters that the recipe's spec writes out (its own or a bundle's), by name.
+
+    For a `Recipe` assembled by hand (its spec does not rebuild its surrogate), every parameter that
+    differs from the class default counts as written out.
+    """
+    surrogate = recipe.surrogate
+    sname = surrogate.name
+    init_fields = [f for f in dataclasses.fields(SURROGATES[sname]) if f.init and not f.name.startswith("_")]
+    allowed = {f.name for f in init_fields}
+    try:
+        terms = parse_spec(recipe.spec)
+        rebuilt = build(recipe.spec).surrogate == surrogate
+    except ValueError:
+        terms, rebuilt = [], False
+    if not rebuilt:
+        return {f.name: getattr(surrogate, f.name) for f in init_fields if getattr(surrogate, f.name) != f.default}
+    out: dict[str, Any] = {}
+    for name, params in terms:
+        if name in NAMED_RECIPES:
+            for part in NAMED_RECIPES[name]:
+                if part.kind == "surrogate" and part.name == sname:
+                    out.update(part.params)
+        elif name != sname:
+            continue
+        for key, value in params.items():
+            target, _, leaf = key.rpartition(".")
+            if leaf in allowed and target in ("", sname):
+                out[leaf] = value
+    return out
+
+
+def _refuse(setting: str, value: Any, why: str) -> ValueError:
+    return ValueError(f"GRPOConfig.{setting}={value!r} {why}")
+
+
+def compose_recipe(recipe: str | Recipe, args: Any, behavior: str = "old") -> Recipe:
+    """The recipe with TRL's clip settings applied to its surrogate; ValueError for a setting it cannot follow.
+
+    ``args`` is a ``GRPOConfig`` (or ``AsyncGRPOConfig``: only its epsilon settings exist). Returns a
+    new `Recipe`; a `Recipe` passed in is not modified.
+    """
+    base = build(recipe) if isinstance(recipe, str) else recipe
+    sname = base.surrogate.name
+    if behavior not in ("old", "sampler"):
+        raise ValueError(f"behavior={behavior!r} is not allowed; allowed: 'old' (TRL's old_per_token_logps), 'sampler' (vLLM's log-probs)")
+    if base.advantage.name != "auto" and not (base.advantage.name == "group" and _get(args, "scale_rewards", "group") == "group"):
+        raise ValueError(
+            f"recipe {base.spec!r} sets advantage {base.advantage.name!r}, which cannot run inside TRL: TRL computes the "
+            "advantages itself (GRPOConfig.scale_rewards, reward_weights, multi_objective_aggregation); use a recipe "
+            "whose advantage is the default (e.g. 'tis(level=sequence, c=8)+ess_lr' instead of 'vcpo')"
+        )
+    loss_type = _get(args, "loss_type", "dapo")
+    if loss_type in REFUSED_LOSS_TYPES:
+        raise _refuse("loss_type", loss_type, f"is a surrogate of its own, which the recipe {base.spec!r} would replace; "
+                      f"allowed: {', '.join(PPO_FAMILY_LOSS_TYPES)} (they differ only in normalisation), or 'cispo' with the cispo recipe")  # fmt: skip
+    if loss_type not in LOSS_TYPES:
+        raise _refuse("loss_type", loss_type, f"is unknown; allowed: {', '.join(LOSS_TYPES)}")
+    if loss_type == "cispo" and sname != "cispo":
+        raise _refuse("loss_type", loss_type, f"is TRL's CISPO surrogate, but the recipe's surrogate is {sname!r}; use the "
+                      f"cispo recipe, or a normalisation-only loss_type: {', '.join(PPO_FAMILY_LOSS_TYPES)}")  # fmt: skip
+    level = _get(args, "importance_sampling_level", "token")
+    if level not in ("token", "sequence"):
+        raise _refuse("importance_sampling_level", level, "is unknown; allowed: 'token', 'sequence'")
+    if level == "sequence" and sname != "gspo":
+        raise _refuse("importance_sampling_level", level, f"is GSPO's length-normalised sequence ratio, which recipe "
+                      f"{base.spec!r} (surrogate {sname!r}) does not have; use recipe 'gspo' or importance_sampling_level='token'")  # fmt: skip
+    if behavior == "sampler" and _get(args, "use_vllm", False) and _get(args, "vllm_importance_sampling_correction", True):
+        raise _refuse("vllm_importance_sampling_correction", True, "would correct the engine mismatch a second time "
+                      "with behavior='sampler' (the recipe's weights already use vLLM's log-probs); set it to False")  # fmt: skip
+
+    epsilon = _get(args, "epsilon", 0.2)
+    epsilon_high = _get(args, "epsilon_high", None)
+    delta = _get(args, "delta", None)
+    high = epsilon if epsilon_high is None else epsilon_high
+    if sname not in CLIP_SURROGATES:
+        for setting, value, default in (("epsilon", epsilon, 0.2), ("epsilon_high", epsilon_high, None), ("delta", delta, None)):
+            if value != default:
+                raise _refuse(setting, value, f"sets ratio clipping, which recipe {base.spec!r} (surrogate {sname!r}) does "
+                              f"not have; leave it at its default ({default!r}) or use ppo, decoupled_ppo, gspo or cispo")  # fmt: skip
+        return base
+
+    wanted: dict[str, Any] = {}
+    trl_set: dict[str, tuple[str, Any]] = {}  # parameter -> (TRL setting, value) when TRL's is not its default
+    if loss_type == "cispo":
+        if high < 1.0:
+            raise _refuse("epsilon_high", epsilon_high, f"is TRL's CISPO cap on the ratio (epsilon={epsilon} when unset) "
+                          "and must be >= 1 for the cispo recipe (TRL recommends 5.0)")  # fmt: skip
+        wanted = {"eps_low": 1.0, "eps_high": float(high) - 1.0}
+        if epsilon_high is not None:
+            trl_set["eps_high"] = ("epsilon_high", epsilon_high)
+    else:
+        wanted = {"eps_low": float(epsilon), "eps_high": float(high)}
+        if epsilon != 0.2:
+            trl_set["eps_low"] = ("epsilon", epsilon)
+        if epsilon_high is not None or epsilon != 0.2:
+            trl_set["eps_high"] = ("epsilon_high" if epsilon_high is not None else "epsilon", high)
+    if delta is not None:
+        if "dual_clip" not in CLIP_SURROGATES[sname]:
+            raise _refuse("delta", delta, f"is a dual clip on the ratio, which surrogate {sname!r} does not have; "
+                          "use ppo or decoupled_ppo, or leave delta unset")  # fmt: skip
+        if delta < 1.0 + high:
+            raise _refuse("delta", delta, f"must be >= 1 + epsilon_high = {1.0 + high} for the recipe's dual clip "
+                          "(below it TRL's two-sided clip is not a dual clip)")  # fmt: skip
+        wanted["dual_clip"] = float(delta)
+        trl_set["dual_clip"] = ("delta", delta)
+
+    explicit = _explicit_surrogate_params(base)
+    if sname == "gspo" and explicit.get("agg") is not None:
+        raise ValueError(f"recipe {base.spec!r} sets gspo's agg={explicit['agg']!r}; inside TRL the normalisation is "
+                         "GRPOConfig.loss_type ('grpo' is seq-mean-token-mean, 'dapo' token-mean over the window)")  # fmt: skip
+    if "eps" in explicit:  # ppo's eps sets both bounds unless they are written out
+        explicit.setdefault("eps_low", explicit["eps"])
+        explicit.setdefault("eps_high", explicit["eps"])
+    current = base.surrogate
+    changes = {}
+    for param, value in wanted.items():
+        if param in explicit:
+            mine = explicit[param]
+            if param in trl_set and (mine is None or not math.isclose(float(mine), float(value))):
+                setting, trl_value = trl_set[param]
+                raise _refuse(setting, trl_value, f"conflicts with {param}={mine!r} written in recipe {base.spec!r}; "
+                              "set the clip range in one place")  # fmt: skip
+            continue
+        changes[param] = value
+    try:
+        surrogate = dataclasses.replace(current, **changes) if changes else current
+    except ValueError as exc:
+        raise ValueError(f"GRPOConfig clip settings (epsilon={epsilon}, epsilon_high={epsilon_high}, delta={delta}) "
+                         f"do not fit recipe {base.spec!r}: {exc}") from None  # fmt: skip
+    return Recipe(base.spec, base.advantage, surrogate, base.transforms)
+
+
+def _config_of(args: tuple, kwargs: dict) -> Any:
+    """The ``args`` (config) argument of a GRPOTrainer call, positional (third) or keyword."""
+    if "args" in kwargs:
+        return kwargs["args"]
+    return args[2] if len(args) > 2 else None
+
+
+# -- the synchronous trainer ------------------------------------------------------------------------
+
+
 class StabilizerGRPOTrainer(GRPOTrainer):
-    """``trl.GRPOTrainer`` with the policy loss replaced by ``recipe``'s surrogate (see the module docstring).
+    """``trl.GRPOTrainer`` with the policy loss's surrogate replaced by ``recipe``'s (see the module docstring).
 
     Args (besides GRPOTrainer's):
       recipe: a spec for ``testbed.stabilizers.build`` or a `Recipe`.
-      agg: aggregation mode of the surrogate's per-token loss (verl's names).
+      behavior: ``"old"`` (TRL's old_per_token_logps; vLLM weights multiply on top) or ``"sampler"``
+        (vLLM's log-probs; needs ``vllm_importance_sampling_correction=False``).
     """
 
-    def __init__(self, *args: Any, recipe: str | Recipe = "pg", agg: str = "token-mean", **kwargs: Any) -> None:
-        self.recipe = build(recipe) if isinstance(recipe, str) else recipe
-        self.agg = agg
-        if self.recipe.advantage.name not in ("auto", "group"):
-            warnings.warn(
-                f"recipe {self.recipe.spec!r} has advantage {self.recipe.advantage.name!r}; TRL computes its own "
-                "group-normalised advantages, which are used instead",
-                stacklevel=2,
+    def __init__(self, *args: Any, recipe: str | Recipe = "pg", behavior: str = "old", **kwargs: Any) -> None:
+        if "agg" in kwargs:
+            raise TypeError(
+                f"agg={kwargs['agg']!r} is not a StabilizerGRPOTrainer argument: the normalisation is TRL's, set by "
+                "GRPOConfig.loss_type (token-mean: 'dapo' or 'bnpo', seq-mean-token-mean: 'grpo', "
+                "seq-mean-token-sum: 'luspo', seq-mean-token-sum-norm: 'dr_grpo')"
             )
+        config = _config_of(args, kwargs)
+        self.behavior = behavior
+        self.recipe = compose_recipe(recipe, config, behavior) if config is not None else None
         super().__init__(*args, **kwargs)
+        if self.recipe is None:
+            self.recipe = compose_recipe(recipe, self.args, behavior)
         self.stabilizer_callback = GradientTransformCallback(self.recipe, sink=self._metrics["train"])
         if self.recipe.transforms:
             self.add_callback(self.stabilizer_callback)
 
+    def _behavior_logp(self, inputs: Mapping[str, Any], old: Tensor) -> Tensor:
+        if self.behavior == "sampler" and inputs.get("sampling_per_token_logps") is not None:
+            sampled = inputs["sampling_per_token_logps"]
+            return torch.where(torch.isfinite(sampled), sampled, old)  # tokens vLLM could not score: as TRL, no correction
+        return old
+
     def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> Tensor:
+        # Mirrors GRPOTrainer._compute_loss (trl 1.16) line for line except the per-token surrogate.
         prompt_ids, prompt_mask = inputs["prompt_ids"], inputs["prompt_mask"]
         completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
         input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
         attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
         mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]
-        logp, _, _ = self._get_per_token_logps_and_entropies(
-            model, input_ids, attention_mask, completion_ids.size(1), compute_entropy=False,
-            **{k: inputs.get(k) for k in _MM_KEYS},
+        logp, entropies, aux_loss = self._get_per_token_logps_and_entropies(
+            model, input_ids, attention_mask, completion_ids.size(1), compute_entropy=True,
+            compute_aux_loss=self.aux_loss_enabled, **{k: inputs.get(k) for k in _MM_KEYS},
         )  # fmt: skip
-        behavior = inputs.get("sampling_per_token_logps")
-        if behavior is None:
-            behavior = inputs.get("old_per_token_logps")
-        if behavior is None:
-            behavior = logp.detach()
-        terms = PolicyTerms(logp, behavior, inputs["advantages"].reshape(-1), mask.bool())
-        out = self.recipe.loss(terms, self.agg, nan_policy="mask")
-        loss = out.loss
+        entropy_mask = None
+        if self.top_entropy_quantile < 1.0:
+            entropy_mask = self.get_high_entropy_mask(entropies, mask, 1 - self.top_entropy_quantile)
+        advantages = inputs["advantages"]
+        if advantages.dim() == 1:
+            advantages = advantages.unsqueeze(1)
+        old = inputs.get("old_per_token_logps")
+        old = logp.detach() if old is None else old
+        if self.off_policy_mask_threshold is not None:
+            sampling = inputs.get("sampling_per_token_logps", old)
+            off_policy_mask = self.get_off_policy_mask(advantages, logp, sampling, mask, self.off_policy_mask_threshold)
+
+        # the recipe's surrogate, on TRL's tokens
+        behavior = self._behavior_logp(inputs, old)
+        terms, n_bad = PolicyTerms(logp, behavior, advantages.expand_as(logp), mask.bool()).checked("mask")
+        loss_mat, used, metrics = self.recipe.surrogate.per_token(terms)
+        per_token_loss = torch.where(used, loss_mat, torch.zeros((), dtype=loss_mat.dtype, device=loss_mat.device))
+        per_token_loss = per_token_loss.to(logp.dtype)
+        metrics["nonfinite_masked"] = float(n_bad)
+
+        if self.off_policy_mask_threshold is not None:
+            per_token_loss = per_token_loss * off_policy_mask
+        if entropy_mask is not None:
+            per_token_loss = per_token_loss * entropy_mask
+        if self.use_vllm and self.vllm_importance_sampling_correction:
+            per_token_loss = per_token_loss * inputs["importance_sampling_ratio"]
         if self.beta != 0.0:
             ref = inputs["ref_per_token_logps"]
-            kl = torch.exp(ref - logp) - (ref - logp) - 1
-            loss = loss + self.beta * aggregate(kl, terms.mask, self.agg)
+            per_token_kl = torch.exp(ref - logp) - (ref - logp) - 1
+            if self.args.use_bias_correction_kl:
+                log_ratio = logp - old
+                if self.importance_sampling_level == "sequence":
+                    log_ratio = ((log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).unsqueeze(-1)
+                per_token_kl = per_token_kl * torch.exp(log_ratio)
+            per_token_loss = per_token_loss + self.beta * per_token_kl
+
         mode = "train" if self.model.training else "eval"
+        accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1.0
+        loss = self._normalise(per_token_loss, mask, inputs, mode)
+        policy_loss = loss.detach() * (1.0 if self.loss_type in ("dapo", "cispo") else accumulation)
+
+        if self._entropy_bonus_enabled:
+            loss = loss - self._entropy_bonus(entropies, mask, entropy_mask, mode, accumulation)
+            self._metrics[mode]["policy_loss"].append(self.accelerator.gather(policy_loss).nanmean().item())
+        if self.aux_loss_enabled:
+            loss = loss + self.router_aux_loss_coef * aux_loss / accumulation
+            self._metrics[mode]["aux_loss"].append(self.accelerator.gather_for_metrics(aux_loss).mean().item())
+
+        def global_masked_mean(x: Tensor) -> float:
+            totals = self.accelerator.reduce(torch.stack([(x * mask).sum(), mask.sum().float()]), reduction="sum")
+            return (totals[0] / totals[1].clamp(min=1.0)).item()
+
+        if self.beta != 0.0:
+            self._metrics[mode]["kl"].append(global_masked_mean(per_token_kl.expand_as(logp)))
+        self._metrics[mode]["entropy"].append(global_masked_mean(entropies))
         if mode == "train":
             self.stabilizer_callback.step.collect(logp, behavior, terms.mask)
-            loss = loss / getattr(self, "current_gradient_accumulation_steps", self.args.gradient_accumulation_steps)
-        for key, value in out.metrics.items():
+        for key, value in metrics.items():
             self._metrics[mode][f"stabilizer/{key}"].append(float(value))
         return loss
+
+    def _normalise(self, per_token_loss: Tensor, mask: Tensor, inputs: Mapping[str, Any], mode: str) -> Tensor:
+        """TRL's aggregation for ``self.loss_type``, including its gradient-accumulation scaling."""
+        accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1.0
+        if self.loss_type == "grpo":
+            return ((per_token_loss * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean() / accumulation
+        if self.loss_type == "bnpo":
+            return (per_token_loss * mask).sum() / mask.sum().clamp(min=1.0) / accumulation
+        if self.loss_type == "dr_grpo":
+            return (per_token_loss * mask).sum() / (per_token_loss.size(0) * self.max_completion_length) / accumulation
+        if self.loss_type in ("dapo", "cispo"):
+            normaliser = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
+            if mode == "train":
+                normaliser = normaliser * self.current_gradient_accumulation_steps / self.args.steps_per_generation
+            return (per_token_loss * mask).sum() / normaliser
+        if self.loss_type == "luspo":
+            return (per_token_loss * mask).sum(-1).mean() / accumulation
+        raise ValueError(f"GRPOConfig.loss_type={self.loss_type!r} is unknown; allowed: {', '.join(LOSS_TYPES)}")
+
+    def _entropy_bonus(self, entropies: Tensor, mask: Tensor, entropy_mask: Tensor | None, mode: str, accumulation: float) -> Tensor:
+        """TRL's entropy bonus (coefficient times mean entropy), with its adaptive controller's update."""
+        effective_mask = mask if entropy_mask is None else mask * entropy_mask
+        entropy_loss = (entropies * effective_mask).sum() / effective_mask.sum().clamp(min=1.0) / accumulation
+        if self.use_adaptive_entropy:
+            coef = self.entropy_coef if self._last_world_entropy <= self.args.entropy_target else 0.0
+        else:
+            coef = self.entropy_coef
+        if self.use_adaptive_entropy and mode == "train":
+            stats = torch.stack([(entropies * effective_mask).sum(), effective_mask.sum()]).detach()
+            self._entropy_window_stats = stats if self._entropy_window_stats is None else self._entropy_window_stats + stats
+            if self.accelerator.sync_gradients:
+                window = self.accelerator.reduce(self._entropy_window_stats, reduction="sum")
+                world_entropy = (window[0] / window[1].clamp(min=1.0)).item()
+                step = self.args.entropy_coef_delta
+                if world_entropy <= self.args.entropy_target:
+                    self.entropy_coef = min(self.entropy_coef + step, self.args.entropy_coef_max)
+                else:
+                    self.entropy_coef = max(self.entropy_coef - step, self.args.entropy_coef_min)
+                self._last_world_entropy = world_entropy
+                self._entropy_window_stats = None
+        if mode == "train" and self.accelerator.sync_gradients:
+            self._metrics[mode]["entropy_coef"].append(self.entropy_coef)
+        return coef * entropy_loss
+
+
+# -- the asynchronous trainer (trl.experimental) ----------------------------------------------------
+
+
+def unpack_segments(values: Tensor, segment_id: Tensor, n_seq: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Scatter flat per-token ``values`` [N] into ``[n_seq, T]`` by ``segment_id`` (order kept within a segment).
+
+    Returns (padded values, mask, row index [N], column index [N]); differentiable in ``values``.
+    """
+    n = values.numel()
+    order = torch.sort(segment_id, stable=True).indices
+    counts = torch.bincount(segment_id, minlength=n_seq)
+    starts = torch.cumsum(counts, 0) - counts
+    col = torch.empty(n, dtype=torch.long, device=values.device)
+    col[order] = torch.arange(n, device=values.device) - starts[segment_id[order]]
+    width = int(counts.max()) if n else 0
+    padded = values.new_zeros((n_seq, width)).index_put((segment_id, col), values)
+    mask = torch.zeros((n_seq, width), dtype=torch.bool, device=values.device)
+    mask[segment_id, col] = True
+    return padded, mask, segment_id, col
+
+
+def _async_trainer_class() -> type:
+    try:
+        from trl.experimental.async_grpo import AsyncGRPOTrainer
+    except ImportError as exc:  # pragma: no cover - depends on the installed trl
+        raise ImportError(f"StabilizerAsyncGRPOTrainer needs trl.experimental.async_grpo (trl >= 1.x): {exc}") from exc
+    return AsyncGRPOTrainer
+
+
+def _make_async_trainer() -> type:
+    base = _async_trainer_class()
+
+    class StabilizerAsyncGRPOTrainer(base):  # type: ignore[misc, valid-type]
+        """``trl.experimental.async_grpo.AsyncGRPOTrainer`` with the surrogate replaced by ``recipe``'s.
+
+        The behaviour log-probs are the rollout worker's (``old_log_probs``, vLLM's); the loss keeps
+        this trainer's normalisation and MoE auxiliary loss; ``epsilon`` / ``epsilon_high`` map as in
+        `compose_recipe`. Gradient transforms run through `GradientTransformCallback`.
+        """
+
+        def __init__(self, *args: Any, recipe: str | Recipe = "pg", **kwargs: Any) -> None:
+            config = _config_of(args, kwargs)  # AsyncGRPOTrainer(model, reward_funcs, args, ...)
+            self.recipe = compose_recipe(recipe, config) if config is not None else None
+            super().__init__(*args, **kwargs)
+            if self.recipe is None:
+                self.recipe = compose_recipe(recipe, self.args)
+            self.stabilizer_callback = GradientTransformCallback(self.recipe, sink=self._metrics["train"])
+            if self.recipe.transforms:
+                self.add_callback(self.stabilizer_callback)
+
+        def compute_loss(self, model: Any, inputs: dict[str, Any], return_outputs: bool = False, num_items_in_batch: Any = None) -> Tensor:
+            return stabilizer_async_loss(self, model, inputs)
+
+    return StabilizerAsyncGRPOTrainer
+
+
+def stabilizer_async_loss(trainer: Any, model: Any, inputs: dict[str, Any]) -> Tensor:
+    """AsyncGRPOTrainer.compute_loss (trl 1.16) with ``trainer.recipe``'s surrogate in place of its clipped ratio."""
+    mask_bool = inputs["attention_mask"].bool()
+    selected = inputs["token_index"] >= 0
+    token_index = inputs["token_index"][selected]
+    old_log_probs = inputs["old_log_probs"][selected]
+    advantages = inputs["advantages"][selected]
+    segment_id = inputs["segment_id"][selected].long()
+    tree_kwargs = {key: inputs[key][inputs[key] >= 0] for key in ("tree_kv_index", "tree_cu_seqlens_q", "tree_cu_seqlens_k")}
+    tree_kwargs["tree_max_seqlen_q"], tree_kwargs["tree_max_seqlen_k"] = inputs["tree_max_seqlens"][0].tolist()
+    router_kwargs = {"output_router_logits": True} if trainer.aux_loss_enabled else {}
+    forward_start = time.time()
+    outputs = model(
+        input_ids=inputs["input_ids"][mask_bool].unsqueeze(0), position_ids=inputs["position_ids"][mask_bool].unsqueeze(0),
+        shift_labels=inputs["shift_labels"][mask_bool].unsqueeze(0), fused_lm_head=True, **router_kwargs, **tree_kwargs,
+    )  # fmt: skip
+    trainer._last_forward_time_s = time.time() - forward_start
+    log_probs = outputs.log_probs.flatten()[token_index]
+    entropy = outputs.entropy.flatten()[token_index]
+
+    n_seq = int(segment_id.max()) + 1 if segment_id.numel() else 0
+    logp, mask, row, col = unpack_segments(log_probs, segment_id, n_seq)
+    behavior, _, _, _ = unpack_segments(old_log_probs.to(log_probs.dtype), segment_id, n_seq)
+    adv, _, _, _ = unpack_segments(advantages.to(log_probs.dtype), segment_id, n_seq)
+    terms, n_bad = PolicyTerms(logp, behavior, adv, mask).checked("mask")
+    loss_mat, used, metrics = trainer.recipe.surrogate.per_token(terms)
+    loss_mat = torch.where(used, loss_mat, torch.zeros((), dtype=loss_mat.dtype, device=loss_mat.device))
+    per_token_loss = loss_mat[row, col].to(log_probs.dtype)
+
+    global_n_tokens = inputs["global_n_tokens"][0]
+    tokens_per_rank = (global_n_tokens / trainer.accelerator.num_processes).clamp(min=1.0)
+    loss = per_token_loss.sum() / tokens_per_rank.to(torch.float32) / trainer.current_gradient_accumulation_steps
+    if trainer.aux_loss_enabled:
+        loss = loss + trainer.router_aux_loss_coef * outputs.aux_loss / trainer.current_gradient_accumulation_steps
+
+    with torch.no_grad():
+        stats = trainer.accelerator.reduce(torch.stack([entropy.sum(), torch.tensor(float(entropy.numel()), device=entropy.device)]), reduction="sum")
+        trainer._metrics["train"]["entropy"].append((stats[0] / stats[1].clamp(min=1.0)).item())
+    metrics["nonfinite_masked"] = float(n_bad)
+    for key, value in metrics.items():
+        trainer._metrics["train"][f"stabilizer/{key}"].append(float(value))
+    trainer.stabilizer_callback.step.collect(logp, behavior, terms.mask)
+    # the trainer's per-step accounting, as in AsyncGRPOTrainer.compute_loss
+    n_forward_tokens = float(inputs["global_n_forward_tokens"][0])
+    mean_seq_len = float(inputs["mean_seq_len"][0])
+    trainer._step_forward_tokens += n_forward_tokens
+    trainer._step_trained_tokens += float(global_n_tokens)
+    trainer._step_seq_len_weighted += mean_seq_len * n_forward_tokens
+    trainer._step_samples += n_forward_tokens / mean_seq_len
+    trainer._step_forward_s += trainer._last_forward_time_s
+    return loss
+
+
+def __getattr__(name: str) -> Any:
+    # The asynchronous trainer is built on first use: importing trl.experimental warns and is not needed otherwise.
+    if name == "StabilizerAsyncGRPOTrainer":
+        cls = _make_async_trainer()
+        globals()[name] = cls
+        return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

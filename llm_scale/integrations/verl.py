@@ -13,21 +13,35 @@ when the installed verl has it, so a ``tb_*`` loss is normalised exactly like ve
 
 Mapping of verl's quantities onto `PolicyTerms`: ``log_prob`` -> logp (learner, with grad);
 ``old_log_prob`` -> behavior_logp (in verl this is the policy recomputed at the start of the update,
-i.e. AReaL's proximal policy; the rollout engine's log-probs reach the loss only through
-``rollout_is_weights``, which multiply the per-token loss exactly as in verl's built-in losses, so
-``tb_ppo`` with verl's rollout correction is AReaL's decoupled objective).
+i.e. AReaL's proximal policy, or the rollout engine's log-probs in verl's bypass mode; otherwise the
+rollout engine's log-probs reach the loss only through ``rollout_is_weights``, which multiply the
+per-token loss exactly as in verl's built-in losses, so ``tb_ppo`` with verl's rollout correction is
+AReaL's decoupled objective).
 
-Extra parameters go through `StabilizerPolicyLossConfig` (a subclass of verl's ``PolicyLossConfig``):
-``stabilizer_params`` (the surrogate's parameters, e.g. ``{eta: 0.5}`` for dg) and
-``gradient_transforms`` (a spec such as ``"gac(t_low=0.1)+ess_lr"``). Gradient transforms run as a
-global ``torch.optim`` step pre-hook that acts only on an optimizer step preceded by a ``tb_*`` loss
-(so a critic's optimizer is untouched): it applies the transforms to that optimizer's gradients
-with the batch statistics (sequence log-ratios, hence ESS) gathered by the loss calls since the
-previous step, scales every param group's lr for that step (a scale of 0 skips the step), and a post-hook restores it.
+verl's own settings, read by default where the surrogate has the same notion (`VERL_CLIP_MAPPING`),
+so that a ``tb_*`` loss equals its verl counterpart under the same config:
+
+* ``clip_ratio_low`` (``clip_ratio`` when null) -> ``eps_low`` of ppo, decoupled_ppo, gspo, cispo;
+* ``clip_ratio_high`` (``clip_ratio`` when null) -> ``eps_high`` of the same;
+* ``clip_ratio_c`` -> ``dual_clip`` of ppo and decoupled_ppo (verl's vanilla always applies it);
+* ``loss_agg_mode`` -> the aggregation of every ``tb_*`` loss, gspo's included;
+* ``global_batch_info`` -> verl's global-batch normalisation (``agg_loss``).
+
+Counterparts under verl's default config: ``tb_ppo`` == ``vanilla``, ``tb_decoupled_ppo`` ==
+``vanilla`` (verl's loss call has no proximal policy), ``tb_gspo`` == ``gspo``, ``tb_cispo`` ==
+``cispo``, ``tb_pg`` == ``gpg``, ``tb_tis`` / ``tb_is`` / ``tb_mis`` == ``bypass_mode`` with
+``rollout_correction.loss_type=reinforce`` and token-level TIS / an unbounded threshold / IcePop
+bounds. ``tb_dg``, ``tb_kondo`` and ``tb_m2po`` have none. Deliberate differences are named
+parameters in ``stabilizer_params``, which win over verl's settings: ``{dual_clip: null}`` (PPO
+without dual clip), ``{eps_low: 3e-4, eps_high: 4e-4}``, ``{agg: seq-mean-token-mean}`` (gspo with
+the GSPO paper's aggregation whatever ``loss_agg_mode`` says). One known numerical difference:
+verl's gspo saturates the sequence log-ratio at 10 (with no gradient beyond), the surrogate at 20;
+they differ only on sequences whose mean token log-ratio exceeds 10.
 
 Switching it on in a (multi-node) verl run: the module must be imported in every worker process.
-Either install this package where the workers run (its ``verl.plugins`` entry point makes verl
-import it automatically), or set ``VERL_USE_EXTERNAL_MODULES=llm_scale.integrations.verl`` in the
+Either install this package where the workers run (its ``verl.plugins`` entry point,
+`llm_scale.integrations.verl_plugin`, makes ``import verl`` import it, and logs one error line with
+the cause if it cannot), or set ``VERL_USE_EXTERNAL_MODULES=llm_scale.integrations.verl`` in the
 workers' environment (e.g. Ray's runtime_env ``env_vars``), or name it in the model config's
 ``external_lib``. Then::
 
@@ -35,6 +49,8 @@ workers' environment (e.g. Ray's runtime_env ``env_vars``), or name it in the mo
     actor_rollout_ref.actor.policy_loss.loss_mode=tb_dg
     +actor_rollout_ref.actor.policy_loss.stabilizer_params.eta=1.0
     +actor_rollout_ref.actor.policy_loss.gradient_transforms='gac(t_low=0.1)'
+
+or start from the ready config ``llm_scale/integrations/configs/tb_dg_gac.yaml`` (README).
 """
 
 from __future__ import annotations
@@ -65,16 +81,33 @@ PREFIX = "tb_"
 
 @dataclass
 class StabilizerPolicyLossConfig(PolicyLossConfig):
-    """verl's PolicyLossConfig plus the stabilizer's parameters.
+    """verl's PolicyLossConfig plus the stabilizer's parameters (validated when the config is built).
 
     Attributes:
-      stabilizer_params: keyword parameters of the surrogate named by ``loss_mode`` (``tb_<name>``).
+      stabilizer_params: keyword parameters of the surrogate named by ``loss_mode`` (``tb_<name>``);
+        they win over verl's clip settings (see the module docstring).
       gradient_transforms: a spec of gradient transforms (``"gac+ess_lr"``) applied before each
         optimizer step that follows a ``tb_*`` loss; empty for none.
     """
 
     stabilizer_params: dict = field(default_factory=dict)
     gradient_transforms: str = ""
+
+    def __post_init__(self) -> None:
+        parent = getattr(super(), "__post_init__", None)
+        if parent is not None:
+            parent()
+        mode = str(self.loss_mode)
+        if mode.startswith(PREFIX):
+            name = mode[len(PREFIX) :]
+            if name not in SURROGATES:
+                raise ValueError(f"policy_loss.loss_mode={mode!r} is not a stabilizer loss; allowed: "
+                                 f"{', '.join(PREFIX + n for n in sorted(SURROGATES))}")  # fmt: skip
+            _surrogate(name, dict(self.stabilizer_params or {}))
+        elif self.stabilizer_params:
+            raise ValueError(f"policy_loss.stabilizer_params={dict(self.stabilizer_params)!r} needs a tb_* loss_mode, got {mode!r}")
+        if self.gradient_transforms:
+            _HOOKS.recipe(str(self.gradient_transforms))
 
 
 def _get(config: Any, key: str, default: Any = None) -> Any:
@@ -103,8 +136,43 @@ def _surrogate(name: str, params: dict[str, Any]) -> Surrogate:
     with _lock:
         if key not in _surrogates:
             args = ", ".join(f"{k}={v!r}" for k, v in params.items())
-            _surrogates[key] = build(f"{name}({args})" if args else name).surrogate
+            try:
+                _surrogates[key] = build(f"{name}({args})" if args else name).surrogate
+            except ValueError as exc:
+                raise ValueError(f"policy_loss.stabilizer_params for {PREFIX}{name}: {exc}") from None
         return _surrogates[key]
+
+
+# Surrogate parameter -> verl ActorConfig field, where the surrogate has verl's notion.
+VERL_CLIP_MAPPING: dict[str, dict[str, str]] = {
+    "ppo": {"eps_low": "clip_ratio_low", "eps_high": "clip_ratio_high", "dual_clip": "clip_ratio_c"},
+    "decoupled_ppo": {"eps_low": "clip_ratio_low", "eps_high": "clip_ratio_high", "dual_clip": "clip_ratio_c"},
+    "gspo": {"eps_low": "clip_ratio_low", "eps_high": "clip_ratio_high"},
+    "cispo": {"eps_low": "clip_ratio_low", "eps_high": "clip_ratio_high"},
+}
+
+
+def host_params(name: str, config: Any, explicit: dict[str, Any]) -> dict[str, Any]:
+    """The surrogate's parameters: ``explicit`` (stabilizer_params) plus verl's clip settings it does not set.
+
+    ``config`` is verl's actor config; a config without ``clip_ratio`` (e.g. a distillation loss
+    config) leaves the surrogate's own defaults.
+    """
+    params = dict(explicit)
+    mapping = VERL_CLIP_MAPPING.get(name)
+    if not mapping or config is None or _get(config, "clip_ratio") is None:
+        return params
+    written = set(explicit) | ({"eps_low", "eps_high"} if "eps" in explicit else set())
+    clip = float(_get(config, "clip_ratio"))
+    values = {
+        "clip_ratio_low": _get(config, "clip_ratio_low", clip),
+        "clip_ratio_high": _get(config, "clip_ratio_high", clip),
+        "clip_ratio_c": _get(config, "clip_ratio_c", 3.0),
+    }
+    for param, key in mapping.items():
+        if param not in written:
+            params[param] = float(values[key])
+    return params
 
 
 def _global_batch_info(config: Any) -> dict[str, Any]:
@@ -127,13 +195,15 @@ def make_policy_loss(name: str) -> Any:
         rollout_is_weights: Tensor | None = None,
     ) -> tuple[Tensor, dict[str, Any]]:
         loss_cfg = _policy_loss_config(config)
-        surrogate = _surrogate(name, dict(_get(loss_cfg, "stabilizer_params", {}) or {}))
+        explicit = dict(_get(loss_cfg, "stabilizer_params", {}) or {})
+        surrogate = _surrogate(name, host_params(name, config, explicit))
         terms, n_bad = PolicyTerms(log_prob, old_log_prob, advantages, response_mask.bool()).checked("mask")
         loss_mat, used, metrics = surrogate.per_token(terms)
         if rollout_is_weights is not None:
             loss_mat = loss_mat * rollout_is_weights.detach()
         loss_mat = torch.where(used, loss_mat, torch.zeros_like(loss_mat))
-        agg = getattr(surrogate, "agg", None) or loss_agg_mode  # e.g. gspo fixes seq-mean-token-mean, as verl's gspo
+        # verl's mode by default (gspo too, as verl's gspo); stabilizer_params.agg is the deliberate exception
+        agg = explicit.get("agg") or loss_agg_mode
         loss = core_algos.agg_loss(loss_mat=loss_mat, loss_mask=used, loss_agg_mode=agg, **_global_batch_info(config))
         transforms = str(_get(loss_cfg, "gradient_transforms", "") or "")
         if transforms:

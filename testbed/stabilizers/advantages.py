@@ -151,6 +151,7 @@ class OPOB(Advantage):
     """
 
     name = "opob"
+    needs_log_ratio = True
     needs_score_norms = True
     eps: float = 1e-6
     std_normalize: bool = True
@@ -199,6 +200,7 @@ class SNISMean(Advantage):
     """
 
     name = "snis_mean"
+    needs_log_ratio = True
 
     def __call__(
         self, rewards: Tensor, *, group_ids: Tensor | None = None, seq_log_ratio: Tensor | None = None, **_: object

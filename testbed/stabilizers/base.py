@@ -45,6 +45,8 @@ class Advantage(ABC):
     name: ClassVar[str]
     # True when the estimator needs ||grad log pi(tau_i)||^2 per sequence (OPOB).
     needs_score_norms: ClassVar[bool] = False
+    # True when it uses the sequences' log importance ratios (off-policy baselines).
+    needs_log_ratio: ClassVar[bool] = False
 
     @abstractmethod
     def __call__(
@@ -65,7 +67,7 @@ class Surrogate(ABC):
     name: ClassVar[str]
 
     @abstractmethod
-    def per_token(self, terms: PolicyTerms) -> tuple[Tensor, Tensor, dict[str, float]]:
+    def per_token(self, terms: PolicyTerms) -> tuple[Tensor, Tensor, dict[str, Tensor | float]]:
         """Return (loss matrix [B, T] in float32, mask actually used [B, T] bool, metrics)."""
 
     def __call__(self, terms: PolicyTerms, agg: str = "token-mean", **agg_kwargs: Any) -> LossOutput:
@@ -115,7 +117,7 @@ class TransformResult:
     """What a gradient transform did: a multiplicative learning-rate scale for this step, and metrics."""
 
     lr_scale: float = 1.0
-    metrics: dict[str, float] = field(default_factory=dict)
+    metrics: dict[str, Tensor | float] = field(default_factory=dict)  # 0-d tensors or floats
 
 
 @dataclass

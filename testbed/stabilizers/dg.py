@@ -150,14 +150,14 @@ class DG(Surrogate):
         if self.logp_clip is not None:
             check(self.logp_clip > 0, f"dg: logp_clip must be > 0 or None, got {self.logp_clip}")
 
-    def per_token(self, terms: PolicyTerms) -> tuple[Tensor, Tensor, dict[str, float]]:
+    def per_token(self, terms: PolicyTerms) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
         p = prepare(terms)
         w = delight_gate(
             p.advantages, p.logp, self.eta, mask=p.mask, level=self.level, whiten=self.whiten, logp_clip=self.logp_clip
         )
         valid = p.mask if self.level == "token" else p.seq_valid[:, None]
         metrics = base_metrics(p)
-        metrics["gate_mean"] = float(masked_mean(w, valid))
+        metrics.defer("gate_mean", lambda: masked_mean(w, valid))
         return -w * p.advantages * p.logp, p.mask, metrics
 
 
@@ -203,7 +203,7 @@ class Kondo(Surrogate):
         self.seed = int(seed)
         self._generator = torch.Generator().manual_seed(self.seed)
 
-    def per_token(self, terms: PolicyTerms) -> tuple[Tensor, Tensor, dict[str, float]]:
+    def per_token(self, terms: PolicyTerms) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
         p = prepare(terms)
         keep, prob, price = kondo_gate(
             p.advantages,
@@ -218,7 +218,7 @@ class Kondo(Surrogate):
         )
         valid = p.mask if self.level == "token" else p.seq_valid[:, None]
         metrics = base_metrics(p)
-        metrics["gate_mean"] = float(masked_mean(prob, valid))
-        metrics["mask_frac"] = fraction(~keep, valid)
+        metrics.defer("gate_mean", lambda: masked_mean(prob, valid))
+        metrics.defer("mask_frac", lambda: fraction(~keep, valid))
         metrics["kondo_price"] = price
         return -keep.to(torch.float32) * p.advantages * p.logp, p.mask, metrics

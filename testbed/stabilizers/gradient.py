@@ -44,7 +44,7 @@ class ClipNorm(GradientTransform):
 
     def __call__(self, params: list[torch.nn.Parameter], stats: BatchStats) -> TransformResult:
         norm = torch.nn.utils.clip_grad_norm_(params, self.max_norm) if params else torch.zeros(())
-        return TransformResult(1.0, {"grad_norm": float(norm), "clipped": float(norm > self.max_norm)})
+        return TransformResult(1.0, {"grad_norm": norm, "clipped": (norm > self.max_norm).float()})
 
 
 # -- distributed reductions ----------------------------------------------------------------------

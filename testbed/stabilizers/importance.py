@@ -35,7 +35,7 @@ class IS(Surrogate):
     def __post_init__(self) -> None:
         check_level(self.name, self.level)
 
-    def per_token(self, terms: PolicyTerms) -> tuple[Tensor, Tensor, dict[str, float]]:
+    def per_token(self, terms: PolicyTerms) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
         p = prepare(terms)
         log_w, _ = unit_log_weight(p, self.level)
         loss = -safe_exp(log_w) * p.advantages * p.logp
@@ -62,7 +62,7 @@ class TIS(Surrogate):
         check(self.c > 0, f"tis: c must be > 0 (inf for no truncation), got {self.c}")
         check(0.0 <= self.lo <= self.c, f"tis: lo must satisfy 0 <= lo <= c = {self.c}, got {self.lo}")
 
-    def per_token(self, terms: PolicyTerms) -> tuple[Tensor, Tensor, dict[str, float]]:
+    def per_token(self, terms: PolicyTerms) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
         p = prepare(terms)
         log_w, valid = unit_log_weight(p, self.level)
         log_lo = math.log(self.lo) if self.lo > 0 else -math.inf
@@ -70,7 +70,7 @@ class TIS(Surrogate):
         clipped = (log_w > log_c) | (log_w < log_lo)
         loss = -safe_exp(log_w.clamp(log_lo, log_c)) * p.advantages * p.logp
         metrics = base_metrics(p)
-        metrics["clip_frac"] = fraction(clipped, valid)
+        metrics.defer("clip_frac", lambda: fraction(clipped, valid))
         return loss, p.mask, metrics
 
 
@@ -95,7 +95,7 @@ class MIS(Surrogate):
         check_level(self.name, self.level)
         check(0.0 <= self.lo <= 1.0 <= self.hi, f"mis: need 0 <= lo <= 1 <= hi, got lo={self.lo}, hi={self.hi}")
 
-    def per_token(self, terms: PolicyTerms) -> tuple[Tensor, Tensor, dict[str, float]]:
+    def per_token(self, terms: PolicyTerms) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
         p = prepare(terms)
         log_w, valid = unit_log_weight(p, self.level)
         log_lo = math.log(self.lo) if self.lo > 0 else -math.inf
@@ -103,5 +103,5 @@ class MIS(Surrogate):
         weight = safe_exp(log_w).masked_fill(rejected, 0.0)
         loss = -weight * p.advantages * p.logp
         metrics = base_metrics(p)
-        metrics["mask_frac"] = fraction(rejected, valid)
+        metrics.defer("mask_frac", lambda: fraction(rejected, valid))
         return loss, p.mask, metrics

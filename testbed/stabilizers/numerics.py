@@ -59,20 +59,31 @@ def effective_sample_size(log_w: Tensor, valid: Tensor | None = None) -> Tensor:
     if valid is None:
         valid = torch.ones_like(log_w, dtype=torch.bool)
     n = valid.sum()
-    if int(n) == 0:
-        return torch.ones((), dtype=torch.float32, device=log_w.device)
-    neg_inf = torch.full_like(log_w, float("-inf"))
-    lw = torch.where(valid, log_w, neg_inf)
-    lw = lw - lw.max()  # rho is shift-invariant; shifting keeps float32 exact for log-weights of any size
+    lw = torch.where(valid, log_w, float("-inf"))
+    top = lw.max() if lw.numel() else lw.new_zeros(())
+    # rho is shift-invariant; shifting keeps float32 exact for log-weights of any size (no valid entry: no shift)
+    lw = lw - torch.where(n > 0, top, 0.0)
     log_num = 2.0 * torch.logsumexp(lw, dim=0)
-    log_den = torch.log(n.to(torch.float32)) + torch.logsumexp(2.0 * lw, dim=0)
-    return torch.exp(log_num - log_den)
+    log_den = torch.log(n.clamp(min=1).to(torch.float32)) + torch.logsumexp(2.0 * lw, dim=0)
+    return torch.where(n > 0, torch.exp(log_num - log_den), 1.0)  # empty batch: 1 (no evidence of mismatch)
 
 
-def ratio_metrics(log_r: Tensor, mask: Tensor, prefix: str = "ratio") -> dict[str, float]:
-    """Max, mean and min of the (saturated) ratio over unmasked tokens, as floats."""
+def masked_max(x: Tensor, mask: Tensor, empty: float = 1.0) -> Tensor:
+    """max of ``x`` over the unmasked entries (``empty`` when there is none), as a 0-d tensor."""
     m = mask.to(torch.bool)
-    if not bool(m.any()):
-        return {f"{prefix}_max": 1.0, f"{prefix}_mean": 1.0, f"{prefix}_min": 1.0}
-    r = safe_exp(log_r.detach())[m]
-    return {f"{prefix}_max": float(r.max()), f"{prefix}_mean": float(r.mean()), f"{prefix}_min": float(r.min())}
+    top = torch.where(m, x, float("-inf")).max() if x.numel() else x.new_full((), float("-inf"))
+    return torch.where(m.any(), top, empty)
+
+
+def masked_min(x: Tensor, mask: Tensor, empty: float = 1.0) -> Tensor:
+    """min of ``x`` over the unmasked entries (``empty`` when there is none), as a 0-d tensor."""
+    return -masked_max(-x, mask, -empty)
+
+
+def ratio_metrics(log_r: Tensor, mask: Tensor, prefix: str = "ratio") -> dict[str, Tensor]:
+    """Max, mean and min of the (saturated) ratio over unmasked tokens (1 when none), as 0-d tensors: no host
+    synchronisation, so a caller reads them (``float``) only when it logs."""
+    m = mask.to(torch.bool)
+    r = safe_exp(log_r.detach())
+    mean = torch.where(m.any(), masked_mean(r, m), 1.0)
+    return {f"{prefix}_max": masked_max(r, m), f"{prefix}_mean": mean, f"{prefix}_min": masked_min(r, m)}

@@ -15,7 +15,7 @@ from torch import Tensor
 
 from .aggregation import AGG_MODES
 from .base import Surrogate, check
-from .numerics import masked_mean, safe_exp
+from .numerics import masked_max, masked_mean, safe_exp
 from .registry import register
 from .surrogates import base_metrics, fraction, prepare
 from .terms import LossOutput, PolicyTerms
@@ -82,12 +82,12 @@ class PPO(Surrogate):
     def hi_eps(self) -> float:
         return self.eps if self.eps_high is None else self.eps_high
 
-    def per_token(self, terms: PolicyTerms) -> tuple[Tensor, Tensor, dict[str, float]]:
+    def per_token(self, terms: PolicyTerms) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
         p = prepare(terms)
         obj, clipped, dual = clipped_objective(p.log_ratio, p.advantages, self.lo_eps, self.hi_eps, self.dual_clip)
         metrics = base_metrics(p)
-        metrics["clip_frac"] = fraction(clipped, p.mask)
-        metrics["dual_clip_frac"] = fraction(dual, p.mask)
+        metrics.defer("clip_frac", lambda: fraction(clipped, p.mask))
+        metrics.defer("dual_clip_frac", lambda: fraction(dual, p.mask))
         return -obj, p.mask, metrics
 
 
@@ -111,7 +111,7 @@ class DecoupledPPO(PPO):
         if self.cap is not None:
             check(self.cap >= 1.0, f"decoupled_ppo: cap must be >= 1 or None, got {self.cap}")
 
-    def per_token(self, terms: PolicyTerms) -> tuple[Tensor, Tensor, dict[str, float]]:
+    def per_token(self, terms: PolicyTerms) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
         p = prepare(terms)
         prox = p.behavior_logp if p.proximal_logp is None else p.proximal_logp
         log_bw = prox - p.behavior_logp
@@ -119,10 +119,10 @@ class DecoupledPPO(PPO):
         rejected = torch.zeros_like(p.mask) if self.cap is None else log_bw > math.log(self.cap)
         weight = safe_exp(log_bw).masked_fill(rejected, 0.0)
         metrics = base_metrics(p)
-        metrics["clip_frac"] = fraction(clipped, p.mask)
-        metrics["dual_clip_frac"] = fraction(dual, p.mask)
-        metrics["mask_frac"] = fraction(rejected, p.mask)
-        metrics["behav_weight_max"] = float(safe_exp(log_bw[p.mask]).max()) if bool(p.mask.any()) else 1.0
+        metrics.defer("clip_frac", lambda: fraction(clipped, p.mask))
+        metrics.defer("dual_clip_frac", lambda: fraction(dual, p.mask))
+        metrics.defer("mask_frac", lambda: fraction(rejected, p.mask))
+        metrics.defer("behav_weight_max", lambda: masked_max(safe_exp(log_bw), p.mask))
         return -weight * obj, p.mask, metrics
 
 
@@ -143,12 +143,12 @@ class CISPO(Surrogate):
     def __post_init__(self) -> None:
         _check_clip(self.name, self.eps_low, self.eps_high, None)
 
-    def per_token(self, terms: PolicyTerms) -> tuple[Tensor, Tensor, dict[str, float]]:
+    def per_token(self, terms: PolicyTerms) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
         p = prepare(terms)
         r = safe_exp(p.log_ratio.detach())
         w = torch.clamp(r, 1.0 - self.eps_low, 1.0 + self.eps_high)
         metrics = base_metrics(p)
-        metrics["clip_frac"] = fraction(w != r, p.mask)
+        metrics.defer("clip_frac", lambda: fraction(w != r, p.mask))
         return -w * p.advantages * p.logp, p.mask, metrics
 
 
@@ -177,14 +177,14 @@ class GSPO(Surrogate):
     def __call__(self, terms: PolicyTerms, agg: str = "token-mean", **agg_kwargs: Any) -> LossOutput:
         return super().__call__(terms, self.agg or agg, **agg_kwargs)
 
-    def per_token(self, terms: PolicyTerms) -> tuple[Tensor, Tensor, dict[str, float]]:
+    def per_token(self, terms: PolicyTerms) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
         p = prepare(terms)
         n_tok = p.mask.sum(dim=-1).clamp(min=1).to(torch.float32)
         mean_lr = p.seq_log_ratio / n_tok
         log_s = mean_lr[:, None] + p.logp - p.logp.detach()
         obj, clipped, _ = clipped_objective(log_s, p.advantages, self.eps_low, self.eps_high)
         metrics = base_metrics(p)
-        metrics["clip_frac"] = fraction(clipped, p.mask)
+        metrics.defer("clip_frac", lambda: fraction(clipped, p.mask))
         return -obj, p.mask, metrics
 
 
@@ -228,7 +228,7 @@ class M2PO(Surrogate):
     def __post_init__(self) -> None:
         check(self.threshold >= 0, f"m2po: threshold must be >= 0, got {self.threshold}")
 
-    def per_token(self, terms: PolicyTerms) -> tuple[Tensor, Tensor, dict[str, float]]:
+    def per_token(self, terms: PolicyTerms) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
         p = prepare(terms)
         lr = p.log_ratio.detach()
         sq = lr.square()
@@ -238,7 +238,7 @@ class M2PO(Surrogate):
         rejected = m2po_mask(sq, eligible, self.threshold)
         r = safe_exp(p.log_ratio).masked_fill(rejected, 0.0)
         metrics = base_metrics(p)
-        metrics["mask_frac"] = fraction(rejected, p.mask)
-        metrics["m2_before"] = float(masked_mean(sq, eligible))
-        metrics["m2_after"] = float(masked_mean(sq, eligible & ~rejected))
+        metrics.defer("mask_frac", lambda: fraction(rejected, p.mask))
+        metrics.defer("m2_before", lambda: masked_mean(sq, eligible))
+        metrics.defer("m2_after", lambda: masked_mean(sq, eligible & ~rejected))
         return -r * p.advantages, p.mask, metrics

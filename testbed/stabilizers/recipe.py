@@ -63,7 +63,7 @@ class Recipe:
     ) -> Tensor:
         """Per-sequence advantages [B] (detached). Log-probs are needed only by off-policy baselines."""
         seq_lr = None
-        if logp is not None and behavior_logp is not None:
+        if self.advantage.needs_log_ratio and logp is not None and behavior_logp is not None:
             m = torch.ones_like(logp, dtype=torch.bool) if mask is None else mask
             seq_lr = sequence_log_ratio(logp.detach(), behavior_logp, m)
         with torch.no_grad():
@@ -88,11 +88,14 @@ class Recipe:
     # -- hook 3: gradients ---------------------------------------------------------------------
     def transform_gradients(
         self, params: Iterable[torch.nn.Parameter], terms_or_stats: PolicyTerms | BatchStats | None = None
-    ) -> tuple[float, dict[str, float]]:
+    ) -> tuple[float, dict[str, Tensor | float]]:
         """Apply every gradient transform in order; return the product of lr scales and metrics."""
+        lr_scale, metrics = 1.0, {}
+        if not self.transforms:
+            metrics["lr_scale"] = lr_scale
+            return lr_scale, metrics
         stats = terms_or_stats if isinstance(terms_or_stats, BatchStats) else BatchStats.from_terms(terms_or_stats)
         params = [p for p in params if p.grad is not None]
-        lr_scale, metrics = 1.0, {}
         for transform in self.transforms:
             result = transform(params, stats)
             lr_scale *= result.lr_scale
@@ -105,7 +108,7 @@ class Recipe:
         model_or_params: torch.nn.Module | Iterable[torch.nn.Parameter],
         optimizer: torch.optim.Optimizer,
         terms_or_stats: PolicyTerms | BatchStats | None = None,
-    ) -> dict[str, float]:
+    ) -> dict[str, Tensor | float]:
         """Transform gradients, then ``optimizer.step()`` with the learning rate scaled for this step only.
 
         Scaling the step's lr (not the gradient) keeps Adam's moments fed by the unscaled gradient, as

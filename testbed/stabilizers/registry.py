@@ -1,9 +1,6 @@
-"""One registry mapping names to components and recipes, and the spec parser `build`.
+"""One registry mapping names to components and recipes, and `build`, which resolves a spec.
 
-Spec grammar::
-
-    spec  := term ('+' term)*
-    term  := name [ '(' key '=' value (',' key '=' value)* ')' ]
+Specs follow the project's one grammar (`spec.py`): terms ``name(key=value, ...)`` joined by ``+``.
 
 Every registered surrogate, advantage and gradient transform is also a recipe of its own name; a
 named recipe (e.g. ``vcpo``) bundles several components. A term's components are *core* (what the
@@ -15,13 +12,13 @@ recipe a parameter goes to the one component that has it; ``component.key=value`
 
 from __future__ import annotations
 
-import ast
-import re
+import typing
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
 from .base import Advantage, GradientTransform, Surrogate
 from .recipe import Recipe
+from .spec import SpecError, coerce, parse_spec
 
 ADVANTAGES: dict[str, type[Advantage]] = {}
 SURROGATES: dict[str, type[Surrogate]] = {}
@@ -78,68 +75,7 @@ def _parts_of(name: str) -> tuple[Part, ...]:
     for kind, table in _KINDS.items():
         if name in table:
             return (Part(kind, name),)
-    raise ValueError(f"unknown recipe or component {name!r}; allowed: {', '.join(available())}")
-
-
-_TERM = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(?:\((.*)\))?\s*$", re.DOTALL)
-_WORDS = {"inf": float("inf"), "-inf": float("-inf"), "true": True, "false": False, "none": None}
-
-
-def _split_top(text: str, sep: str) -> list[str]:
-    """Split on ``sep`` outside parentheses and brackets."""
-    out, depth, cur = [], 0, []
-    for ch in text:
-        if ch in "([":
-            depth += 1
-        elif ch in ")]":
-            depth -= 1
-            if depth < 0:
-                raise ValueError(f"unbalanced parentheses in {text!r}")
-        if ch == sep and depth == 0:
-            out.append("".join(cur))
-            cur = []
-        else:
-            cur.append(ch)
-    if depth != 0:
-        raise ValueError(f"unbalanced parentheses in {text!r}")
-    out.append("".join(cur))
-    return out
-
-
-def _parse_value(text: str) -> Any:
-    text = text.strip()
-    if text.lower() in _WORDS:
-        return _WORDS[text.lower()]
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_\-]*", text):
-            return text  # a bare word such as level=sequence
-        raise ValueError(f"cannot parse parameter value {text!r}") from None
-
-
-def parse_spec(spec: str) -> list[tuple[str, dict[str, Any]]]:
-    """Parse ``spec`` into [(name, {param: value})]. Raises ValueError on malformed text."""
-    if not isinstance(spec, str) or not spec.strip():
-        raise ValueError(f"recipe spec must be a non-empty string, got {spec!r}; allowed names: {', '.join(available())}")
-    terms = []
-    for raw in _split_top(spec, "+"):
-        match = _TERM.match(raw)
-        if not match:
-            raise ValueError(f"malformed recipe term {raw.strip()!r} in {spec!r}; expected name or name(key=value, ...)")
-        name, argtext = match.group(1), match.group(2)
-        params: dict[str, Any] = {}
-        if argtext is not None and argtext.strip():
-            for arg in _split_top(argtext, ","):
-                key, eq, value = arg.partition("=")
-                key = key.strip()
-                if not eq or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.]*", key):
-                    raise ValueError(f"malformed parameter {arg.strip()!r} in {raw.strip()!r}; expected key=value")
-                if key in params:
-                    raise ValueError(f"parameter {key!r} given twice in {raw.strip()!r}")
-                params[key] = _parse_value(value)
-        terms.append((name, params))
-    return terms
+    raise SpecError(f"unknown recipe or component {name!r}; allowed: {', '.join(available())}")
 
 
 def _allowed_params(cls: type) -> list[str]:
@@ -170,15 +106,11 @@ def _route(name: str, parts: tuple[Part, ...], params: dict[str, Any]) -> tuple[
 def _instantiate(part: Part) -> Any:
     cls = _KINDS[part.kind][part.name]
     allowed = {f.name: f for f in fields(cls) if f.init}
-    kwargs = {}
-    for key, value in part.params.items():
-        default = allowed[key].default
-        if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        kwargs[key] = value
+    hints = typing.get_type_hints(cls)
+    kwargs = {key: coerce(value, hints.get(key, Any), f"{part.name}: {key}") for key, value in part.params.items()}
     missing = [k for k, f in allowed.items() if f.default is MISSING and f.default_factory is MISSING and k not in kwargs]
     if missing:
-        raise ValueError(f"{part.name!r} needs parameter(s) {', '.join(missing)}")
+        raise SpecError(f"{part.name!r} needs parameter(s) {', '.join(missing)}")
     return cls(**kwargs)
 
 

@@ -19,6 +19,7 @@ Conventions shared by every surrogate (here and in `importance`, `ppo_family`, `
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -27,27 +28,31 @@ from torch import Tensor
 from .base import Surrogate, check
 from .numerics import effective_sample_size, f32, masked_sum, ratio_metrics
 from .registry import register
-from .terms import PolicyTerms
+from .terms import Metrics, PolicyTerms
 
 LEVELS = ("token", "sequence")
 
 
-@dataclass
 class Prepared:
     """float32 views of `PolicyTerms` with masked positions zeroed; ``logp`` keeps its graph.
 
-    ``log_ratio`` is logp - behavior_logp (behaviour detached), ``seq_log_ratio`` its masked sum
-    per sequence [B] (detached), ``seq_valid`` marks sequences with at least one token.
+    ``log_ratio`` is logp - behavior_logp (behaviour detached); ``seq_log_ratio`` its masked sum per
+    sequence [B] (detached) and ``seq_valid`` the sequences with at least one token are computed
+    when first used (token-level surrogates need them only for their metrics).
     """
 
-    logp: Tensor
-    behavior_logp: Tensor
-    advantages: Tensor
-    mask: Tensor
-    proximal_logp: Tensor | None
-    log_ratio: Tensor
-    seq_log_ratio: Tensor
-    seq_valid: Tensor
+    def __init__(self, logp: Tensor, behavior_logp: Tensor, advantages: Tensor, mask: Tensor,
+                 proximal_logp: Tensor | None, log_ratio: Tensor) -> None:
+        self.logp, self.behavior_logp, self.advantages, self.mask = logp, behavior_logp, advantages, mask
+        self.proximal_logp, self.log_ratio = proximal_logp, log_ratio
+
+    @functools.cached_property
+    def seq_log_ratio(self) -> Tensor:
+        return masked_sum(self.log_ratio.detach(), self.mask, dim=-1)
+
+    @functools.cached_property
+    def seq_valid(self) -> Tensor:
+        return self.mask.any(dim=-1)
 
 
 def _clean(x: Tensor, mask: Tensor) -> Tensor:
@@ -61,30 +66,21 @@ def prepare(terms: PolicyTerms) -> Prepared:
     blogp = _clean(terms.behavior_logp, mask).detach()
     adv = _clean(terms.advantages, mask).detach()
     prox = None if terms.proximal_logp is None else _clean(terms.proximal_logp, mask).detach()
-    log_ratio = logp - blogp
-    return Prepared(
-        logp=logp,
-        behavior_logp=blogp,
-        advantages=adv,
-        mask=mask,
-        proximal_logp=prox,
-        log_ratio=log_ratio,
-        seq_log_ratio=masked_sum(log_ratio.detach(), mask, dim=-1),
-        seq_valid=mask.any(dim=-1),
-    )
+    return Prepared(logp, blogp, adv, mask, prox, logp - blogp)
 
 
-def base_metrics(p: Prepared) -> dict[str, float]:
-    """Token-ratio statistics and the normalised ESS of the sequence ratios."""
-    metrics = ratio_metrics(p.log_ratio.detach(), p.mask)
-    metrics["ess"] = float(effective_sample_size(p.seq_log_ratio, p.seq_valid))
+def base_metrics(p: Prepared) -> Metrics:
+    """Token-ratio statistics and the normalised ESS of the sequence ratios (computed when read)."""
+    metrics = Metrics()
+    log_r = p.log_ratio.detach()
+    metrics.defer(("ratio_max", "ratio_mean", "ratio_min"), lambda: ratio_metrics(log_r, p.mask))
+    metrics.defer("ess", lambda: effective_sample_size(p.seq_log_ratio, p.seq_valid))
     return metrics
 
 
-def fraction(flag: Tensor, valid: Tensor) -> float:
-    """Fraction of ``valid`` entries where ``flag`` holds (0 when nothing is valid)."""
-    n = int(valid.sum())
-    return float((flag & valid).sum()) / n if n else 0.0
+def fraction(flag: Tensor, valid: Tensor) -> Tensor:
+    """Fraction of ``valid`` entries where ``flag`` holds (0 when nothing is valid), a 0-d tensor."""
+    return (flag & valid).sum() / valid.sum().clamp(min=1)
 
 
 def unit_log_weight(p: Prepared, level: str) -> tuple[Tensor, Tensor]:
@@ -110,6 +106,6 @@ class PG(Surrogate):
 
     name = "pg"
 
-    def per_token(self, terms: PolicyTerms) -> tuple[Tensor, Tensor, dict[str, float]]:
+    def per_token(self, terms: PolicyTerms) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
         p = prepare(terms)
         return -p.advantages * p.logp, p.mask, base_metrics(p)

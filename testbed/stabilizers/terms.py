@@ -6,21 +6,82 @@ given per sequence (``[B]``) and is then broadcast over tokens.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, MutableMapping
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
 
-NanPolicy = Literal["raise", "mask"]
+NanPolicy = Literal["raise", "mask", "ignore"]
+
+
+class Metrics(MutableMapping):
+    """A component's metrics by name, each computed on first read.
+
+    ``m.defer(name, fn)`` registers a metric whose value is ``fn()``; ``m.defer((a, b), fn)`` a group
+    computed together (``fn`` returns a dict with those keys); ``m[name] = value`` stores a value as
+    it is. Reading a deferred name runs its function once. A training loop that logs every k-th step
+    therefore pays for the metrics on those steps only, and the values are the same as if they had
+    been computed eagerly (the functions read detached tensors of this step). Values are 0-d tensors
+    or floats: read them with ``float(v)``.
+    """
+
+    def __init__(self, values: dict[str, Any] | None = None) -> None:
+        self._values: dict[str, Any] = dict(values or {})
+        self._deferred: dict[str, tuple[tuple[str, ...], Callable[[], Any]]] = {}
+        self._order: list[str] = list(self._values)
+
+    def defer(self, names: str | tuple[str, ...], fn: Callable[[], Any]) -> None:
+        group = (names,) if isinstance(names, str) else tuple(names)
+        for name in group:
+            self._values.pop(name, None)
+            self._deferred[name] = (group, fn)
+            if name not in self._order:
+                self._order.append(name)
+
+    def __getitem__(self, name: str) -> Any:
+        if name in self._deferred:
+            group, fn = self._deferred[name]
+            result = fn()
+            values = {group[0]: result} if len(group) == 1 and not isinstance(result, dict) else result
+            for key in group:
+                self._deferred.pop(key, None)
+                self._values[key] = values[key]
+        return self._values[name]
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        self._deferred.pop(name, None)
+        self._values[name] = value
+        if name not in self._order:
+            self._order.append(name)
+
+    def __delitem__(self, name: str) -> None:
+        if name not in self._values and name not in self._deferred:
+            raise KeyError(name)
+        self._values.pop(name, None)
+        self._deferred.pop(name, None)
+        self._order.remove(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._order))
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+    def __repr__(self) -> str:
+        return f"Metrics({', '.join(self._order)})"
 
 
 @dataclass(frozen=True)
 class LossOutput:
-    """A scalar loss with its gradient graph, and float metrics with stable names."""
+    """A scalar loss with its gradient graph, and metrics with stable names.
+
+    Metric values are 0-d tensors (or floats): computing them needs no host synchronisation, so a
+    training loop reads them with ``float(v)`` only on the steps it logs."""
 
     loss: Tensor
-    metrics: dict[str, float] = field(default_factory=dict)
+    metrics: MutableMapping = field(default_factory=Metrics)
 
 
 @dataclass
@@ -75,10 +136,13 @@ class PolicyTerms:
         """Return terms with non-finite inputs handled, and how many tokens were affected.
 
         ``nan_policy="raise"`` raises a ValueError naming the offending field; ``"mask"`` zeros the
-        mask at those tokens (and replaces the values by 0 so that no ``0 * inf`` appears).
+        mask at those tokens (and replaces the values by 0 so that no ``0 * inf`` appears);
+        ``"ignore"`` checks nothing (for a caller that checks its inputs itself, once per batch).
         """
-        if nan_policy not in ("raise", "mask"):
-            raise ValueError(f"nan_policy must be 'raise' or 'mask', got {nan_policy!r}")
+        if nan_policy not in ("raise", "mask", "ignore"):
+            raise ValueError(f"nan_policy must be 'raise', 'mask' or 'ignore', got {nan_policy!r}")
+        if nan_policy == "ignore":
+            return self, 0
         bad = torch.zeros(self.logp.shape, dtype=torch.bool, device=self.logp.device)
         names = []
         for name in ("logp", "behavior_logp", "advantages", "proximal_logp"):

@@ -12,10 +12,15 @@ Importing this package registers the gymnasium environment ids (``testbed/KArmed
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
+import types
+import typing
 from dataclasses import dataclass
 from typing import Any
+
+from testbed.stabilizers.spec import SpecError, coerce, parse, parse_value
 
 from .base import ExactOracle, Task
 
@@ -53,7 +58,7 @@ def task_class(name: str) -> type:
                 if inspect.isclass(obj) and getattr(obj, "name", None) == name and hasattr(obj, "logits"):
                     TASKS[name] = obj
     if name not in TASKS:
-        raise ValueError(f"unknown task {name!r}; allowed: {', '.join(task_names())}")
+        raise SpecError(f"unknown task {name!r}; allowed: {', '.join(task_names())}")
     return TASKS[name]
 
 
@@ -61,61 +66,48 @@ def task_class(name: str) -> type:
 class TaskOption:
     name: str
     default: Any
-    type: type
+    type: Any  # the constructor's annotation, e.g. int, float | None, list | None
     help: str = ""
 
 
-_TYPES = {"int": int, "float": float, "bool": bool, "str": str, "list": list, "tuple": tuple}
-
-
-def _annotated_type(annotation: Any) -> type:
-    """The first concrete type named by an annotation such as ``"list | None"`` (default str)."""
-    if isinstance(annotation, type):
-        return annotation
-    for word in str(annotation).replace("|", " ").replace("[", " ").split():
-        if word in _TYPES:
-            return _TYPES[word]
-    return str
-
-
 def task_options(name: str) -> dict[str, TaskOption]:
-    """The options of task ``name`` (its constructor's keyword arguments with their defaults)."""
+    """The options of task ``name`` (its constructor's keyword arguments with their defaults and types)."""
     cls = task_class(name)
+    hints = typing.get_type_hints(cls if dataclasses.is_dataclass(cls) else cls.__init__)
     out = {}
     for p in inspect.signature(cls).parameters.values():
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             continue
         default = None if p.default is inspect.Parameter.empty else p.default
-        typ = type(default) if default is not None else _annotated_type(p.annotation)
-        out[p.name] = TaskOption(p.name, default, typ)
+        out[p.name] = TaskOption(p.name, default, hints.get(p.name, Any))
     return out
 
 
+def _is_text(tp: Any) -> bool:
+    return tp is str or (typing.get_origin(tp) in (typing.Union, types.UnionType) and str in typing.get_args(tp))
+
+
 def coerce_option(task: str, key: str, value: Any) -> Any:
-    """Convert ``value`` (possibly a CLI string) to the type of option ``key``'s default."""
+    """``value`` checked against the type of option ``key``. A string (from the command line or a sweep
+    file) is read with the project's spec grammar (``10``, ``0.5``, ``true``, ``[1, 2]``, ``none``), except
+    for text options, which take it as it is."""
     options = task_options(task)
     if key not in options:
-        raise ValueError(f"unknown option {key!r} for task {task!r}; allowed: {', '.join(options) or '(none)'}")
-    typ = options[key].type
-    if not isinstance(value, str) or typ is str:
-        if typ is float and isinstance(value, int) and not isinstance(value, bool):
-            return float(value)
-        return value
-    try:
-        if typ is bool:
-            low = value.lower()
-            if low not in ("true", "false", "1", "0", "yes", "no"):
-                raise ValueError
-            return low in ("true", "1", "yes")
-        if typ in (int, float):
-            return typ(value)
-        if typ in (list, tuple):
-            import ast
+        raise SpecError(f"unknown option {key!r} for task {task!r}; allowed: {', '.join(options) or '(none)'}")
+    tp = options[key].type
+    if isinstance(value, str) and not _is_text(tp):
+        value = parse_value(value)
+    return coerce(value, tp, f"task {task!r} option {key}")
 
-            return typ(ast.literal_eval(value))
-    except (ValueError, SyntaxError):
-        raise ValueError(f"task {task!r} option {key}={value!r}: expected a {typ.__name__}") from None
-    return value
+
+def parse_task(spec: str) -> tuple[str, dict[str, Any]]:
+    """``"token_reversal(H=10, M=2)"`` -> ("token_reversal", {"H": 10, "M": 2}), options checked by type."""
+    terms = parse(spec)
+    if len(terms) != 1 or terms[0].args:
+        raise SpecError(f"a task spec is one name with named options, e.g. token_reversal(H=10); got {spec!r}")
+    name = terms[0].name
+    task_class(name)
+    return name, {k: coerce_option(name, k, v) for k, v in terms[0].kwargs.items()}
 
 
 def make_task(name: str, **kwargs: Any) -> Task:

@@ -12,6 +12,7 @@ task's own generator, seeded by ``seed``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import ClassVar
 
 import gymnasium as gym
@@ -19,7 +20,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from . import register_task
+from . import register_task, stacked
+from .base import ExactOracle, Task
 
 
 def arm_means(k: int) -> np.ndarray:
@@ -75,19 +77,9 @@ class ContextualBanditEnv(gym.Env):
         return self._x, float(self.np_random.random() < mean), True, False, {"mean": mean}
 
 
-class TabularPolicy(nn.Module):
-    """Softmax policy with a free logit per (context, action): ``table`` [N, K]."""
-
-    def __init__(self, n: int, k: int, init_std: float, generator: torch.Generator) -> None:
-        super().__init__()
-        self.table = nn.Parameter(init_std * torch.randn((n, k), generator=generator))
-
-    def forward(self, contexts: Tensor) -> Tensor:
-        return self.table[contexts]
-
-
-class _TabularBandit:
-    """Shared adapter code: contexts are indices into the means table."""
+class _TabularBandit(Task, ExactOracle):
+    """Shared adapter code: contexts are indices into the means table; the policy is a free logit per
+    (context, action) for each slot (`testbed.tasks.stacked.Table`, initialised N(0, init_std^2))."""
 
     name = "tabular"
     horizon = 1
@@ -108,17 +100,17 @@ class _TabularBandit:
         self.best = self.means.argmax(dim=1)
         self._reward_gen = torch.Generator().manual_seed(seed)
 
-    def make_policy(self, generator: torch.Generator) -> nn.Module:
-        return TabularPolicy(self.n_contexts, self.n_actions, self.init_std, generator)
+    def make_policy(self, generators: Sequence[torch.Generator]) -> nn.Module:
+        return stacked.Table(self.n_contexts, self.n_actions, generators, self.init_std)
 
     def sample_contexts(self, n: int, generator: torch.Generator, split: str = "train") -> Tensor:
         return torch.randint(self.n_contexts, (n,), generator=generator)
 
     def logits(self, policy: nn.Module, contexts: Tensor, actions: Tensor) -> Tensor:
-        return policy(contexts)[:, None, :]
+        return policy(contexts).unsqueeze(2)
 
     def reward(self, contexts: Tensor, actions: Tensor) -> Tensor:
-        mean = self.means[contexts, actions[:, 0]]
+        mean = self.means[contexts, actions[..., 0]]
         if self.bernoulli:
             return (torch.rand(mean.shape, generator=self._reward_gen) < mean).to(torch.float32)
         return mean
@@ -129,20 +121,19 @@ class _TabularBandit:
         return (probs * self.means[contexts]).sum(-1)
 
     def supervised_loss(self, policy: nn.Module, contexts: Tensor) -> Tensor:
-        return nn.functional.cross_entropy(policy(contexts), self.best[contexts])
+        logp = torch.log_softmax(policy(contexts), dim=-1)
+        return -logp.gather(-1, self.best[contexts].unsqueeze(-1)).squeeze(-1).mean(-1)
 
-    def evaluate(self, policy: nn.Module, generator: torch.Generator) -> dict[str, float]:
-        """Exact, over all contexts (uniformly weighted): expected reward, regret, greedy error."""
-        with torch.no_grad():
-            x = torch.arange(self.n_contexts)
-            exp_r = self.expected_reward(policy, x)
-            best_r = self.means.max(dim=1).values
-            greedy = policy(x).argmax(-1)
-            return {
-                "test_reward": float(exp_r.mean()),
-                "test_regret": float((best_r - exp_r).mean()),
-                "test_error": float((self.means[x, greedy] < best_r).float().mean()),
-            }
+    @torch.no_grad()
+    def evaluate(self, policy: nn.Module, generators: Sequence[torch.Generator]) -> list[dict[str, float]]:
+        """Exact, over all contexts (uniformly weighted), per slot: expected reward, regret, greedy error."""
+        x = torch.arange(self.n_contexts).expand(len(generators), -1)
+        exp_r = self.expected_reward(policy, x)
+        best_r = self.means.max(dim=1).values
+        greedy = policy(x).argmax(-1)
+        wrong = (self.means[x, greedy] < best_r).float().mean(1)
+        return [{"test_reward": float(r), "test_regret": float((best_r - e).mean()), "test_error": float(w)}
+                for r, e, w in zip(exp_r.mean(1), exp_r, wrong, strict=True)]
 
 
 @register_task

@@ -2,61 +2,84 @@
 
 An episode is a context x (an image, a prompt, or nothing) followed by T actions a_1..a_T sampled
 autoregressively from pi(a_t | x, a_<t); a bandit has T = 1. The runner (testbed/runner.py) owns
-sampling, staleness, frictions and the update; a task only says how to compute logits, rewards and
-its evaluation metrics. Keeping logits the single point of contact is what lets the runner apply
-the same frictions (temperature, random actions, inference mismatch, perturbed weights) and the
-same per-token version mixing to every task.
+sampling, staleness, frictions and the update; a task only says how to build its policy, compute
+logits, rewards and its evaluation metrics. Keeping logits the single point of contact is what lets
+the runner apply the same frictions and the same per-token version mixing to every task.
+
+Slots. The runner trains S >= 1 runs at once, so a policy is built for S slots
+(`testbed.tasks.stacked`): its parameters are ``[S, ...]`` and the tensors it reads and returns carry
+a leading slot dimension. Slot s must depend only on slot s (that is what makes a batched run equal
+to the same run alone).
+
+Sampling goes through `Task.decode` (one position at a time). The default recomputes the whole
+prefix at every position; a sequence task with a key/value cache overrides `decode_state` and
+`decode` so that sampling H tokens costs about one forward pass.
 """
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 
-@runtime_checkable
-class Task(Protocol):
-    """A policy-learning task driven by the runner."""
+class Task:
+    """Base class of the runner's tasks (see the module docstring). Subclasses set ``name``,
+    ``horizon`` (T) and ``n_actions`` (A) and implement the methods that raise here."""
 
-    name: str
-    horizon: int  # T, actions per episode (1 for bandits)
-    n_actions: int  # size of the action set / vocabulary
+    name: str = "task"
+    horizon: int = 1
+    n_actions: int = 2
 
-    def make_policy(self, generator: torch.Generator) -> nn.Module:
-        """A freshly initialised policy network (initialised from ``generator`` only)."""
-        ...
+    def make_policy(self, generators: Sequence[torch.Generator]) -> nn.Module:
+        """A policy of ``len(generators)`` slots; slot s is initialised from ``generators[s]`` only."""
+        raise NotImplementedError
 
     def sample_contexts(self, n: int, generator: torch.Generator, split: str = "train") -> Tensor:
         """``n`` contexts as a tensor whose first dimension is n (split: "train" or "test")."""
-        ...
+        raise NotImplementedError
 
     def logits(self, policy: nn.Module, contexts: Tensor, actions: Tensor) -> Tensor:
-        """Teacher-forced logits [B, T', A] for steps 1..T' given ``actions`` [B, T'] (T' <= T).
-
-        Position t depends only on the context and actions[:, :t] (causal), so the runner samples
-        step t from ``logits(policy, x, prefix_padded)[:, t]`` and the learner recomputes all
-        log-probs in one call.
-        """
-        ...
+        """Teacher-forced logits [S, B, T', A] for steps 1..T' given ``actions`` [S, B, T'] (T' <= T)
+        and ``contexts`` [S, B, ...]. Position t depends only on the context and actions[..., :t]."""
+        raise NotImplementedError
 
     def reward(self, contexts: Tensor, actions: Tensor) -> Tensor:
-        """Reward per episode [B] (float32). Friction-free: reward corruption is a runner friction."""
-        ...
+        """Reward per episode [B] (float32) of one slot's ``contexts`` [B, ...] and ``actions`` [B, T].
+        Friction-free: reward corruption is a runner friction."""
+        raise NotImplementedError
 
-    def evaluate(self, policy: nn.Module, generator: torch.Generator) -> dict[str, float]:
-        """Held-out metrics, e.g. {"test_error": ..., "test_reward": ...}."""
-        ...
+    def evaluate(self, policy: nn.Module, generators: Sequence[torch.Generator]) -> list[dict[str, float]]:
+        """Held-out metrics per slot, e.g. [{"test_error": ..., "test_reward": ...}, ...]."""
+        raise NotImplementedError
+
+    # -- sampling, one position at a time ------------------------------------------------------
+    def decode_state(self, policy: nn.Module, contexts: Tensor, actions: Tensor, start: int) -> Any:
+        """Whatever `decode` needs to produce the logits of positions ``start``, ``start + 1``, ...:
+        the actions before ``start`` are final (``actions`` [S, B, T])."""
+        del policy, actions, start
+        return contexts
+
+    def decode(self, policy: nn.Module, state: Any, actions: Tensor, k: int) -> tuple[Tensor, Any]:
+        """(logits [S, B, A] of position ``k``, the state for position k + 1); the actions before ``k``
+        are final. Default: the whole prefix recomputed."""
+        return self.logits(policy, state, actions[..., : k + 1])[:, :, k], state
 
 
-class ExactOracle(Protocol):
-    """Optional, for single-step tasks: exact expectations by enumerating every action."""
+def token_logp(logits: Tensor, actions: Tensor) -> Tensor:
+    """log pi(a_t | ...) [..., T] of ``actions`` [..., T] under ``logits`` [..., T, A] (computed in float32)."""
+    return torch.log_softmax(logits.float(), dim=-1).gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+
+
+class ExactOracle:
+    """Optional, for single-step tasks: exact expectations by enumerating every action, per slot."""
 
     def expected_reward(self, policy: nn.Module, contexts: Tensor) -> Tensor:
-        """sum_a pi(a|x) r(x, a) per context [B], differentiable in the policy's parameters."""
-        ...
+        """sum_a pi(a|x) r(x, a) per slot and context [S, B], differentiable in the policy's parameters."""
+        raise NotImplementedError
 
     def supervised_loss(self, policy: nn.Module, contexts: Tensor) -> Tensor:
-        """Mean cross-entropy to the rewarded action (the supervised oracle), differentiable."""
-        ...
+        """Mean cross-entropy to the rewarded action (the supervised oracle) per slot [S], differentiable."""
+        raise NotImplementedError

@@ -13,7 +13,7 @@ Data (nothing downloads at run time):
   with their own train/test split: full MNIST, or Fashion-MNIST (Debian's ``dataset-fashion-mnist``
   installs it under /usr/share/datasets/fashion-mnist).
 
-Contexts are integer indices into the image table (train images first, then test images), so the
+The policy is an MLP for S slots (testbed/tasks/stacked.py). Contexts are integer indices into the image table (train images first, then test images), so the
 runner's queue of pending batches costs 8 bytes per sample, not 3 KB. Pixels are scaled to [0, 1].
 """
 
@@ -22,6 +22,7 @@ from __future__ import annotations
 import gzip
 import math
 import struct
+from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import ClassVar
@@ -31,7 +32,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from . import register_task
+from . import register_task, stacked
+from .base import ExactOracle, Task
 
 IDX_FILES = {
     "train_images": "train-images-idx3-ubyte",
@@ -115,24 +117,20 @@ def load_embedded(split_seed: int = 0, test_per_class: int = 100) -> tuple[np.nd
 
 
 class MLP(nn.Module):
-    """784 -> hidden (ReLU) -> 10, initialised like torch's Linear default but from a generator."""
+    """784 -> hidden (ReLU) -> 10 for S slots, initialised like torch's Linear default (U(+-1/sqrt(fan_in)),
+    weight then bias, layer by layer) from each slot's generator."""
 
-    def __init__(self, hidden: int, generator: torch.Generator, n_in: int = 784, n_out: int = 10) -> None:
+    def __init__(self, hidden: int, generators: Sequence[torch.Generator], n_in: int = 784, n_out: int = 10) -> None:
         super().__init__()
-        self.fc1 = nn.Linear(n_in, hidden)
-        self.fc2 = nn.Linear(hidden, n_out)
-        with torch.no_grad():
-            for layer in (self.fc1, self.fc2):
-                bound = 1.0 / math.sqrt(layer.in_features)
-                layer.weight.copy_(torch.empty_like(layer.weight).uniform_(-bound, bound, generator=generator))
-                layer.bias.copy_(torch.empty_like(layer.bias).uniform_(-bound, bound, generator=generator))
+        self.fc1 = stacked.Linear(n_in, hidden, generators)
+        self.fc2 = stacked.Linear(hidden, n_out, generators)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.fc2(torch.relu(self.fc1(x)))
 
 
 @register_task
-class MNISTTask:
+class MNISTTask(Task, ExactOracle):
     """MNIST (or any IDX image set with 10 classes) as a one-step, 10-action contextual bandit."""
 
     name = "mnist"
@@ -160,12 +158,16 @@ class MNISTTask:
             raise ValueError(f"mnist: labels must be 0..9, found {int(self.labels.max())}")
 
     def pixels(self, contexts: Tensor) -> Tensor:
+        """Images in [0, 1] for integer contexts of any shape: [..., 784]."""
+        flat = contexts.reshape(-1)
         if self._float is not None:
-            return self._float[contexts]
-        return self.images[contexts].to(torch.float32) / 255.0
+            out = self._float.index_select(0, flat)
+        else:
+            out = self.images.index_select(0, flat).to(torch.float32) / 255.0
+        return out.view(*contexts.shape, out.shape[-1])
 
-    def make_policy(self, generator: torch.Generator) -> nn.Module:
-        return MLP(self.hidden, generator, self.images.shape[1], self.n_actions)
+    def make_policy(self, generators: Sequence[torch.Generator]) -> nn.Module:
+        return MLP(self.hidden, generators, self.images.shape[1], self.n_actions)
 
     def sample_contexts(self, n: int, generator: torch.Generator, split: str = "train") -> Tensor:
         if split == "train":
@@ -175,33 +177,38 @@ class MNISTTask:
         raise ValueError(f"split must be 'train' or 'test', got {split!r}")
 
     def logits(self, policy: nn.Module, contexts: Tensor, actions: Tensor) -> Tensor:
-        return policy(self.pixels(contexts))[:, None, :]
+        return policy(self.pixels(contexts)).unsqueeze(2)
 
     def reward(self, contexts: Tensor, actions: Tensor) -> Tensor:
-        return (actions[:, 0] == self.labels[contexts]).to(torch.float32)
+        return (actions[..., 0] == self.labels[contexts]).to(torch.float32)
 
     # -- exact oracles (enumerate the 10 actions) ---------------------------------------------------
     def expected_reward(self, policy: nn.Module, contexts: Tensor) -> Tensor:
         logp = torch.log_softmax(policy(self.pixels(contexts)), dim=-1)
-        return logp.gather(1, self.labels[contexts][:, None]).squeeze(1).exp()
+        return logp.gather(-1, self.labels[contexts].unsqueeze(-1)).squeeze(-1).exp()
 
     def supervised_loss(self, policy: nn.Module, contexts: Tensor) -> Tensor:
-        return nn.functional.cross_entropy(policy(self.pixels(contexts)), self.labels[contexts])
+        logp = torch.log_softmax(policy(self.pixels(contexts)), dim=-1)
+        return -logp.gather(-1, self.labels[contexts].unsqueeze(-1)).squeeze(-1).mean(-1)
 
-    def evaluate(self, policy: nn.Module, generator: torch.Generator) -> dict[str, float]:
-        """Greedy test error and expected test reward, on the whole test split (or ``eval_size`` images)."""
+    @torch.no_grad()
+    def evaluate(self, policy: nn.Module, generators: Sequence[torch.Generator]) -> list[dict[str, float]]:
+        """Greedy test error and expected test reward per slot, on the whole test split (or ``eval_size``
+        images drawn from each slot's generator)."""
+        s = len(generators)
         if self.eval_size:
-            idx = self.sample_contexts(self.eval_size, generator, "test")
+            idx = torch.stack([self.sample_contexts(self.eval_size, g, "test") for g in generators])
         else:
-            idx = torch.arange(self.n_train, self.n_train + self.n_test)
-        wrong, reward = 0.0, 0.0
-        with torch.no_grad():
-            for chunk in idx.split(5000):
-                logits = policy(self.pixels(chunk))
-                y = self.labels[chunk]
-                wrong += float((logits.argmax(-1) != y).sum())
-                reward += float(torch.softmax(logits, -1).gather(1, y[:, None]).sum())
-        return {"test_error": wrong / len(idx), "test_reward": reward / len(idx)}
+            idx = torch.arange(self.n_train, self.n_train + self.n_test).expand(s, -1)
+        wrong = torch.zeros(s, dtype=torch.float64)
+        reward = torch.zeros(s, dtype=torch.float64)
+        for chunk in idx.split(5000, dim=1):
+            logits = policy(self.pixels(chunk))
+            y = self.labels[chunk]
+            wrong += (logits.argmax(-1) != y).sum(1)
+            reward += torch.softmax(logits, -1).gather(-1, y.unsqueeze(-1)).squeeze(-1).sum(1, dtype=torch.float64)
+        n = idx.shape[1]
+        return [{"test_error": float(w) / n, "test_reward": float(r) / n} for w, r in zip(wrong, reward, strict=True)]
 
 
 class MNISTBanditEnv(gym.Env):

@@ -58,6 +58,7 @@ token error and mean reward. When the test split has at most ``n_eval`` contexts
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -67,7 +68,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from . import register_task
+from testbed.frictions import sample_actions
+
+from . import register_task, stacked
+from .base import Task, token_logp
 from .transformer import DecoderTransformer
 
 VARIANTS = ("reverse", "copy", "flip")
@@ -82,7 +86,7 @@ def _check(condition: bool, message: str) -> None:
 
 @register_task
 @dataclass
-class TokenReversal:
+class TokenReversal(Task):
     """The sequence task (see the module docstring). Parameters are settable by name from the CLI."""
 
     H: int = 10
@@ -119,7 +123,7 @@ class TokenReversal:
         self.space = self.M**self.H
         self.split_enabled = self.holdout > 0 and self.space >= self.min_holdout_space
 
-    # -- Task protocol -------------------------------------------------------------------------
+    # -- the task contract (testbed/tasks/base.py) --------------------------------------------------
     @property
     def horizon(self) -> int:
         return self.H
@@ -128,11 +132,15 @@ class TokenReversal:
     def n_actions(self) -> int:
         return self.M
 
-    def make_policy(self, generator: torch.Generator) -> nn.Module:
-        policy = DecoderTransformer(self.H, self.M, self.d_model, self.n_layers, self.n_heads, generator=generator)
-        if self.rare_p0 is not None:
-            self._warm_start_decoy(policy, generator)
-        return policy
+    def make_policy(self, generators: Sequence[torch.Generator]) -> nn.Module:
+        """One transformer per generator (each warm-started alone when ``rare_p0`` is set), stacked."""
+        slots = []
+        for gen in generators:
+            policy = DecoderTransformer(self.H, self.M, self.d_model, self.n_layers, self.n_heads, generators=[gen])
+            if self.rare_p0 is not None:
+                self._warm_start_decoy(policy, gen)
+            slots.append(policy)
+        return slots[0] if len(slots) == 1 else stacked.concat(slots)
 
     def sample_contexts(self, n: int, generator: torch.Generator, split: str = "train") -> Tensor:
         _check(split in ("train", "test"), f"token_reversal: split must be 'train' or 'test', got {split!r}")
@@ -149,35 +157,52 @@ class TokenReversal:
     def logits(self, policy: nn.Module, contexts: Tensor, actions: Tensor) -> Tensor:
         return policy(contexts, actions)
 
+    def decode_state(self, policy: nn.Module, contexts: Tensor, actions: Tensor, start: int) -> Any:
+        return {"contexts": contexts, "start": start, "cache": None}
+
+    def decode(self, policy: nn.Module, state: Any, actions: Tensor, k: int) -> tuple[Tensor, Any]:
+        """Key/value-cached decoding: a prefill at the first position, then one token at a time."""
+        if state["cache"] is None:
+            _check(k == state["start"], "token_reversal: decoding must start at the state's start position")
+            logits, state["cache"] = policy(state["contexts"], actions, start=k)
+        else:
+            _check(k == state["cache"].length - self.H, "token_reversal: positions must be decoded in order")
+            logits = policy(None, actions[..., k - 1], cache=state["cache"])
+        return logits.float(), state
+
     def reward(self, contexts: Tensor, actions: Tensor) -> Tensor:
         correct = actions.long() == self.target(contexts)
         if self.partial_credit:
-            return correct.to(torch.float32).mean(dim=1)
-        return correct.all(dim=1).to(torch.float32)
+            return correct.to(torch.float32).mean(dim=-1)
+        return correct.all(dim=-1).to(torch.float32)
 
     @torch.no_grad()
-    def evaluate(self, policy: nn.Module, generator: torch.Generator) -> dict[str, float]:
-        contexts = self.eval_contexts(generator)
+    def evaluate(self, policy: nn.Module, generators: Sequence[torch.Generator]) -> list[dict[str, float]]:
+        """Per slot, on the test split: sampled and greedy sequence and token error, sampled reward."""
+        contexts = torch.stack([self.eval_contexts(g) for g in generators])
         target = self.target(contexts)
-        out: dict[str, float] = {}
+        u = torch.stack([torch.rand(contexts.shape[1:], generator=g) for g in generators])
+        out: list[dict[str, float]] = [{} for _ in generators]
         for mode in ("sampled", "greedy"):
-            actions, _ = self.rollout(policy, contexts, generator, greedy=mode == "greedy")
+            actions, _ = self.rollout(policy, contexts, None if mode == "greedy" else u)
             correct = actions == target
-            seq_err = 1.0 - float(correct.all(dim=1).float().mean())
-            tok_err = 1.0 - float(correct.float().mean())
+            seq_err = 1.0 - correct.all(dim=-1).float().mean(-1)
+            tok_err = 1.0 - correct.float().mean((-1, -2))
             suffix = "" if mode == "sampled" else "_greedy"
-            out[f"test_error{suffix}"] = seq_err
-            out[f"test_token_error{suffix}"] = tok_err
-            if mode == "sampled":
-                out["test_reward"] = float(self.reward(contexts, actions).mean())
+            reward = self.reward(contexts, actions).mean(-1)
+            for i, row in enumerate(out):
+                row[f"test_error{suffix}"] = float(seq_err[i])
+                row[f"test_token_error{suffix}"] = float(tok_err[i])
+                if mode == "sampled":
+                    row["test_reward"] = float(reward[i])
         return out
 
     # -- helpers -------------------------------------------------------------------------------
     def target(self, contexts: Tensor) -> Tensor:
-        """The correct sequence y* for each context. [B, H] long"""
+        """The correct sequence y* for each context. [..., H] long"""
         x = contexts.long()
         if self.variant == "reverse":
-            return x.flip(1)
+            return x.flip(-1)
         if self.variant == "copy":
             return x.clone()
         return self.M - 1 - x
@@ -185,8 +210,8 @@ class TokenReversal:
     def in_test(self, contexts: Tensor) -> Tensor:
         """Whether each context belongs to the held-out test split (a fixed hash). [B] bool"""
         if not self.split_enabled:
-            return torch.ones(contexts.shape[0], dtype=torch.bool)
-        key = (contexts.long() * self._hash_w).sum(dim=1) % _HASH_PRIME
+            return torch.ones(contexts.shape[:-1], dtype=torch.bool)
+        key = (contexts.long() * self._hash_w).sum(dim=-1) % _HASH_PRIME
         return key < int(self.holdout * _HASH_PRIME)
 
     def all_contexts(self) -> Tensor:
@@ -206,53 +231,49 @@ class TokenReversal:
         return self.sample_contexts(self.n_eval, generator, split="test")
 
     @torch.no_grad()
-    def rollout(
-        self, policy: nn.Module, contexts: Tensor, generator: torch.Generator | None = None, *, greedy: bool = False
-    ) -> tuple[Tensor, Tensor]:
-        """Sample (or decode greedily) a sequence per context: (actions [B, H] long, log-probs [B, H]).
+    def rollout(self, policy: nn.Module, contexts: Tensor, u: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """Sample (``u`` [S, B, H] uniforms: inverse-CDF draws) or decode greedily (``u`` None) a sequence per
+        context [S, B, H] with the key/value cache: (actions [S, B, H] long, log-probs [S, B, H]).
 
-        The log-probs are those of the policy that sampled, at the tokens it chose (for greedy
-        decoding, of the argmax tokens). The runner has its own sampler (with versions and
-        frictions); this one serves evaluation and tests.
+        The log-probs are those of the policy that decoded, at the tokens it chose. The runner has its own
+        sampler (with versions and frictions); this one serves evaluation and tests.
         """
-        b = contexts.shape[0]
-        actions = torch.zeros((b, self.H), dtype=torch.long)
-        logp = torch.zeros((b, self.H))
+        actions = torch.zeros(contexts.shape, dtype=torch.long)
+        logp = torch.zeros(contexts.shape)
+        state = self.decode_state(policy, contexts, actions, 0)
         for t in range(self.H):
-            logprobs = F.log_softmax(self.logits(policy, contexts, actions[:, : t + 1])[:, t].float(), dim=-1)
-            if greedy:
-                a = logprobs.argmax(dim=-1)
-            else:
-                a = torch.multinomial(logprobs.exp(), 1, generator=generator).squeeze(1)
-            actions[:, t] = a
-            logp[:, t] = logprobs.gather(1, a[:, None]).squeeze(1)
+            logits, state = self.decode(policy, state, actions, t)
+            logprobs = F.log_softmax(logits, dim=-1)
+            a = logprobs.argmax(dim=-1) if u is None else sample_actions(logprobs.exp(), u[..., t])
+            actions[..., t] = a
+            logp[..., t] = logprobs.gather(-1, a.unsqueeze(-1)).squeeze(-1)
         return actions, logp
 
     def sequence_logp(self, policy: nn.Module, contexts: Tensor, actions: Tensor) -> Tensor:
-        """log pi(actions | context) per token, teacher-forced in one call. [B, H]"""
-        logprobs = F.log_softmax(self.logits(policy, contexts, actions).float(), dim=-1)
-        return logprobs.gather(2, actions.long()[..., None]).squeeze(2)
+        """log pi(actions | context) per token, teacher-forced in one call. [S, B, H]"""
+        return token_logp(self.logits(policy, contexts, actions), actions.long())
 
     def _warm_start_decoy(self, policy: nn.Module, generator: torch.Generator, max_steps: int = 2000) -> None:
-        """Supervised warm start toward the decoy (y* + 1) mod M until exp(mean log pi(y*_t)) <= rare_p0."""
+        """Supervised warm start of a one-slot policy toward the decoy (y* + 1) mod M until
+        exp(mean log pi(y*_t)) <= rare_p0."""
         opt = torch.optim.Adam(policy.parameters(), lr=3e-3)
         log_p0 = math.log(self.rare_p0)
         for _ in range(max_steps):
-            x = self.sample_contexts(128, generator)
+            x = self.sample_contexts(128, generator)[None]
             y = self.target(x)
             logprobs = F.log_softmax(self.logits(policy, x, y), dim=-1)
-            mean_logp_target = logprobs.gather(2, y[..., None]).mean()
+            mean_logp_target = logprobs.gather(-1, y[..., None]).mean()
             if float(mean_logp_target.detach()) <= log_p0:
                 break
-            loss = -logprobs.gather(2, ((y + 1) % self.M)[..., None]).mean()
+            loss = -logprobs.gather(-1, ((y + 1) % self.M)[..., None]).mean()
             opt.zero_grad()
             loss.backward()
             opt.step()
         else:
             raise RuntimeError(f"token_reversal: decoy warm start did not reach rare_p0={self.rare_p0} in {max_steps} steps")
         with torch.no_grad():
-            x = self.sample_contexts(1024, generator)
-            self.initial_success = float(self.sequence_logp(policy, x, self.target(x)).sum(1).exp().mean())
+            x = self.sample_contexts(1024, generator)[None]
+            self.initial_success = float(self.sequence_logp(policy, x, self.target(x)).sum(-1).exp().mean())
         policy.zero_grad(set_to_none=True)
 
 

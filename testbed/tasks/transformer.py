@@ -11,10 +11,14 @@ Defaults follow what is known of the Delightful distributed PG paper's model (ar
 secondary summary): d_model 64, 2 layers, 2 heads. The rest are our choices: pre-LayerNorm blocks,
 learned absolute positions, GELU MLP of width 4 d_model, no dropout.
 
-Functional-call friendly: the module has no state outside its parameters (no buffers at all; the
-causal mask comes from ``is_causal=True``), nothing is cached between calls, and the forward pass is
-a pure function of (parameters, contexts, actions). So ``torch.func.functional_call(policy,
-params, (contexts, actions))`` with any stored parameter dict evaluates exactly that version.
+Slots. The module holds S independent models (testbed/tasks/stacked.py): every parameter is
+``[S, ...]``, contexts and actions are ``[S, B, ...]``. It has no state outside its parameters (no
+buffers; the causal mask comes from ``is_causal=True``), so ``torch.func.functional_call(policy,
+params, (contexts, actions))`` with any parameter dict evaluates exactly that version.
+
+Sampling with a key/value cache: `prefill` runs the context, the separator and the actions already
+chosen, keeping every layer's keys and values; `extend` then adds one action at a time, attending
+over the cache, so sampling H tokens costs about one forward pass of the whole sequence instead of H.
 
 Initialisation uses only the generator passed in: weights and embeddings N(0, init_std^2) with
 init_std = 0.2 (residual output projections scaled by 1/sqrt(2 n_layers), as in GPT-2), zero biases,
@@ -34,40 +38,62 @@ rare-discovery baseline of token_reversal.py).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from . import stacked
+
 
 class Block(nn.Module):
     """Pre-LN transformer block: x + attn(ln(x)), then x + mlp(ln(x)); causal self-attention."""
 
-    def __init__(self, d_model: int, n_heads: int, d_ff: int) -> None:
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, generators: Sequence[torch.Generator]) -> None:
         super().__init__()
         self.n_heads = n_heads
-        self.ln1 = nn.LayerNorm(d_model)
-        self.qkv = nn.Linear(d_model, 3 * d_model)
-        self.proj = nn.Linear(d_model, d_model)
-        self.ln2 = nn.LayerNorm(d_model)
-        self.fc = nn.Linear(d_model, d_ff)
-        self.out = nn.Linear(d_ff, d_model)
+        self.ln1 = stacked.LayerNorm(d_model, generators)
+        self.qkv = stacked.Linear(d_model, 3 * d_model, generators, init="zeros")
+        self.proj = stacked.Linear(d_model, d_model, generators, init="zeros")
+        self.ln2 = stacked.LayerNorm(d_model, generators)
+        self.fc = stacked.Linear(d_model, d_ff, generators, init="zeros")
+        self.out = stacked.Linear(d_ff, d_model, generators, init="zeros")
+
+    def heads(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """q, k, v [S, B, heads, n, d_head] of the positions in ``x`` [S, B, n, d]."""
+        s, b, n, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
+        shape = (s, b, n, self.n_heads, d // self.n_heads)
+        return tuple(t.reshape(shape).transpose(2, 3) for t in (q, k, v))  # type: ignore[return-value]
+
+    def finish(self, x: Tensor, att: Tensor) -> Tensor:
+        """The residual updates after attention output ``att`` [S, B, heads, n, d_head]."""
+        s, b, n, d = x.shape
+        x = x + self.proj(att.transpose(2, 3).reshape(s, b, n, d))
+        return x + self.out(F.gelu(self.fc(self.ln2(x))))
 
     def forward(self, x: Tensor) -> Tensor:
-        b, n, d = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
-        heads = (b, n, self.n_heads, d // self.n_heads)
-        q, k, v = (t.reshape(heads).transpose(1, 2) for t in (q, k, v))
-        att = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.proj(att.transpose(1, 2).reshape(b, n, d))
-        return x + self.out(F.gelu(self.fc(self.ln2(x))))
+        q, k, v = self.heads(x)
+        return self.finish(x, stacked.attention(q, k, v, causal=True))
+
+
+@dataclass
+class Cache:
+    """Keys and values of every layer for the positions decoded so far: [S, B, heads, capacity, d_head]."""
+
+    keys: list[Tensor]
+    values: list[Tensor]
+    length: int
 
 
 class DecoderTransformer(nn.Module):
-    """Causal transformer policy over a length-H context and up to H actions from a vocabulary of M.
+    """Causal transformer policy for S slots over a length-H context and up to H actions from a vocabulary
+    of M.
 
-    ``forward(contexts [B, H] long, actions [B, T'] long) -> logits [B, T', M]``; position t of the
-    output depends only on the context and ``actions[:, :t]`` (so padding after t is ignored).
+    ``forward(contexts [S, B, H] long, actions [S, B, T'] long) -> logits [S, B, T', M]``; position t of
+    the output depends only on the context and ``actions[..., :t]`` (so padding after t is ignored).
     """
 
     def __init__(
@@ -79,7 +105,7 @@ class DecoderTransformer(nn.Module):
         n_heads: int = 2,
         d_ff: int | None = None,
         *,
-        generator: torch.Generator | None = None,
+        generators: Sequence[torch.Generator],
         init_std: float = 0.2,
         zero_head: bool = True,
     ) -> None:
@@ -88,41 +114,89 @@ class DecoderTransformer(nn.Module):
             raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
         if min(horizon, vocab, d_model, n_layers, n_heads) < 1:
             raise ValueError("horizon, vocab, d_model, n_layers and n_heads must all be >= 1")
-        self.horizon, self.vocab = horizon, vocab
+        self.horizon, self.vocab, self.d_model = horizon, vocab, d_model
         self.sep = vocab  # separator token id
-        self.embed = nn.Embedding(vocab + 1, d_model)
-        self.pos = nn.Embedding(2 * horizon, d_model)  # H context + SEP + at most H - 1 actions
-        self.blocks = nn.ModuleList(Block(d_model, n_heads, d_ff or 4 * d_model) for _ in range(n_layers))
-        self.ln_f = nn.LayerNorm(d_model)
-        self.head = nn.Linear(d_model, vocab)
-        self.reset_parameters(generator, init_std, zero_head)
+        self.embed = stacked.Embedding(vocab + 1, d_model, generators, std=0.0)
+        self.pos = stacked.Embedding(2 * horizon, d_model, generators, std=0.0)  # H context + SEP + at most H - 1 actions
+        self.blocks = nn.ModuleList(Block(d_model, n_heads, d_ff or 4 * d_model, generators) for _ in range(n_layers))
+        self.ln_f = stacked.LayerNorm(d_model, generators)
+        self.head = stacked.Linear(d_model, vocab, generators, init="zeros")
+        self.reset_parameters(generators, init_std, zero_head)
 
     @torch.no_grad()
-    def reset_parameters(self, generator: torch.Generator | None, std: float, zero_head: bool) -> None:
+    def reset_parameters(self, generators: Sequence[torch.Generator], std: float, zero_head: bool) -> None:
+        """Slot by slot, parameter by parameter (in `named_parameters` order), from the slot's generator."""
         resid_std = std / math.sqrt(2 * len(self.blocks))
-        for name, p in self.named_parameters():
-            if name.endswith("bias"):
-                p.zero_()
-            elif ".ln" in name or name.startswith("ln_"):
-                p.fill_(1.0)  # LayerNorm weights
-            elif name == "head.weight" and zero_head:
-                p.zero_()
-            elif name.endswith(("proj.weight", "out.weight")):
-                p.normal_(0.0, resid_std, generator=generator)
-            else:
-                p.normal_(0.0, std, generator=generator)
+        for i, gen in enumerate(generators):
+            for name, p in self.named_parameters():
+                if name.endswith("bias"):
+                    p[i].zero_()
+                elif ".ln" in name or name.startswith("ln_"):
+                    p[i].fill_(1.0)  # LayerNorm weights
+                elif name == "head.weight" and zero_head:
+                    p[i].zero_()
+                elif name.endswith(("proj.weight", "out.weight")):
+                    p[i].normal_(0.0, resid_std, generator=gen)
+                else:
+                    p[i].normal_(0.0, std, generator=gen)
 
-    def forward(self, contexts: Tensor, actions: Tensor) -> Tensor:
-        b, h = contexts.shape
-        t = actions.shape[1]
-        if h != self.horizon or t > self.horizon:
-            raise ValueError(f"expected contexts [B, {self.horizon}] and actions [B, <= {self.horizon}], got "
+    def _check(self, contexts: Tensor, actions: Tensor) -> None:
+        if contexts.dim() != 3 or contexts.shape[2] != self.horizon or actions.shape[2] > self.horizon:
+            raise ValueError(f"expected contexts [S, B, {self.horizon}] and actions [S, B, <= {self.horizon}], got "
                              f"{tuple(contexts.shape)} and {tuple(actions.shape)}")
+
+    def _tokens(self, contexts: Tensor, actions: Tensor, t: int) -> Tensor:
+        """[x_1..x_H, SEP, a_1..a_{t-1}] embedded with positions: [S, B, H + t, d]."""
+        sep = torch.full((*contexts.shape[:2], 1), self.sep, dtype=torch.long, device=contexts.device)
+        tokens = torch.cat([contexts.long(), sep, actions[..., : t - 1].long()], dim=2)
+        return self.embed(tokens) + self.pos.weight[:, : tokens.shape[2]].unsqueeze(1)
+
+    def forward(self, contexts: Tensor | None, actions: Tensor, *, start: int | None = None,
+                cache: Cache | None = None) -> Tensor | tuple[Tensor, Cache]:
+        """Teacher-forced logits [S, B, T', M] by default; ``start=k``: `prefill` (logits of position k and
+        the cache); ``cache=c``: `extend` with ``actions`` [S, B] (logits of the next position). The
+        modes are keyword arguments of ``forward`` (like a language model's past key/values) so that
+        ``torch.func.functional_call`` evaluates any parameter set in every mode."""
+        if cache is not None:
+            return self.extend(cache, actions)
+        if start is not None:
+            return self.prefill(contexts, actions, start)
+        self._check(contexts, actions)
+        h, t = self.horizon, actions.shape[2]
         if t == 0:
-            return contexts.new_zeros((b, 0, self.vocab), dtype=torch.float32)
-        sep = torch.full((b, 1), self.sep, dtype=torch.long, device=contexts.device)
-        tokens = torch.cat([contexts.long(), sep, actions[:, : t - 1].long()], dim=1)  # [B, H + t]
-        x = self.embed(tokens) + self.pos.weight[: tokens.shape[1]]
+            return contexts.new_zeros((*contexts.shape[:2], 0, self.vocab), dtype=torch.float32)
+        x = self._tokens(contexts, actions, t)
         for block in self.blocks:
             x = block(x)
-        return self.head(self.ln_f(x[:, h:]))  # positions SEP, a_1, ..., a_{t-1}
+        return self.head(self.ln_f(x[:, :, h:]))  # positions SEP, a_1, ..., a_{t-1}
+
+    # -- sampling with a key/value cache --------------------------------------------------------
+    def prefill(self, contexts: Tensor | None, actions: Tensor, start: int) -> tuple[Tensor, Cache]:
+        """Logits [S, B, M] of action position ``start`` (0-based) given the context and ``actions[..., :start]``,
+        and the cache of every position so far (room for the whole sequence)."""
+        self._check(contexts, actions)
+        x = self._tokens(contexts, actions, start + 1)
+        s, b, n, _ = x.shape
+        keys, values = [], []
+        for block in self.blocks:
+            q, k, v = block.heads(x)
+            cap = (s, b, k.shape[2], 2 * self.horizon, k.shape[4])
+            keys.append(k.new_empty(cap))
+            values.append(v.new_empty(cap))
+            keys[-1][..., :n, :] = k
+            values[-1][..., :n, :] = v
+            x = block.finish(x, stacked.attention(q, k, v, causal=True))
+        return self.head(self.ln_f(x[:, :, -1])), Cache(keys, values, n)
+
+    def extend(self, cache: Cache, action: Tensor) -> Tensor:
+        """Append ``action`` [S, B] (the action at the position just sampled) and return the logits
+        [S, B, M] of the next position; ``cache`` grows by one."""
+        n = cache.length
+        x = self.embed(action.unsqueeze(2).long()) + self.pos.weight[:, n : n + 1].unsqueeze(1)
+        for block, keys, values in zip(self.blocks, cache.keys, cache.values, strict=True):
+            q, k, v = block.heads(x)
+            keys[..., n : n + 1, :] = k
+            values[..., n : n + 1, :] = v
+            x = block.finish(x, stacked.attention(q, keys[..., : n + 1, :], values[..., : n + 1, :], causal=False))
+        cache.length = n + 1
+        return self.head(self.ln_f(x[:, :, -1]))

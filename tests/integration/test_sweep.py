@@ -89,24 +89,24 @@ def test_interrupted_sweep_resumes_to_the_same_table(tmp_path, monkeypatch):
     reference = sweep_file(path, out=tmp_path / "full", progress=False)
     assert len(reference) == 12 * 3  # 12 runs x 3 logged steps
 
-    real_run, calls, crash = sweep_mod.run, [], [True]
+    real_run, calls, crash = sweep_mod.run_many, [], [True]
 
-    def flaky(cfg, progress=False):
-        calls.append(cfg.run_id)
+    def flaky(cfgs, progress=False):
+        calls.extend(c.run_id for c in cfgs)
         if len(calls) == 6 and crash and crash.pop():
             raise RuntimeError("simulated crash")
-        return real_run(cfg, progress=progress)
+        return real_run(cfgs, progress=progress)
 
-    monkeypatch.setattr(sweep_mod, "run", flaky)
+    monkeypatch.setattr(sweep_mod, "run_many", flaky)
     out = tmp_path / "resumed"
     with pytest.raises(RuntimeError, match="simulated crash"):
-        sweep_file(path, out=out, progress=False)
+        sweep_file(path, out=out, progress=False, loop_size=1)  # one run per loop: 5 finish, the 6th crashes
     finished = sorted(p.stem for p in (out / "runs").glob("*.json"))
     assert len(finished) == 5 and not (out / "results.csv").exists()
     assert not list((out / "runs").glob(".*"))  # no temporary files left behind
 
     calls.clear()
-    resumed = sweep_file(path, out=out, progress=False)
+    resumed = sweep_file(path, out=out, progress=False)  # resumed with loops of several runs: the same table
     assert len(calls) == 7 and not set(calls) & set(finished)  # only the unfinished runs ran
     pd.testing.assert_frame_equal(resumed, reference)
     assert (out / "results.csv").read_bytes() == (tmp_path / "full" / "results.csv").read_bytes()

@@ -21,10 +21,10 @@ pytestmark = pytest.mark.integration
 def test_runner_records_the_logp_of_the_version_that_sampled_each_token(delay, frictions):
     cfg = RunConfig(task="token_reversal", recipe="pg", delay=delay, frictions=frictions, steps=8, batch_size=12,
                     n_actors=3, lr=1e-2, task_args={"H": 4, "M": 3, "partial_credit": True})
-    _, checked = check_behaviour_logp(cfg)
-    assert max(int(vs.max() - vs.min()) for _, vs in checked) > 0  # several versions were really involved
+    _, checked = check_behaviour_logp([cfg])
+    assert max(int(vs.max() - vs.min()) for _, vs in checked[0]) > 0  # several versions were really involved
     if "mixed" in delay:
-        assert any(bool((vs[:, -1] > vs[:, 0]).any()) for _, vs in checked)  # sequences that span versions
+        assert any(bool((vs[:, -1] > vs[:, 0]).any()) for _, vs in checked[0])  # sequences that span versions
 
 
 def test_pg_learns_reversal_H4_M2_to_under_5_percent_sequence_error():

@@ -35,7 +35,7 @@ def test_parse_combined_and_none():
         ("bug(fraction=0.1)", "unknown parameter 'fraction'"),
         ("reward(p=0.1)+reward(p=0.2)", "appears twice"),
         ("reward(p=x)", "must be a number"),
-        ("mismatch(sigma=-1)", "sigma must be >= 0"),
+        ("mismatch(sigma=-1)", "sigma must be a finite number >= 0"),
         ("bug(frac=0.1", "unbalanced"),
     ],
 )
@@ -70,8 +70,8 @@ def test_random_action_bug_mixes_in_uniform_actions():
 
 def test_mismatch_perturbs_logits_with_the_stated_noise():
     fr = parse_frictions("mismatch(sigma=0.5)")
-    logits = torch.zeros(N, 3)
-    noisy = fr.sampling_logits(logits, False, torch.Generator().manual_seed(3))
+    noisy = fr.draws(N, 1, 3, False, torch.Generator().manual_seed(3))["noise"]
+    assert noisy.shape == (N, 1, 3)
     assert noisy.std().item() == pytest.approx(0.5, rel=5 * math.sqrt(2 / (3 * N)) / 0.5 + 0.01)
     assert noisy.mean().abs().item() < 5 * 0.5 / math.sqrt(3 * N)
 

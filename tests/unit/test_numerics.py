@@ -117,7 +117,10 @@ def test_non_finite_inputs_raise_or_are_masked_and_counted():
     with pytest.raises(ValueError, match="advantages"):
         build("dg").loss(PolicyTerms(t.logp, t.behavior_logp, adv, t.mask))
     with pytest.raises(ValueError, match="nan_policy"):
-        build("pg").loss(t, nan_policy="ignore")
+        build("pg").loss(t, nan_policy="skip")
+    # "ignore" checks nothing: the same loss on finite inputs, a non-finite loss from non-finite ones
+    assert build("pg").loss(t, nan_policy="ignore").loss.item() == build("pg").loss(t).loss.item()
+    assert not math.isfinite(build("pg").loss(PolicyTerms(t.logp, t.behavior_logp, adv, t.mask), nan_policy="ignore").loss.item())
 
 
 @pytest.mark.parametrize("spec", SURROGATES)

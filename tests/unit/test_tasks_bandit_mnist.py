@@ -49,19 +49,23 @@ def test_contextual_env_and_mnist_env():
 
 def test_bandit_oracles_are_exact():
     task = make_task("contextual_bandit", N=4, K=5, init_std=1.0)
-    policy = task.make_policy(torch.Generator().manual_seed(0))
-    x = torch.tensor([0, 1, 2, 3, 3])
+    policy = task.make_policy([torch.Generator().manual_seed(0), torch.Generator().manual_seed(1)])
+    x = torch.tensor([[0, 1, 2, 3, 3], [1, 1, 0, 2, 3]])
     j = task.expected_reward(policy, x)
-    probs = torch.softmax(policy.table, -1)
-    assert torch.allclose(j, (probs * task.means)[x].sum(-1))
-    # d/d logit_{x,a} of sum_a pi r = pi_a (r_a - E r): the exact policy gradient
-    (g,) = torch.autograd.grad(j.sum(), policy.table)
-    expect = torch.zeros(4, 5)
-    for c in x.tolist():
-        expect[c] += probs[c] * (task.means[c] - (probs[c] * task.means[c]).sum())
-    assert torch.allclose(g, expect, atol=1e-6)
+    table = policy.weight
+    probs = torch.softmax(table, -1)  # [slot, N, K]
+    for s in range(2):
+        assert torch.allclose(j[s], (probs[s] * task.means)[x[s]].sum(-1))
+    # d/d logit_{x,a} of sum_a pi r = pi_a (r_a - E r): the exact policy gradient, slot by slot
+    (g,) = torch.autograd.grad(j.sum(), table)
+    for s in range(2):
+        expect = torch.zeros(4, 5)
+        for c in x[s].tolist():
+            expect[c] += probs[s, c] * (task.means[c] - (probs[s, c] * task.means[c]).sum())
+        assert torch.allclose(g[s], expect, atol=1e-6)
     ce = task.supervised_loss(policy, x)
-    assert ce.item() == pytest.approx(-torch.log(probs[x, task.best[x]]).mean().item(), rel=1e-5)
+    for s in range(2):
+        assert ce[s].item() == pytest.approx(-torch.log(probs[s, x[s], task.best[x[s]]]).mean().item(), rel=1e-5)
 
 
 def test_bandit_adapter_rewards():
@@ -89,12 +93,12 @@ def test_embedded_mnist_split_is_fixed_and_stratified():
 
 def test_mnist_oracles_enumerate_the_ten_actions():
     task = make_task("mnist")
-    policy = task.make_policy(torch.Generator().manual_seed(0))
+    policy = task.make_policy([torch.Generator().manual_seed(0)])
     x = task.sample_contexts(64, torch.Generator().manual_seed(1))
-    logits = task.logits(policy, x, torch.zeros(64, 1, dtype=torch.long))[:, 0]
+    logits = task.logits(policy, x[None], torch.zeros(1, 64, 1, dtype=torch.long))[0, :, 0]
     rewards = torch.stack([task.reward(x, torch.full((64, 1), a)) for a in range(10)], 1)
-    assert torch.allclose(task.expected_reward(policy, x), (torch.softmax(logits, -1) * rewards).sum(1), atol=1e-6)
-    ev = task.evaluate(policy, torch.Generator())
+    assert torch.allclose(task.expected_reward(policy, x[None])[0], (torch.softmax(logits, -1) * rewards).sum(1), atol=1e-6)
+    (ev,) = task.evaluate(policy, [torch.Generator()])
     assert 0.75 <= ev["test_error"] <= 1.0  # an untrained 10-way policy is near chance
 
 

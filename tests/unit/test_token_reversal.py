@@ -53,69 +53,88 @@ def test_reward_exact_and_partial_credit():
 
 def test_initial_policy_is_exactly_uniform_so_discovery_has_probability_M_to_the_minus_H():
     task = TokenReversal(H=6, M=3)
-    policy = task.make_policy(gen())
-    x = task.sample_contexts(50, gen(1))
+    policy = task.make_policy([gen()])
+    x = task.sample_contexts(50, gen(1))[None]
     logp_target = task.sequence_logp(policy, x, task.target(x))
-    torch.testing.assert_close(logp_target.sum(1), torch.full((50,), -6 * math.log(3)))
+    torch.testing.assert_close(logp_target.sum(-1), torch.full((1, 50), -6 * math.log(3)))
 
 
-def test_init_depends_only_on_the_generator():
+def test_init_depends_only_on_the_generator_and_slots_are_independent():
     task = TokenReversal(H=4)
-    a, b = task.make_policy(gen(3)), task.make_policy(gen(3))
-    c = task.make_policy(gen(4))
-    for (name, pa), pb, pc in zip(a.named_parameters(), b.parameters(), c.parameters(), strict=True):
-        assert torch.equal(pa, pb)
+    a, b = task.make_policy([gen(3)]), task.make_policy([gen(3)])
+    c = task.make_policy([gen(4)])
+    both = task.make_policy([gen(3), gen(4)])  # slot s of a stacked policy = the policy of generator s alone
+    for (name, pa), pb, pc, pboth in zip(a.named_parameters(), b.parameters(), c.parameters(), both.parameters(),
+                                         strict=True):
+        assert torch.equal(pa, pb) and torch.equal(pboth[0], pa[0]) and torch.equal(pboth[1], pc[0])
         if name.endswith("embed.weight"):
             assert not torch.equal(pa, pc)
 
 
 def test_logits_are_causal_and_prefix_consistent():
     task = TokenReversal(H=5, M=3)
-    policy = task.make_policy(gen())
+    policy = task.make_policy([gen()])
     policy.head.weight.data.normal_(0, 1, generator=gen(9))  # non-uniform policy
-    x = task.sample_contexts(8, gen(1))
-    a = torch.randint(0, 3, (8, 5), generator=gen(2))
+    x = task.sample_contexts(8, gen(1))[None]
+    a = torch.randint(0, 3, (1, 8, 5), generator=gen(2))
     full = task.logits(policy, x, a)
-    assert full.shape == (8, 5, 3)
+    assert full.shape == (1, 8, 5, 3)
     for t in range(1, 6):
         b = a.clone()
-        b[:, t - 1 :] = torch.randint(0, 3, (8, 6 - t), generator=gen(t))  # change a_t.. (and after)
-        torch.testing.assert_close(task.logits(policy, x, b)[:, :t], full[:, :t])  # positions <= t unchanged
-        torch.testing.assert_close(task.logits(policy, x, a[:, :t]), full[:, :t])  # shorter T' gives the prefix
-    assert task.logits(policy, x, a[:, :0]).shape == (8, 0, 3)
+        b[..., t - 1 :] = torch.randint(0, 3, (1, 8, 6 - t), generator=gen(t))  # change a_t.. (and after)
+        torch.testing.assert_close(task.logits(policy, x, b)[:, :, :t], full[:, :, :t])  # positions <= t unchanged
+        torch.testing.assert_close(task.logits(policy, x, a[..., :t]), full[:, :, :t])  # shorter T' gives the prefix
+    assert task.logits(policy, x, a[..., :0]).shape == (1, 8, 0, 3)
+
+
+@pytest.mark.parametrize("start", [0, 2, 4])
+def test_key_value_cached_decoding_equals_teacher_forcing(start):
+    """Sampling with the cache (a prefill at ``start``, then one token at a time) reads the same logits as
+    one teacher-forced pass, for every slot of a stacked policy."""
+    task = TokenReversal(H=5, M=3)
+    policy = task.make_policy([gen(0), gen(1)])
+    policy.head.weight.data.normal_(0, 1, generator=gen(9))
+    x = torch.stack([task.sample_contexts(8, gen(s)) for s in (2, 3)])
+    a = torch.randint(0, 3, (2, 8, 5), generator=gen(4))
+    with torch.no_grad():
+        full = task.logits(policy, x, a)
+        state = task.decode_state(policy, x, a, start)
+        for k in range(start, 5):
+            logits, state = task.decode(policy, state, a, k)
+            torch.testing.assert_close(logits, full[:, :, k], rtol=0, atol=2e-5)
 
 
 def test_recorded_logp_equals_teacher_forced_recomputation_under_the_version_that_sampled():
     task = TokenReversal(H=6)
-    policy = task.make_policy(gen())
+    policy = task.make_policy([gen()])
     old = perturbed(policy, 0.3, seed=1)  # version v
     new = perturbed(policy, 0.3, seed=2)  # a later version
-    x = task.sample_contexts(64, gen(3))
-    sampler = DecoderTransformer(6, 2)  # an actor holding a copy of version `old`
+    x = task.sample_contexts(64, gen(3))[None]
+    sampler = DecoderTransformer(6, 2, generators=[gen(5)])  # an actor holding a copy of version `old`
     sampler.load_state_dict(old)
-    actions, recorded = task.rollout(sampler, x, gen(4))
+    actions, recorded = task.rollout(sampler, x, torch.rand((1, 64, 6), generator=gen(4)))
     with torch.no_grad():  # the learner's side: one teacher-forced call with the stored parameters
         again = functional_call(policy, old, (x, actions))
         other = functional_call(policy, new, (x, actions))
-    recomputed = F.log_softmax(again, -1).gather(2, actions[..., None]).squeeze(2)
+    recomputed = F.log_softmax(again, -1).gather(-1, actions[..., None]).squeeze(-1)
     torch.testing.assert_close(recorded, recomputed, rtol=0, atol=1e-5)
-    assert not torch.allclose(recorded, F.log_softmax(other, -1).gather(2, actions[..., None]).squeeze(2), atol=1e-3)
+    assert not torch.allclose(recorded, F.log_softmax(other, -1).gather(-1, actions[..., None]).squeeze(-1), atol=1e-3)
 
 
 def test_token_and_sequence_ratios_agree_with_a_hand_computation():
     """H = 3, M = 2: per-token probabilities by one forward pass per prefix and a hand softmax."""
     task = TokenReversal(H=3)
-    policy = task.make_policy(gen())
+    policy = task.make_policy([gen()])
     mu, pi = perturbed(policy, 0.5, seed=11), perturbed(policy, 0.5, seed=12)
-    x = torch.tensor([[0, 1, 1]])
-    a = torch.tensor([[1, 0, 1]])
+    x = torch.tensor([[[0, 1, 1]]])
+    a = torch.tensor([[[1, 0, 1]]])
 
     def hand_probs(params):
         probs = []
         for t in range(3):  # the prefix a_<t only (padding-free), read the last position
-            z = functional_call(policy, params, (x, a[:, : t + 1]))[0, t].double()
+            z = functional_call(policy, params, (x, a[..., : t + 1]))[0, 0, t].double()
             e = torch.exp(z - z.max())
-            probs.append(float(e[a[0, t]] / e.sum()))
+            probs.append(float(e[a[0, 0, t]] / e.sum()))
         return probs
 
     p_mu, p_pi = hand_probs(mu), hand_probs(pi)
@@ -123,8 +142,8 @@ def test_token_and_sequence_ratios_agree_with_a_hand_computation():
     seq_ratio = math.prod(token_ratio)
 
     with torch.no_grad():
-        logp = F.log_softmax(functional_call(policy, pi, (x, a)), -1).gather(2, a[..., None]).squeeze(2)
-        blogp = F.log_softmax(functional_call(policy, mu, (x, a)), -1).gather(2, a[..., None]).squeeze(2)
+        logp = F.log_softmax(functional_call(policy, pi, (x, a)), -1).gather(-1, a[..., None]).squeeze(-1)[0]
+        blogp = F.log_softmax(functional_call(policy, mu, (x, a)), -1).gather(-1, a[..., None]).squeeze(-1)[0]
     mask = torch.ones_like(logp, dtype=torch.bool)
     torch.testing.assert_close(log_ratio(logp, blogp).exp()[0].double(), torch.tensor(token_ratio, dtype=torch.float64),
                                rtol=1e-5, atol=0)
@@ -132,8 +151,8 @@ def test_token_and_sequence_ratios_agree_with_a_hand_computation():
     # and the sequence probabilities are a proper distribution over all M^H = 8 sequences
     every = torch.tensor([[(i >> 2) & 1, (i >> 1) & 1, i & 1] for i in range(8)])
     with torch.no_grad():
-        lp_all = task.sequence_logp(policy, x.expand(8, 3), every)  # the base policy
-    assert float(lp_all.sum(1).exp().sum()) == pytest.approx(1.0, abs=1e-6)
+        lp_all = task.sequence_logp(policy, x.expand(1, 8, 3), every[None])  # the base policy
+    assert float(lp_all.sum(-1).exp().sum()) == pytest.approx(1.0, abs=1e-6)
 
 
 def test_train_test_split_is_fixed_disjoint_and_about_the_holdout_fraction():
@@ -152,7 +171,7 @@ def test_train_test_split_is_fixed_disjoint_and_about_the_holdout_fraction():
 
 def test_evaluate_on_the_uniform_initial_policy_matches_closed_forms():
     task = TokenReversal(H=4, n_eval=1600)  # 16 contexts, each sampled 100 times
-    out = task.evaluate(task.make_policy(gen()), gen(1))
+    (out,) = task.evaluate(task.make_policy([gen()]), [gen(1)])
     # greedy decoding of a uniform policy picks token 0 (first argmax): right only for the all-zero target
     assert out["test_error_greedy"] == pytest.approx(15 / 16)
     assert out["test_token_error_greedy"] == pytest.approx(0.5)
@@ -163,10 +182,10 @@ def test_evaluate_on_the_uniform_initial_policy_matches_closed_forms():
 
 def test_rare_p0_warm_start_makes_discovery_exponentially_rarer():
     task = TokenReversal(H=4, rare_p0=0.3)
-    policy = task.make_policy(gen())
-    x = task.all_contexts()
+    policy = task.make_policy([gen()])
+    x = task.all_contexts()[None]
     with torch.no_grad():
-        p_exact = task.sequence_logp(policy, x, task.target(x)).sum(1).exp()
+        p_exact = task.sequence_logp(policy, x, task.target(x)).sum(-1).exp()
     assert float(p_exact.mean()) < 0.5 * 2.0**-4  # rarer than the uniform policy's 1/16
     assert 0.2 * 0.3**4 < task.initial_success < 5 * 0.3**4
 
@@ -192,7 +211,7 @@ def test_registered_with_options_settable_by_name():
         assert key in opts
     task = make_task("token_reversal", H="5", M="3", variant="copy", partial_credit="true", rare_p0="0.2")
     assert (task.H, task.M, task.variant, task.partial_credit, task.rare_p0) == (5, 3, "copy", True, 0.2)
-    assert sum(p.numel() for p in task.make_policy(gen()).parameters()) > 0
+    assert sum(p.numel() for p in task.make_policy([gen()]).parameters()) > 0
 
 
 def test_gymnasium_env_is_registered_and_steps_through_an_episode():

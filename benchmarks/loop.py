@@ -1,0 +1,249 @@
+"""The simulator loop's speed: ratios against references timed in the same run, and paper-budget wall times.
+
+* ``mnist dg step / lean eager step``: one MNIST run with the DG recipe and default diagnostics
+  (``log_every`` 100: evaluation and diagnostics included), time per step of the whole loop over
+  `LEAN_STEPS` steps, against a lean eager PyTorch step of the same MLP (784-100-10), batch (100)
+  and Adam (``fused=True``) written here: the actor's forward (no grad) and multinomial sample, the
+  DG loss on the learner's forward, backward, the optimizer step. (A single-forward variant, in
+  which the learner reuses the actor's forward, as only an on-policy loop can, is reported beside it.)
+* ``8 runs: learner FLOP/s / matmul peak``: eight MNIST runs in one loop; the learner phase
+  (`Runner.learn`) timed alone, its matmul FLOPs counted by ``FlopCounterMode``, divided by the
+  machine's float32 matmul rate (benchmarks/matmul_peak.py) timed in alternation.
+* ``8 runs / 1 run (whole runs)``: wall time of eight MNIST runs in one loop over that of one.
+* ``token reversal sampling / one full forward``: H = 10, M = 2, 10 actors x 10 episodes; the actor
+  phase of one step (`Runner.act`: sampling H tokens with the key/value cache, frictions, rewards)
+  over one teacher-forced forward pass of the same batch (no grad).
+* ``token reversal step: before / now``: the whole step (100 steps, no intermediate logging) of the
+  loop as it was before the key/value cache and the one loop, measured on this machine with the same
+  definition and recorded in `BEFORE_TOKEN_STEP_MS`, over today's.
+* Paper budgets: wall time of one MNIST run of 10,000 steps at a fixed lag of 1,000, and of one token
+  reversal run (H = 10) of 1,000 steps.
+
+    python -m benchmarks loop [--quick]     or     python -m benchmarks.loop
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+import warnings
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+from benchmarks.common import DEFAULT_THREADS, Ratio, clock, interleaved, median_ratio, set_threads, spread
+from benchmarks.matmul_peak import MatmulPeak
+from testbed.runner import RunConfig, Runner, run, run_many
+from testbed.tasks import make_task
+
+LEAN_STEPS = 500
+# The token reversal step before this loop (2026-11-23, this machine, quiet, 1 thread, torch 2.13.0):
+# 100 steps of H = 10, M = 2, 10 actors x 10 episodes, dg, log_every 1000: 120.5 ms per step
+# (sampling 98.6 ms of it: H full forwards per actor chunk; one full forward of the batch 6.6 ms).
+BEFORE_TOKEN_STEP_MS = 120.5
+# The MNIST DG step before this loop, same definition as `mnist_step`: 2.28 x the lean step (2.30 ms).
+BEFORE_MNIST_RATIO = 2.28
+TOKEN = {"task": "token_reversal", "recipe": "dg", "n_actors": 10, "batch_size": 100, "task_args": {"H": 10, "M": 2}}
+
+
+class LeanStep:
+    """A lean eager actor-learner DG step on MNIST (see the module docstring)."""
+
+    def __init__(self, single_forward: bool = False) -> None:
+        self.task = make_task("mnist")
+        self.gen = torch.Generator().manual_seed(0)
+        torch.manual_seed(0)
+        self.model = nn.Sequential(nn.Linear(784, 100), nn.ReLU(), nn.Linear(100, 10))
+        self.opt = torch.optim.Adam(self.model.parameters(), lr=1e-3, fused=True)
+        self.single = single_forward
+
+    def __call__(self) -> None:
+        idx = torch.randint(self.task.n_train, (100,), generator=self.gen)
+        x = self.task.pixels(idx)
+        if self.single:
+            logp_all = F.log_softmax(self.model(x), -1)
+            a = torch.multinomial(logp_all.detach().exp(), 1, generator=self.gen)
+            logp = logp_all.gather(1, a).squeeze(1)
+            a = a.squeeze(1)
+        else:
+            with torch.no_grad():
+                a = torch.multinomial(F.softmax(self.model(x), -1), 1, generator=self.gen).squeeze(1)
+            logp = F.log_softmax(self.model(x), -1).gather(1, a[:, None]).squeeze(1)
+        r = (a == self.task.labels[idx]).float()
+        adv = r - r.mean()
+        gate = torch.sigmoid(adv * -logp.detach())
+        loss = -(gate * adv * logp).mean()
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.opt.step()
+
+
+def mnist_step(rounds: int, steps: int = LEAN_STEPS) -> list[Ratio]:
+    lean, lean1 = LeanStep(), LeanStep(single_forward=True)
+    times = interleaved({
+        "ours": lambda: run(RunConfig(task="mnist", recipe="dg", steps=steps)),
+        "lean": lambda: [lean() for _ in range(steps)],
+        "lean1": lambda: [lean1() for _ in range(steps)],
+    }, rounds=rounds, warmup=1)
+    ratio = median_ratio(times["ours"], times["lean"])
+    lo, hi = spread([a / b for a, b in zip(times["ours"], times["lean"], strict=True)])
+    ms = {k: 1e3 * statistics.median(v) / steps for k, v in times.items()}
+    return [
+        Ratio("loop:mnist", "dg step (1 run, default diagnostics) / lean eager step", ratio, "<= 1.5",
+              f"IQR {lo:.2f}-{hi:.2f}; ours {ms['ours']:.2f} ms, lean {ms['lean']:.2f} ms per step; {rounds} rounds x "
+              f"{steps} steps (before: {BEFORE_MNIST_RATIO})"),
+        Ratio("loop:mnist", "dg step / lean single-forward step", median_ratio(times["ours"], times["lean1"]), "",
+              f"lean single-forward {ms['lean1']:.2f} ms per step (an on-policy shortcut an async actor cannot take)"),
+    ]
+
+
+def _drive(runner: Runner, t: int, phases: dict[str, float]) -> None:
+    """One step of the loop through its public phases, timing each on `clock`."""
+    now = clock()
+    t0 = now()
+    runner.act(t)
+    t1 = now()
+    runner.learn(t)
+    t2 = now()
+    runner.publish(t)
+    t3 = now()
+    phases["act"] += t1 - t0
+    phases["learn"] += t2 - t1
+    phases["publish"] += t3 - t2
+
+
+def learner_flops(seeds: int, rounds: int, steps: int) -> list[Ratio]:
+    """Eight MNIST runs in one loop: the learner phase's FLOP/s over the matmul peak."""
+    cfgs = [RunConfig(task="mnist", recipe="dg", seed=s, steps=10**6, log_every=10**6) for s in range(seeds)]
+    runner = Runner(cfgs)
+    runner.publish(-1)
+    runner.act(0)
+    with FlopCounterMode(display=False) as counter:
+        runner.learn(0)
+    flops = float(counter.get_total_flops())
+    runner.publish(0)
+    peak = MatmulPeak()
+    state = {"t": 1}
+    phases = {"act": 0.0, "learn": 0.0, "publish": 0.0}
+
+    def block() -> None:
+        for _ in range(steps):
+            _drive(runner, state["t"], phases)
+            state["t"] += 1
+
+    fracs, peaks = [], []
+    for _ in range(rounds):
+        t_peak = statistics.median(_timed(peak) for _ in range(3))
+        phases.update(act=0.0, learn=0.0, publish=0.0)
+        block()
+        learn = phases["learn"] / steps
+        fracs.append(flops / learn / (peak.flops / t_peak))
+        peaks.append(peak.flops / t_peak)
+    frac = statistics.median(fracs)
+    lo, hi = spread(fracs)
+    return [Ratio("loop:mnist", f"{seeds} runs: learner FLOP/s / matmul peak", frac, ">= 0.5",
+                  f"IQR {lo:.2f}-{hi:.2f}; learner step {flops / 1e6:.0f} MFLOP ({flops / seeds / 1e6:.0f} per run), "
+                  f"{1e3 * phases['learn'] / steps:.2f} ms; peak {statistics.median(peaks) / 1e9:.0f} GFLOP/s (before: 0.18)")]
+
+
+def _timed(fn: object) -> float:
+    now = clock()
+    t0 = now()
+    fn()  # type: ignore[operator]
+    return now() - t0
+
+
+def many_runs(seeds: int, rounds: int, steps: int) -> list[Ratio]:
+    cfgs = [RunConfig(task="mnist", recipe="dg", seed=s, steps=steps) for s in range(seeds)]
+    times = interleaved({"one": lambda: run(cfgs[0]), "many": lambda: run_many(cfgs)}, rounds=rounds, warmup=1)
+    ratio = median_ratio(times["many"], times["one"])
+    lo, hi = spread([a / b for a, b in zip(times["many"], times["one"], strict=True)])
+    return [Ratio("loop:mnist", f"{seeds} runs / 1 run (whole runs, wall)", ratio, "<= 4",
+                  f"IQR {lo:.2f}-{hi:.2f}; {steps} steps, dg, default diagnostics; {rounds} rounds (before: 5.8)")]
+
+
+def token_sampling(rounds: int) -> list[Ratio]:
+    runner = Runner([RunConfig(**TOKEN, steps=10**6, log_every=10**6)])
+    runner.publish(-1)
+    task, policy = runner.task, runner.policy
+    phases = {"act": 0.0, "learn": 0.0, "publish": 0.0}
+    state = {"t": 0}
+    contexts = torch.stack([task.sample_contexts(100, torch.Generator().manual_seed(0))])
+    actions = torch.randint(2, contexts.shape, generator=torch.Generator().manual_seed(1))
+
+    def sample() -> None:
+        before = phases["act"]
+        _drive(runner, state["t"], phases)
+        state["t"] += 1
+        sample.last = phases["act"] - before  # type: ignore[attr-defined]
+
+    def forward() -> None:
+        with torch.no_grad():
+            task.logits(policy, contexts, actions)
+
+    acts, fwds = [], []
+    for _ in range(3):
+        sample()
+        forward()
+    for _ in range(rounds):
+        sample()
+        acts.append(sample.last)  # type: ignore[attr-defined]
+        fwds.append(_timed(forward))
+    ratio = median_ratio(acts, fwds)
+    lo, hi = spread([a / b for a, b in zip(acts, fwds, strict=True)])
+    return [Ratio("loop:token_reversal", "sampling H=10 (10 actors x 10) / one full forward", ratio, "<= 2",
+                  f"IQR {lo:.2f}-{hi:.2f}; sampling {1e3 * statistics.median(acts):.1f} ms, forward "
+                  f"{1e3 * statistics.median(fwds):.1f} ms (before: 15)")]
+
+
+def token_step(rounds: int, steps: int = 100) -> list[Ratio]:
+    per_step = []
+    for _ in range(rounds):
+        runner = Runner([RunConfig(**TOKEN, steps=steps, log_every=1000)])
+        per_step.append(_timed(runner.run) / steps)
+    ms = 1e3 * statistics.median(per_step)
+    return [Ratio("loop:token_reversal", "whole step: before / now (speed-up)", BEFORE_TOKEN_STEP_MS / ms, ">= 5",
+                  f"now {ms:.1f} ms per step (median of {rounds} runs of {steps} steps), before {BEFORE_TOKEN_STEP_MS} ms")]
+
+
+def paper_budgets() -> list[Ratio]:
+    out = []
+    for label, cfg in (("MNIST 10,000 steps at lag 1,000, 1 run (s)",
+                        RunConfig(task="mnist", recipe="dg", delay="fixed:1000", steps=10_000)),
+                       ("token reversal H=10, 1,000 steps, 1 run (s)", RunConfig(**TOKEN, steps=1000))):
+        t0 = time.perf_counter()
+        result = run(cfg)
+        wall = time.perf_counter() - t0
+        final = result.rows[-1].get("test_error", float("nan"))
+        out.append(Ratio("budget", label, wall, "", f"wall clock; final test error {final:.3f}"))
+    return out
+
+
+def run_all(quick: bool = False) -> list[Ratio]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = mnist_step(2 if quick else 5, steps=100 if quick else LEAN_STEPS)
+        out += learner_flops(8, 2 if quick else 5, 10 if quick else 50)
+        out += many_runs(8, 1 if quick else 3, 50 if quick else 300)
+        out += token_sampling(3 if quick else 10)
+        out += token_step(1 if quick else 3, steps=10 if quick else 100)
+        if not quick:
+            out += paper_budgets()
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--threads", type=int, default=DEFAULT_THREADS)
+    p.add_argument("--quick", action="store_true")
+    args = p.parse_args(argv)
+    print(f"threads: {set_threads(args.threads)}")
+    for ratio in run_all(args.quick):
+        print(ratio.line())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,3 @@
+from . import CONFIG_DIR
+
+print(CONFIG_DIR)
