@@ -6,6 +6,7 @@ The recipe objects are ``testbed.stabilizers.build(spec)``, unchanged. Importing
 cheap: transformers is imported only when a model is built.
 """
 
-from .trainer import TrainConfig, Trainer
+from .config import TrainConfig, UsageError
+from .trainer import Trainer
 
-__all__ = ["TrainConfig", "Trainer"]
+__all__ = ["TrainConfig", "Trainer", "UsageError"]
