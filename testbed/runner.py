@@ -57,6 +57,7 @@ from torch.func import functional_call
 from testbed import diagnostics as diag
 from testbed.delay import Chunk, Schedule, Staleness, parse_staleness
 from testbed.frictions import Frictions, act, parse_frictions
+from testbed.regimes import get_regime
 from testbed.seeding import SCHEME, generator, numpy_rng
 from testbed.stabilizers import AGG_MODES, PolicyTerms, Recipe, build
 from testbed.stabilizers.numerics import sequence_log_ratio
@@ -64,7 +65,8 @@ from testbed.stabilizers.spec import SpecError
 from testbed.tasks import ExactOracle, make_task, runner_defaults, task_options
 from testbed.tasks.base import token_logp
 
-DEFAULTS: dict[str, Any] = {"batch_size": 100, "lr": 1e-3, "n_actors": 1, "agg": "token-mean"}
+DEFAULTS: dict[str, Any] = {"batch_size": 100, "lr": 1e-3, "n_actors": 1, "agg": "token-mean", "delay": "sync",
+                            "group_size": 1, "epochs": 1, "minibatches": 1}
 OPTIMIZERS = ("adam", "sgd")
 PROXIMAL = ("current", "none")
 # Fields that fix the shape of the computation: runs trained in one loop must agree on them.
@@ -83,20 +85,21 @@ class RunConfig:
 
     task: str = "mnist"
     recipe: str = "pg"
-    delay: str = "sync"
+    delay: str | None = None
     frictions: str = "none"
     seed: int = 0
     steps: int = 1000
     batch_size: int | None = None
     lr: float | None = None
     n_actors: int | None = None
-    group_size: int = 1
-    epochs: int = 1
-    minibatches: int = 1
+    group_size: int | None = None
+    epochs: int | None = None
+    minibatches: int | None = None
     log_every: int = 100
     agg: str | None = None
     optimizer: str = "adam"
     proximal: str = "current"
+    regime: str = "one_step"
     task_args: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -104,12 +107,14 @@ class RunConfig:
         return [f.name for f in fields(cls)]
 
     def resolved(self) -> RunConfig:
-        """A copy with every ``None`` filled from the task's ``runner_defaults`` and then DEFAULTS."""
+        """A copy with every ``None`` filled from the regime (testbed/regimes.py), then the task's
+        ``runner_defaults``, then DEFAULTS."""
         values = asdict(self)
+        preset = get_regime(self.regime).for_task(self.task)
         task_defaults = runner_defaults(self.task)
         for key, value in values.items():
             if value is None:
-                values[key] = task_defaults.get(key, DEFAULTS.get(key))
+                values[key] = preset.get(key, task_defaults.get(key, DEFAULTS.get(key)))
         values["task_args"] = dict(sorted(values["task_args"].items()))
         return RunConfig(**values)
 
