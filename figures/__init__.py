@@ -1,14 +1,17 @@
 """Every figure and the claims report, regenerated from scratch: ``python -m figures [all|NAME|list|claims]``.
 
+Experiments (figures/experiments/: configs + scoring + the claim records) are separate from plotting.
 One module per figure (listed in FIGURES, in report order). A figure module defines
 
-    NAME, CLAIMS                  its file name and the claim ids it tests
+    NAME, CLAIMS                  its file name and the claim ids it shows
     configs(quick) -> [RunConfig] the simulator runs it reads (trained and cached by the testbed's
                                   results store; empty for theory-only figures)
-    make(ctx) -> {claim: evidence} draws NAME.png / NAME.pdf (+ caption) under ctx.out and returns the
-                                  numbers that figures/claims.py turns into verdicts
+    make(ctx) -> {experiment: evidence}
+                                  draws NAME.png / NAME.pdf (+ caption) under ctx.out and returns the
+                                  evidence of the experiment(s) it draws, which figures/claims.py judges
 
-See figures/__main__.py for the command line and figures/claims.py for the verdict rules.
+See figures/__main__.py for the command line, figures/claims.py for the report, figures/stats.py for
+the statistics, docs/ALGORITHMS.md for the methods and the claims' paper values.
 """
 
 from __future__ import annotations
@@ -19,14 +22,14 @@ from types import ModuleType
 FIGURES = (
     "stability_map",
     "quadratic_gac",
-    "contamination",
-    "mnist_delay",
-    "mnist_samples",
-    "mnist_alignment",
     "grad_cosine",
+    "async_grpo",
+    "contamination",
+    "mnist_alignment",
+    "mnist_delay",
     "vcpo_traces",
     "vcpo_ablation",
-    "areal_staleness",
+    "mnist_samples",
     "token_frictions",
     "token_horizon",
 )

@@ -5,12 +5,14 @@
     python -m figures list                                 the figures and the claims each tests
     python -m figures claims [--out DIR]                   rebuild claims.md / claims.json from DIR/data
 
-The full setting is the default; ``--quick`` uses a handful of steps and one seed (CI smoke test;
-its verdicts are not evidence). Outputs (default ``results/figures``, ``results/figures/quick`` with
---quick): NAME.png, NAME.pdf, NAME.caption.txt per figure, data/NAME.json (the numbers behind the
-verdicts), claims.md and claims.json (written by ``all`` and ``claims``), timings.json. Simulator
-runs are cached in the testbed's results store (``--cache``, default ``results/figures/runs``),
-keyed by config hash: re-plotting retrains nothing.
+The full setting (the papers' budgets, figures/budgets.py) is the default; ``--quick`` uses a handful
+of steps and two seeds (CI smoke test; its verdicts are not evidence). Outputs (default
+``results/paper``, ``results/figures/quick`` with --quick): NAME.png, NAME.pdf, NAME.caption.txt per
+figure, data/NAME.json (the numbers behind the verdicts), claims.md, claims.json and index.html (one
+self-contained page; written by ``all`` and ``claims``), timings.json. Simulator runs are cached in
+the testbed's results store (``--cache``, default ``results/figures/runs``), keyed by config hash:
+re-plotting retrains nothing and an interrupted run resumes. ``python -m figures.estimate`` predicts
+the full run's wall time from timed samples.
 """
 
 from __future__ import annotations
@@ -66,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.workers is not None and args.workers < 1:
         print(f"error: --workers must be >= 1, got {args.workers}", file=sys.stderr)
         return EXIT_USAGE
-    out = Path(args.out or ("results/figures/quick" if args.quick else "results/figures"))
+    out = Path(args.out or ("results/figures/quick" if args.quick else "results/paper"))
     cache = Path(args.cache or "results/figures/runs")
     from figures.claims import write_report
     from figures.common import Context, dedupe, missing, read_evidence, write_evidence

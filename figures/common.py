@@ -1,27 +1,34 @@
-"""What every figure module shares: the run context, the cached-run adapter, per-seed statistics.
+"""What every figure and experiment shares: the run context, the cached-run adapter, per-seed values.
 
 Runs go through the testbed's own results store (`testbed.results.ResultStore`, via
-`testbed.sweep.run_sweep`): one directory (``--cache``, default ``<out>/runs``) holds every run of
-every figure, keyed by the hash of its resolved config. A figure asks for its configs; the ones
-already finished are read back, the others are trained (in parallel workers). Regenerating a figure
-after a style change therefore retrains nothing; changing a setting retrains only what changed.
+`testbed.sweep.run_sweep`): one directory (``--cache``) holds every run of every figure, keyed by the
+hash of its resolved config. An experiment asks for its configs; the ones already finished are read
+back, the others are trained (in parallel workers). Regenerating a figure after a style change
+therefore retrains nothing; changing a setting retrains only what changed; an interrupted run resumes.
 
-Evidence. Each figure module returns, per claim id it tests, a dict of plain numbers (per-seed
-values, lists) that `figures.claims` turns into a verdict by a stated rule. The evidence is also
-written to ``<out>/data/NAME.json`` so the report can be rebuilt without re-plotting.
+Per-seed values are read by run id (`values`, `curves`): a *cell* is the list of configs of one
+setting, one per seed, so values of two cells are aligned seed by seed (paired comparisons,
+figures/stats.py) without matching on table columns.
+
+Evidence. Each experiment (figures/experiments/) turns its runs into a dict of plain numbers (per-seed
+values); figure modules draw it and return it, and ``<out>/data/NAME.json`` keeps it so the report
+can be rebuilt without re-plotting (figures/claims.py).
 """
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from figures.budgets import Budget, budget
 from testbed.runner import RunConfig
 
 
@@ -41,6 +48,10 @@ class Context:
     @property
     def data_dir(self) -> Path:
         return self.out / "data"
+
+    @property
+    def budget(self) -> Budget:
+        return budget(self.quick)
 
     def cmd(self, name: str) -> str:
         """The command line that regenerates figure ``name`` with these settings."""
@@ -65,13 +76,38 @@ class Context:
         run_sweep(todo, self.cache, workers=workers, meta={"command": "figures"}, progress=self.progress)
 
     def table(self, configs: list[RunConfig]) -> pd.DataFrame:
-        """The tidy rows (one per run x logged step) of ``configs``, training what is missing."""
-        from testbed.results import ResultStore
+        """The tidy rows (one per run x logged step) of ``configs``, training what is missing.
+
+        Read run by run with the id column set from the config: a CSV reader takes an id such as
+        ``789907539e16`` for a number, so the stored column cannot be trusted to match."""
+        from testbed.results import ResultStore, read_frame
 
         configs = dedupe(configs)
         self.ensure(configs)
-        table = ResultStore(self.cache).table(configs)
-        return table
+        store = ResultStore(self.cache)
+        frames = []
+        for c in configs:
+            if store.done(c.run_id):
+                frame = read_frame(store.runs / f"{c.run_id}.csv")
+                frame["run_id"] = c.run_id
+                frames.append(frame)
+        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["run_id", "status"])
+
+    def evidence(self, experiment: ModuleType) -> dict[str, Any]:
+        """The experiment's evidence (figures/experiments/), computed once per invocation."""
+        memo = self.extra.setdefault("evidence", {})
+        if experiment.NAME not in memo:
+            memo[experiment.NAME] = experiment.evidence(self)
+        return memo[experiment.NAME]
+
+
+def experiment_configs(experiment: ModuleType) -> Callable[[bool], list[RunConfig]]:
+    """A figure's ``configs(quick)``: those of the experiment it draws."""
+
+    def configs(quick: bool) -> list[RunConfig]:
+        return experiment.configs(budget(quick))
+
+    return configs
 
 
 def missing(cache: Path, configs: list[RunConfig]) -> int:
@@ -94,7 +130,7 @@ def dedupe(configs: list[RunConfig]) -> list[RunConfig]:
 def cost_estimate(cfg: RunConfig) -> float:
     """Rough relative cost of a run (for scheduling only)."""
     c = cfg.resolved()
-    per_step = c.batch_size * (c.task_args.get("H", 1) if c.task == "token_reversal" else 1)
+    per_step = c.batch_size * c.epochs * (c.task_args.get("H", 1) if c.task == "token_reversal" else 1)
     if c.task == "token_reversal":
         per_step *= 20
     if "vcpo" in c.recipe or "opob" in c.recipe:
@@ -102,66 +138,66 @@ def cost_estimate(cfg: RunConfig) -> float:
     return c.steps * per_step
 
 
-def cfg(task: str = "mnist", **kw: Any) -> RunConfig:
-    """A RunConfig with task options given as ``task_args``."""
-    return RunConfig(task=task, **kw)
+# -- reading runs back by cell ------------------------------------------------------------------------
 
 
-# -- reading runs back ---------------------------------------------------------------------------
-
-
-def runs_of(table: pd.DataFrame, **match: Any) -> pd.DataFrame:
-    """Rows whose config columns equal ``match`` (e.g. recipe="dg", delay="fixed:100"); a task option
-    is matched by its name (``H=6`` looks at column ``task.H``); ``None`` matches runs without it."""
-    sub = table
-    for key, value in match.items():
-        col = key if key in sub.columns else f"task.{key}"
-        if col not in sub.columns:
-            if value is None:  # an option no run set
-                continue
-            return sub.iloc[0:0]
-        sub = sub[sub[col].isna()] if value is None else sub[sub[col] == value]
-    return sub
-
-
-def final_values(table: pd.DataFrame, metric: str, diverged_value: float = float("nan"), tail: int = 1,
-                 **match: Any) -> np.ndarray:
-    """Per-seed final value of ``metric`` (mean of the last ``tail`` logged values); a diverged run
-    gives ``diverged_value``. Ordered by seed."""
-    sub = runs_of(table, **match)
+def _runs(table: pd.DataFrame, cell: list[RunConfig]) -> list[pd.DataFrame | None]:
+    """The rows of each config of ``cell`` (None where the table lacks it), in the cell's order."""
+    if not len(table):
+        return [None for _ in cell]
+    groups = {rid: g for rid, g in table.groupby("run_id", sort=False)}
     out = []
-    for _, run in sub.groupby("seed", sort=True):
-        status = run["status"].iloc[0]
-        vals = run[metric].dropna() if metric in run else pd.Series(dtype=float)
-        if status == "diverged" or not len(vals):
-            out.append(diverged_value)
-        else:
-            out.append(float(vals.iloc[-tail:].mean()))
-    return np.asarray(out, dtype=float)
-
-
-def seed_matrix(columns: list[np.ndarray]) -> np.ndarray:
-    """Per-seed values of several settings as [n_seeds, n_settings], NaN where a run is missing."""
-    rows = max((len(v) for v in columns), default=0)
-    out = np.full((rows, len(columns)), np.nan)
-    for j, v in enumerate(columns):
-        out[: len(v), j] = v
+    for cfg in cell:
+        g = groups.get(cfg.run_id)
+        out.append(None if g is None else g.sort_values("step") if "step" in g else g)
     return out
 
 
-def curves(table: pd.DataFrame, metric: str, **match: Any) -> tuple[np.ndarray, np.ndarray]:
-    """(steps, values [n_seeds, n_steps]) of a metric over training; NaN after a divergence."""
-    sub = runs_of(table, **match)
-    if metric not in sub.columns:
+def values(table: pd.DataFrame, cell: list[RunConfig], metric: str, diverged_value: float = float("nan"),
+           tail: float = 0.05, start: float | None = None) -> np.ndarray:
+    """One number per config of ``cell`` (= per seed): the mean of ``metric`` over the last ``tail``
+    fraction of its logged values (at least one), or over the logged values from fraction ``start`` of
+    the run on; ``diverged_value`` for a diverged run, NaN for a missing one."""
+    out = []
+    for run in _runs(table, cell):
+        if run is None:
+            out.append(float("nan"))
+            continue
+        if run["status"].iloc[0] == "diverged":
+            out.append(diverged_value)
+            continue
+        vals = run[metric].dropna().to_numpy(dtype=float) if metric in run else np.zeros(0)
+        if not len(vals):
+            out.append(float("nan"))
+            continue
+        k = max(1, len(vals) - round(start * len(vals))) if start is not None else max(1, round(tail * len(vals)))
+        out.append(float(vals[-k:].mean()))
+    return np.asarray(out, dtype=float)
+
+
+def curves(table: pd.DataFrame, cell: list[RunConfig], metric: str) -> tuple[np.ndarray, np.ndarray]:
+    """(steps, values [n_configs, n_steps]) of a metric over training; NaN where not logged (after a divergence)."""
+    runs = [r for r in _runs(table, cell) if r is not None and metric in r]
+    if not runs:
         return np.zeros(0), np.zeros((0, 0))
-    sub = sub[["seed", "step", metric]].dropna(subset=["step"])
-    wide = sub.pivot_table(index="seed", columns="step", values=metric, aggfunc="mean", dropna=False)
-    return wide.columns.to_numpy(dtype=float), wide.to_numpy(dtype=float)
+    steps = np.unique(np.concatenate([r["step"].dropna().to_numpy(dtype=float) for r in runs]))
+    ys = np.full((len(runs), len(steps)), np.nan)
+    for i, r in enumerate(runs):
+        sub = r[["step", metric]].dropna()
+        idx = np.searchsorted(steps, sub["step"].to_numpy(dtype=float))
+        ys[i, idx] = sub[metric].to_numpy(dtype=float)
+    return steps, ys
+
+
+def diverged(table: pd.DataFrame, cell: list[RunConfig]) -> int:
+    """How many runs of ``cell`` diverged."""
+    return sum(r is not None and r["status"].iloc[0] == "diverged" for r in _runs(table, cell))
 
 
 def smooth_rows(ys: np.ndarray, k: int = 3) -> np.ndarray:
-    """Centred moving average over ``k`` logged points per row, NaN-aware, without edge shrinkage."""
-    if ys.ndim != 2 or ys.shape[1] < k:
+    """Centred moving average over ``k`` points per row, NaN-aware, without edge shrinkage."""
+    ys = np.atleast_2d(np.asarray(ys, dtype=float))
+    if ys.shape[1] < k or k <= 1:
         return ys
     kernel = np.ones(k)
     ok = np.isfinite(ys)
@@ -171,72 +207,14 @@ def smooth_rows(ys: np.ndarray, k: int = 3) -> np.ndarray:
         return np.where(den > 0, num / den, np.nan)
 
 
-def diverged_count(table: pd.DataFrame, **match: Any) -> int:
-    sub = runs_of(table, **match)
-    if not len(sub):
-        return 0
-    return int((sub.groupby("seed")["status"].first() == "diverged").sum())
+def arr(v: Any) -> np.ndarray:
+    """Evidence list (None for missing) -> float array (NaN for missing)."""
+    if v is None:
+        return np.zeros(0)
+    return np.asarray([np.nan if x is None else x for x in list(v)], dtype=float)
 
 
-# -- statistics over seeds -----------------------------------------------------------------------
-
-
-def summary(values: Any) -> dict[str, float]:
-    """mean, std (ddof 1), standard error and n of the finite values."""
-    v = np.asarray(values, dtype=float)
-    v = v[np.isfinite(v)]
-    n = int(v.size)
-    if n == 0:
-        return {"mean": float("nan"), "std": float("nan"), "se": float("nan"), "n": 0}
-    std = float(v.std(ddof=1)) if n > 1 else 0.0
-    return {"mean": float(v.mean()), "std": std, "se": std / math.sqrt(n), "n": n}
-
-
-def fmt(values: Any, digits: int = 3, pct: bool = False) -> str:
-    """'mean +- std (n=k)' of per-seed values (percent if ``pct``)."""
-    s = summary(values)
-    if s["n"] == 0:
-        return "n/a"
-    k = 100.0 if pct else 1.0
-    unit = "%" if pct else ""
-    if s["n"] == 1:
-        return f"{s['mean'] * k:.{digits}g}{unit} (1 seed)"
-    return f"{s['mean'] * k:.{digits}g}{unit} +- {s['std'] * k:.2g} (n={s['n']})"
-
-
-def _diff_se(a: Any, b: Any) -> tuple[float, float, int] | None:
-    """(mean(b) - mean(a), its standard error, n) -- paired by seed when both sides hold the same seeds
-    (same seed = same initialisation and context stream, so the pairing removes the seed effect),
-    else Welch's unpaired standard error. None when a side has no finite value."""
-    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    if a.shape == b.shape and a.size > 1:
-        ok = np.isfinite(a) & np.isfinite(b)
-        if ok.sum() == a.size:
-            d = b - a
-            return float(d.mean()), float(d.std(ddof=1) / math.sqrt(d.size)), int(d.size)
-    sa, sb = summary(a), summary(b)
-    if sa["n"] == 0 or sb["n"] == 0:
-        return None
-    return sb["mean"] - sa["mean"], math.sqrt(sa["se"] ** 2 + sb["se"] ** 2), min(sa["n"], sb["n"])
-
-
-def less(a: Any, b: Any, min_effect: float = 0.0) -> bool:
-    """True when mean(a) < mean(b) by more than ``min_effect`` and by more than two standard errors of
-    the difference (paired by seed where possible, see `_diff_se`): the significance rule of every verdict."""
-    r = _diff_se(a, b)
-    if r is None:
-        return False
-    diff, se, _ = r
-    return diff > max(min_effect, 2.0 * se)
-
-
-def close(a: Any, b: Any, tol: float) -> bool:
-    """True when |mean(a) - mean(b)| <= tol + two standard errors of the difference."""
-    r = _diff_se(a, b)
-    if r is None:
-        return False
-    diff, se, _ = r
-    return abs(diff) <= tol + 2.0 * se
+# -- evidence on disk ----------------------------------------------------------------------------------
 
 
 def to_jsonable(obj: Any) -> Any:
@@ -246,6 +224,8 @@ def to_jsonable(obj: Any) -> Any:
         return [to_jsonable(v) for v in obj]
     if isinstance(obj, np.ndarray):
         return [to_jsonable(v) for v in obj.tolist()]
+    if isinstance(obj, np.bool_):
+        return bool(obj)
     if isinstance(obj, np.floating | float):
         f = float(obj)
         return f if math.isfinite(f) else None
@@ -255,6 +235,7 @@ def to_jsonable(obj: Any) -> Any:
 
 
 def write_evidence(ctx: Context, name: str, evidence: dict[str, Any]) -> Path:
+    """``<out>/data/NAME.json``: {figure, quick, evidence: {experiment: numbers}}."""
     ctx.data_dir.mkdir(parents=True, exist_ok=True)
     path = ctx.data_dir / f"{name}.json"
     payload = {"figure": name, "quick": ctx.quick, "evidence": to_jsonable(evidence)}
@@ -273,6 +254,10 @@ def read_evidence(out: Path) -> dict[str, dict[str, Any]]:
     return data
 
 
-def nan_to(value: Any, default: float) -> float:
-    f = float(value)
-    return default if not math.isfinite(f) else f
+def by_experiment(payloads: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """{experiment: evidence} merged from the figures' payloads (several figures may carry one experiment)."""
+    merged: dict[str, dict[str, Any]] = {}
+    for payload in payloads.values():
+        for exp, ev in (payload.get("evidence") or {}).items():
+            merged[exp] = ev
+    return merged

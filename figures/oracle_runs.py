@@ -7,9 +7,9 @@ Adam at the same learning rate and batches of 100 images, on:
 
 * ``pg_exact``: -mean_x sum_a sg(pi(a|x)) A(x, a) log pi(a|x), i.e. the exact gradient of the
   expected reward (PG with infinitely many samples per image; the baseline cancels);
-* ``dg_exact``: the same sum with each term gated by sg(sigmoid(A l / eta)), l = -log pi(a|x),
-  eta = 1 (DG's expected update), A = r - b with b the batch mean of the expected reward (the
-  expectation of the sampled batch-mean baseline);
+* ``dg_exact``: the same sum with each term gated by DG's gate sg(sigmoid(A l / eta)), l = -log pi(a|x),
+  eta = 1 (DG's expected update; the gate is the stabilizers' own `delight_gate`), A = r - b with b the
+  batch mean of the expected reward (the expectation of the sampled batch-mean baseline);
 * ``ce``: the supervised cross-entropy to the label (the oracle DG-1 measures the gap to).
 
 Results are cached as CSV under ``<cache>/oracle/<hash>.csv`` keyed by the settings, like the runner's
@@ -35,6 +35,7 @@ def _key(settings: dict) -> str:
 def train(kind: str, seed: int, steps: int, log_every: int, lr: float = 1e-3, batch: int = 100,
           eta: float = 1.0) -> pd.DataFrame:
     from testbed.seeding import generator
+    from testbed.stabilizers import delight_gate
     from testbed.tasks import make_task
 
     if kind not in KINDS:
@@ -57,8 +58,8 @@ def train(kind: str, seed: int, steps: int, log_every: int, lr: float = 1e-3, ba
             base = (probs * r).sum(-1).mean()
             adv = r - base
             weight = probs * adv
-            if kind == "dg_exact":
-                weight = weight * torch.sigmoid(adv * (-logp.detach()) / eta)
+            if kind == "dg_exact":  # the real gate (one "token" per image and action)
+                weight = weight * delight_gate(adv, logp.detach(), eta)
             loss = -(weight * logp).sum(-1).mean()
         opt.zero_grad()
         loss.backward()
@@ -69,20 +70,51 @@ def train(kind: str, seed: int, steps: int, log_every: int, lr: float = 1e-3, ba
     return pd.DataFrame(rows)
 
 
-def cached(cache: Path, kind: str, seed: int, steps: int, log_every: int) -> pd.DataFrame:
+def _path(cache: Path, kind: str, seed: int, steps: int, log_every: int) -> Path:
     from testbed.seeding import SCHEME
 
     settings = {"kind": kind, "seed": seed, "steps": steps, "log_every": log_every, "lr": 1e-3, "batch": 100,
                 "task": "mnist", "seed_scheme": SCHEME}
-    path = Path(cache) / "oracle" / f"{_key(settings)}.csv"
-    if path.is_file():
-        df = pd.read_csv(path)
-    else:
-        df = train(kind, seed, steps, log_every)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        df.to_csv(tmp, index=False)
-        tmp.replace(path)
-    df = df.copy()
+    return Path(cache) / "oracle" / f"{_key(settings)}.csv"
+
+
+def _train_to(path: str, kind: str, seed: int, steps: int, log_every: int) -> str:
+    df = train(kind, seed, steps, log_every)
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
+    df.to_csv(tmp, index=False)
+    tmp.replace(out)
+    return path
+
+
+def ensure(cache: Path, jobs: list[tuple[str, int]], steps: int, log_every: int, workers: int = 1,
+           cached_only: bool = False) -> None:
+    """Train the (kind, seed) jobs not yet cached, in ``workers`` processes."""
+    todo = [(k, s) for k, s in jobs if not _path(cache, k, s, steps, log_every).is_file()]
+    if not todo or cached_only:
+        return
+    if workers <= 1 or len(todo) == 1:
+        for k, s in todo:
+            _train_to(str(_path(cache, k, s, steps, log_every)), k, s, steps, log_every)
+        return
+    import concurrent.futures as cf
+    import multiprocessing
+
+    with cf.ProcessPoolExecutor(min(workers, len(todo)), mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = [pool.submit(_train_to, str(_path(cache, k, s, steps, log_every)), k, s, steps, log_every)
+                   for k, s in todo]
+        for f in cf.as_completed(futures):
+            f.result()
+
+
+def cached(cache: Path, kind: str, seed: int, steps: int, log_every: int, cached_only: bool = False) -> pd.DataFrame:
+    """The run's rows (training it now if needed; an empty frame if ``cached_only`` and absent)."""
+    path = _path(cache, kind, seed, steps, log_every)
+    if not path.is_file():
+        if cached_only:
+            return pd.DataFrame({"step": [], "test_error": []})
+        _train_to(str(path), kind, seed, steps, log_every)
+    df = pd.read_csv(path).copy()
     df["kind"], df["seed"] = kind, seed
     return df

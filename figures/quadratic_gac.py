@@ -1,10 +1,12 @@
-"""Consecutive-gradient cosine on a noisy quadratic, sync vs delays, with and without gac.
+"""Consecutive-gradient cosine on a noisy quadratic, sync vs delays, with and without the GAC projection
+(GAC-1, GAC-2, background).
 
 f(x) = lambda/2 ||x||^2 in d dimensions, gradient lambda x + sigma n, SGD with step a = eta lambda;
-with delay tau the learner applies the gradient computed at x_{t-tau}. The gradient transform is the
-testbed's own gac object (``build("gac")``, applied through ``Recipe.step`` exactly as the runner
-does), so this checks the component itself, not a copy. Panel 1: cosine between consecutive raw
-gradients (GAC's signal); panel 2: f(x_t) (does gac keep the delayed runs as good as sync?).
+with delay tau the learner applies the gradient computed at x_{t-tau} (the recurrence of
+theory/delayed_optimization.py, result 2, whose exact stationary values are the dotted lines). The
+transform is the testbed's own ``gac_projection`` object applied through ``Recipe.step`` as the
+runner does, so this checks the component itself; theory/ has no gradient-transform hook, hence the
+loop here. Panel 1: cosine between consecutive raw gradients (GAC's signal); panel 2: f(x_t).
 """
 
 from __future__ import annotations
@@ -13,8 +15,8 @@ import numpy as np
 import torch
 
 from figures import style
-from figures import theory_bridge as tb
-from figures.common import Context
+from figures.common import Context, smooth_rows
+from figures.experiments.delayed_sgd import autocorr
 
 NAME = "quadratic_gac"
 CLAIMS = ("GAC-1", "GAC-2")
@@ -35,7 +37,7 @@ def simulate(tau: int, use_gac: bool, steps: int, seed: int, dims: int = 100, si
     lam = 1.0
     x = torch.full((dims,), x0, dtype=torch.float64, requires_grad=True)
     opt = torch.optim.SGD([x], lr=A_STEP / lam)
-    recipe = build("gac") if use_gac else build("pg")
+    recipe = build("gac_projection") if use_gac else build("pg")
     history = [x.detach().clone()]
     cos = np.full(steps, np.nan)
     loss = np.empty(steps)
@@ -55,40 +57,26 @@ def simulate(tau: int, use_gac: bool, steps: int, seed: int, dims: int = 100, si
     return cos, loss
 
 
-def smooth(v: np.ndarray, k: int) -> np.ndarray:
-    """Centred moving average over ``k`` steps, NaN-aware and without edge shrinkage."""
-    if k <= 1:
-        return v
-    kernel = np.ones(k)
-    ok = np.isfinite(v)
-    num = np.convolve(np.where(ok, v, 0.0), kernel, mode="same")
-    den = np.convolve(ok.astype(float), kernel, mode="same")
-    with np.errstate(all="ignore"):
-        return np.where(den > 0, num / den, np.nan)
-
-
 def make(ctx: Context) -> dict:
-    steps = 80 if ctx.quick else 600
-    seeds = (0,) if ctx.quick else (0, 1, 2)
+    b = ctx.budget
+    steps, seeds = b.quadratic_steps, b.quadratic_seeds
     fig, (ax, ax2) = style.subplots(2, width=3.8)
     x = np.arange(1, steps + 1)
     ev: dict = {"taus": list(TAUS), "steady_cos": {}, "final_loss": {}}
     for i, tau in enumerate(TAUS):
         for use_gac in (False, True):
             runs = [simulate(tau, use_gac, steps, s) for s in seeds]
-            cos = np.stack([smooth(c, 9) for c, _ in runs])
+            raw = np.stack([c for c, _ in runs])
             loss = np.stack([f for _, f in runs])
             name = f"{'gac' if use_gac else 'sgd'}, tau={tau}"
-            c = style._EXTRA[i] if tau else "#000000"
+            c = style.level_color(i, sync=tau == 0)
             ls = "--" if use_gac else "-"
-            style.band(ax, x, cos, color_=c, label_=name, linestyle=ls)
+            style.band(ax, x, smooth_rows(raw, 9), color_=c, label_=name, linestyle=ls)
             style.band(ax2, x, loss, color_=c, label_=name, linestyle=ls)
-            half = steps // 2
-            raw = np.stack([c_ for c_, _ in runs])
-            ev["steady_cos"][name] = np.nanmean(raw[:, half:], axis=1).tolist()
+            ev["steady_cos"][name] = np.nanmean(raw[:, steps // 2:], axis=1).tolist()
             ev["final_loss"][name] = loss[:, -max(1, steps // 10):].mean(axis=1).tolist()
     for tau in TAUS:
-        ax.axhline(tb.grad_autocorr(A_STEP, tau), color="#999999", lw=0.6, ls=":")
+        ax.axhline(autocorr(A_STEP, tau), color="#999999", lw=0.6, ls=":")
     ax.set_xlabel("step")
     ax.set_ylabel("cos(g_t, g_{t-1}) of raw gradients")
     ax.set_title(f"quadratic, a = {A_STEP}; dotted: exact stationary value")
@@ -97,7 +85,7 @@ def make(ctx: Context) -> dict:
     ax2.set_xlabel("step")
     ax2.set_ylabel("f(x_t) = lambda ||x||^2 / 2")
     ax2.set_title("objective")
-    cap = style.caption_text(CLAIMS, f"d=100 quadratic, SGD a={A_STEP}, gradient applied tau steps late; "
-                             "gac = the testbed's gac transform (defaults); mean +- s.e. over seeds", ctx.cmd(NAME))
+    cap = style.caption_text(CLAIMS, f"d=100 quadratic, SGD a={A_STEP}, gradient applied tau steps late; gac = the "
+                             "testbed's gac_projection (defaults); mean +- s.e. over seeds", ctx.cmd(NAME))
     style.save(fig, ctx.out, NAME, cap)
-    return {"GAC-1": {"quadratic_sim": ev}, "GAC-2": {"quadratic_sim": ev}}
+    return {"quadratic_gac": ev}

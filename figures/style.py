@@ -48,6 +48,8 @@ COLORS = {
     "decoupled_ppo": "#8c564b",
     "vcpo": "#2ca02c",
     "gac": "#9467bd",
+    "grpo": "#bcbd22",
+    "pmpo": "#e377c2",
     "dg": "#d62728",
     "ce": "#000000",
     "pg_exact": "#7f7f7f",
@@ -60,17 +62,24 @@ LABELS = {
     "ppo": "PPO (clip 0.2)",
     "decoupled_ppo": "decoupled PPO (AReaL)",
     "vcpo": "VCPO",
-    "gac": "GAC",
+    "gac": "GAC (GRPO + projection)",
+    "grpo": "GRPO (naive)",
+    "pmpo": "PMPO",
     "dg": "DG (no correction)",
     "ce": "supervised CE oracle",
 }
-_EXTRA = ["#bcbd22", "#e377c2", "#393b79", "#637939", "#8c6d31", "#843c39"]
+_EXTRA = ["#393b79", "#637939", "#8c6d31", "#843c39", "#17becf", "#e7969c"]
 
 
 def color(name: str, index: int = 0) -> str:
     """The colour of a method (its base name before any ``(`` or ``+``), else a fixed fallback."""
     base = name.split("(")[0].split("+")[0].strip()
     return COLORS.get(name, COLORS.get(base, _EXTRA[index % len(_EXTRA)]))
+
+
+def level_color(i: int, sync: bool = False) -> str:
+    """Colour of the i-th level of a setting (a delay, a staleness level); black for the synchronous one."""
+    return "#000000" if sync else _EXTRA[i % len(_EXTRA)]
 
 
 def label(name: str) -> str:

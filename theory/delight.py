@@ -72,7 +72,7 @@ from scipy.special import entr, expit, softmax
 from testbed.stabilizers import delight_gate
 
 from .checks import F32_U, Check, brent_tol, cosine, cosine_tol, f32_tol, richardson_slope
-from .estimators import expected_bandit_ascent
+from .estimators import bandit_term_table, expected_bandit_ascent
 
 SRC_DG = "DG arXiv 2603.14608"
 SRC_DDG = "DDG arXiv 2603.20521"
@@ -391,6 +391,37 @@ def contamination_gradients(delta: float, rho: float, eta: float, k: int = 5) ->
         out[name + "_abs"] = (1 - rho) * clean_abs[0] + rho * cont_abs[0]
     mix = (1 - rho) * pi + rho * nu  # IS against the true sampler (the mixture): unbiased
     out["mix_is"], out["mix_is_abs"] = (v[0] for v in expected_bandit_ascent("is", theta, mix[None], adv[None], np.log(mix)[None]))
+    return out
+
+
+def contamination_alignment(delta: float, rho: float, eta: float, k: int = 5, batch: float = 1.0) -> dict[str, float]:
+    """Finite-batch alignment E<g_B, d> / sqrt(E||g_B||^2) of pg, is, mix_is and dg(eta) under contamination.
+
+    Same setup as `contamination_gradients`; g_B is the mean ascent of ``batch`` iid samples drawn from
+    (1 - rho) pi + rho nu (each recording its own actor's behaviour probability; ``mix_is`` records the
+    mixture's), d = g / |g| the unit true gradient. With m the expected per-sample ascent and s2 its
+    expected squared norm, E||g_B||^2 = |m|^2 + (s2 - |m|^2) / B, so the alignment is the cosine of the
+    expected update (`contamination_gradients`) shrunk by the per-sample second moment; it tends to that
+    cosine as B -> infinity. The per-sample terms are the real surrogates' (`bandit_term_table`).
+    """
+    s = contamination_setup(delta, k)
+    pi, nu, adv = s["pi"], s["nu"], s["adv"]
+    theta = np.log(pi)[None]
+    true = pi[0] * (np.eye(k)[0] - pi)
+    d = true / np.linalg.norm(true)
+    log_nu = np.where(nu > 0, np.log(np.where(nu > 0, nu, 1.0)), 0.0)
+    mix = (1 - rho) * pi + rho * nu
+    out = {}
+    for name, spec in (("pg", "pg"), ("is", "is"), ("dg", f"dg(eta={eta})"), ("mix_is", "is")):
+        if name == "mix_is":
+            terms = [(1.0, mix, bandit_term_table(spec, theta, adv[None], np.log(mix)[None])[0])]
+        else:
+            terms = [(1 - rho, pi, bandit_term_table(spec, theta, adv[None], np.log(pi)[None])[0]),
+                     (rho, nu, bandit_term_table(spec, theta, adv[None], log_nu[None])[0])]
+        mean = sum(w * (q[:, None] * t).sum(0) for w, q, t in terms)
+        second = sum(w * float((q * (t**2).sum(1)).sum()) for w, q, t in terms)
+        m2 = float(mean @ mean)
+        out[name] = float(mean @ d / math.sqrt(m2 + (second - m2) / batch))
     return out
 
 

@@ -1,0 +1,97 @@
+"""The two settings of ``python -m figures``: the papers' budgets (the default) and ``--quick`` (CI).
+
+Full setting (`FULL`), against the papers (docs/ALGORITHMS.md, "Published claims"):
+
+* MNIST bandit (DG arXiv 2603.14608, DDG arXiv 2603.20521): MLP width 100, Adam 1e-3, batch 100,
+  **10,000 learner steps**, actor delays **sync / 10 / 100 / 1000**, **5 seeds**; DG-1's samples per
+  image k = 1, 2, 4, 8, 16 (and k = infinity as exact expected updates). Data: the embedded 5,000-image
+  MNIST subset (4,000 train / 1,000 test; the papers use the full 60,000), so absolute error levels are
+  not the papers'; the rules compare methods with each other (ratios), not with the papers' levels.
+* The async-GRPO regime (`testbed.regimes`, ``async_grpo``; GAC-1, GAC-2, AREAL-1): MNIST at the
+  regime's staleness levels (`Regime.stale`) and sync, 5 seeds, `ASYNC_STEPS` learner batches (the
+  budget of the regime search, sweeps/regime/).
+* Token reversal (DDG arXiv 2603.20521): **H = 10, M = 2**, the 2-layer, 2-head, d_model 64 decoder,
+  **10 actors, 100 episodes per learner step, 1,000 learner steps, 3 seeds**, each friction alone and
+  all four together; the horizon sweep over **H = 2 .. 16** (every length) with all four frictions.
+  The grid is fixed, not adaptive: the longest length any method is reported to solve is 13 (DG), so
+  16 covers "the longest solved length plus two" unless a method here does better than any in the
+  paper; the DDG-3 rule checks that coverage and says "inconclusive: extend the grid" when it fails.
+
+Quick setting (`QUICK`): the same experiments with a handful of steps and two seeds, so that every
+code path (training, intervals, verdicts, HTML) runs in CI in seconds; its verdicts are not evidence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ASYNC_STEPS = 1000  # learner batches per run in the async-GRPO regime: the regime search's budget
+
+
+@dataclass(frozen=True)
+class Budget:
+    name: str
+    # MNIST, one step per batch (the papers' setting)
+    mnist_steps: int
+    mnist_log: int
+    mnist_seeds: tuple[int, ...]
+    mnist_delays: tuple[str, ...]
+    samples_k: tuple[int, ...]
+    ablation_delays: tuple[str, ...]
+    # MNIST in the async-GRPO regime
+    async_steps: int
+    async_log: int
+    async_seeds: tuple[int, ...]
+    # token reversal
+    tr_H: int
+    tr_M: int
+    tr_steps: int
+    tr_log: int
+    tr_seeds: tuple[int, ...]
+    tr_actors: int
+    tr_episodes: int
+    tr_n_eval: int
+    tr_stale: str
+    tr_horizons: tuple[int, ...]
+    # theory figures
+    stability_steps: int
+    quadratic_steps: int
+    quadratic_seeds: tuple[int, ...]
+    contamination_deltas: int
+
+    @property
+    def quick(self) -> bool:
+        return self.name == "quick"
+
+
+FULL = Budget(
+    name="full",
+    mnist_steps=10_000, mnist_log=100, mnist_seeds=(0, 1, 2, 3, 4),
+    mnist_delays=("sync", "fixed:10", "fixed:100", "fixed:1000"), samples_k=(1, 2, 4, 8, 16),
+    ablation_delays=("fixed:100", "fixed:1000"),
+    async_steps=ASYNC_STEPS, async_log=50, async_seeds=(0, 1, 2, 3, 4),
+    tr_H=10, tr_M=2, tr_steps=1000, tr_log=50, tr_seeds=(0, 1, 2), tr_actors=10, tr_episodes=100, tr_n_eval=2048,
+    tr_stale="uniform:8", tr_horizons=tuple(range(2, 17)),
+    stability_steps=6000, quadratic_steps=600, quadratic_seeds=(0, 1, 2), contamination_deltas=40,
+)
+
+QUICK = Budget(
+    name="quick",
+    mnist_steps=20, mnist_log=10, mnist_seeds=(0, 1),
+    mnist_delays=("sync", "fixed:10"), samples_k=(1, 2), ablation_delays=("fixed:10",),
+    async_steps=6, async_log=3, async_seeds=(0, 1),
+    tr_H=3, tr_M=2, tr_steps=6, tr_log=3, tr_seeds=(0, 1), tr_actors=2, tr_episodes=20, tr_n_eval=32,
+    tr_stale="uniform:2", tr_horizons=(2, 3),
+    stability_steps=400, quadratic_steps=80, quadratic_seeds=(0,), contamination_deltas=12,
+)
+
+
+def budget(quick: bool) -> Budget:
+    return QUICK if quick else FULL
+
+
+def lag_of(delay: str) -> int:
+    """The nominal lag of a delay spec ("sync" -> 0, "fixed:D" -> D, "uniform:D" -> D, "bounded:eta,..." -> eta)."""
+    if delay == "sync":
+        return 0
+    return int(delay.split(":")[1].split(",")[0])

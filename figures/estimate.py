@@ -1,0 +1,216 @@
+"""Predict the wall time of ``python -m figures all`` (the papers' budgets) from timed samples.
+
+    python -m figures.estimate [--workers 2] [--quick] [--json FILE]
+
+How. ``python -m figures all`` trains figure by figure; each figure's missing runs go to
+`testbed.sweep.run_sweep`, which packs runs of one model shape into loops (`group_runs`) and hands the
+loops, in order, to ``workers`` processes. This script builds the same loops from the same configs,
+then times one sample loop per shape (the first loop of that shape, its own runs) at two lengths,
+L and 2L learner steps with L = the runs' ``log_every`` (so evaluation is sampled at its real
+frequency) after a short warm-up run, fits time = a + b * steps, and predicts every loop of that shape as a + b * steps * c,
+c = the loop's summed `cost_estimate` over the sample's (more runs or heavier recipes cost more).
+Shapes that differ only in the token-reversal length H are sampled at a few lengths and the fit's
+b interpolated linearly in H. The figure's wall time is the list schedule of its loops over the
+workers; the exact-gradient MNIST runs (figures/oracle_runs.py) are timed the same way; the theory
+figures are timed by running their evidence at the full budget; drawing adds the seconds measured in
+the quick setting. Assumes a quiet machine (time it under ``/work/bin/heavy --quiet`` or alone): on
+a loaded machine every loop slows down by the load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from collections import defaultdict
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from figures import FIGURES, module
+from figures.common import cost_estimate, dedupe
+from testbed.runner import RunConfig, run_many
+from testbed.sweep import MAX_LOOP, group_runs
+
+DRAW_S = 2.0  # seconds to read back, judge and draw one figure (measured in the quick setting: 0.4 to 2.2 s)
+
+
+def plan(workers: int, quick: bool = False) -> list[tuple[str, list[list[RunConfig]]]]:
+    """Per figure, in the order ``python -m figures all`` runs them: the loops run_sweep would train."""
+    seen: set[str] = set()
+    out = []
+    for name in FIGURES:
+        todo = [c for c in dedupe(module(name).configs(quick)) if c.run_id not in seen]
+        seen.update(c.run_id for c in todo)
+        todo.sort(key=cost_estimate, reverse=True)
+        loop_size = max(1, min(MAX_LOOP, math.ceil(len(todo) / workers))) if todo else 1
+        out.append((name, group_runs(todo, loop_size) if todo else []))
+    return out
+
+
+def shape_key(cfg: RunConfig) -> tuple:
+    """The model shape without the run length (``H`` kept apart for interpolation)."""
+    c = cfg.resolved()
+    args = {k: v for k, v in c.task_args.items() if k != "H"}
+    return (c.task, tuple(sorted(args.items())), c.batch_size, c.n_actors, c.group_size, c.epochs, c.minibatches,
+            c.log_every, c.steps)
+
+
+def _timed(loop: list[RunConfig], steps: int) -> float:
+    sample = [replace(c, steps=steps) for c in loop]
+    t0 = time.perf_counter()
+    run_many(sample)
+    return time.perf_counter() - t0
+
+
+def fit(loop: list[RunConfig]) -> tuple[float, float]:
+    """(a, b) of time = a + b * steps for this loop, from runs of L and 2L steps (L = log_every), after a
+    2-step warm-up run (first calls pay one-time costs that would otherwise shrink the fitted slope:
+    measured 3.6 instead of 15.9 ms per step on an MNIST loop)."""
+    step_l = loop[0].resolved().log_every
+    _timed(loop, 2)
+    t1, t2 = _timed(loop, step_l), _timed(loop, 2 * step_l)
+    b = max(t2 - t1, 1e-9) / step_l
+    return max(t1 - b * step_l, 0.0), b
+
+
+def list_schedule(durations: list[float], workers: int) -> float:
+    """Makespan of jobs handed out in order to the first free of ``workers`` processes."""
+    free = [0.0] * workers
+    for d in durations:
+        i = min(range(workers), key=free.__getitem__)
+        free[i] += d
+    return max(free, default=0.0)
+
+
+def _h_samples(hs: list[int]) -> list[int]:
+    hs = sorted(set(hs))
+    if len(hs) <= 3:
+        return hs
+    picks = {hs[0], hs[len(hs) // 2], hs[-1]}
+    return sorted(picks)
+
+
+def _interp(h: int, points: dict[int, tuple[float, float]]) -> tuple[float, float]:
+    xs = sorted(points)
+    if h in points:
+        return points[h]
+    lo = max([x for x in xs if x < h], default=xs[0])
+    hi = min([x for x in xs if x > h], default=xs[-1])
+    if lo == hi:
+        return points[lo]
+    w = (h - lo) / (hi - lo)
+    return tuple(points[lo][i] * (1 - w) + points[hi][i] * w for i in range(2))  # type: ignore[return-value]
+
+
+def estimate(workers: int = 2, quick: bool = False, progress: bool = True) -> dict[str, Any]:
+    import torch
+
+    torch.set_num_threads(1)
+    figures = plan(workers, quick)
+    # one sample per shape (per H for token reversal, at a few H)
+    firsts: dict[tuple, dict[int, list[RunConfig]]] = defaultdict(dict)
+    for _, loops in figures:
+        for loop in loops:
+            c = loop[0].resolved()
+            firsts[shape_key(loop[0])].setdefault(int(c.task_args.get("H", 0)), loop)
+    fits: dict[tuple, dict[int, tuple[float, float, float]]] = {}
+    sampling = 0.0
+    for key, by_h in firsts.items():
+        fits[key] = {}
+        for h in _h_samples(list(by_h)):
+            loop = by_h[h]
+            t0 = time.perf_counter()
+            a, b = fit(loop)
+            sampling += time.perf_counter() - t0
+            fits[key][h] = (a, b, sum(cost_estimate(c) for c in loop))
+            if progress:
+                print(f"  sampled {loop[0].task} {dict(loop[0].task_args)} x{len(loop)} runs: a = {a:.2f} s, "
+                      f"b = {1e3 * b:.2f} ms/step", file=sys.stderr, flush=True)
+    rows = []
+    total = 0.0
+    for name, loops in figures:
+        durations = []
+        for loop in loops:
+            c = loop[0].resolved()
+            per_h = fits[shape_key(loop[0])]
+            h = int(c.task_args.get("H", 0))
+            if h in per_h:
+                a, b, cost0 = per_h[h]
+            else:  # interpolate b per unit of cost, in H
+                ab = {x: (v[0], v[1] / v[2]) for x, v in per_h.items()}
+                a, b_unit = _interp(h, ab)
+                b, cost0 = b_unit, 1.0
+            scale = sum(cost_estimate(x) for x in loop) / cost0
+            durations.append(a + b * c.steps * scale)
+        train = list_schedule(durations, workers)
+        rows.append({"figure": name, "runs": sum(len(x) for x in loops), "loops": len(loops),
+                     "cpu_s": sum(durations), "wall_s": train})
+        total += train
+    extra = _oracle_and_theory(workers, quick)
+    total += extra["oracle_wall_s"] + extra["theory_s"] + DRAW_S * len(FIGURES)
+    return {"workers": workers, "setting": "quick" if quick else "full", "figures": rows, **extra,
+            "draw_s": DRAW_S * len(FIGURES), "sampling_s": sampling, "total_wall_s": total}
+
+
+def _oracle_and_theory(workers: int, quick: bool) -> dict[str, float]:
+    from figures import oracle_runs
+    from figures.budgets import budget
+    from figures.common import Context
+    from figures.experiments import contamination, delayed_sgd, mnist_samples
+
+    b = budget(quick)
+    jobs = mnist_samples.oracle_jobs(b)
+    per_kind = {}
+    for kind in oracle_runs.KINDS:
+        oracle_runs.train(kind, 0, 2, 2)  # warm-up
+        t0 = time.perf_counter()
+        oracle_runs.train(kind, 0, b.mnist_log, b.mnist_log)
+        t1 = time.perf_counter()
+        oracle_runs.train(kind, 0, 2 * b.mnist_log, b.mnist_log)
+        t2 = time.perf_counter()
+        slope = max((t2 - t1) - (t1 - t0), 1e-9) / b.mnist_log
+        per_kind[kind] = max(2 * (t1 - t0) - (t2 - t1), 0.0) + slope * b.mnist_steps
+    oracle = list_schedule([per_kind[k] for k, _ in jobs], workers)
+    from figures.quadratic_gac import TAUS, simulate
+
+    ctx = Context(out=Path("."), cache=Path("."), quick=quick)
+    t0 = time.perf_counter()
+    delayed_sgd.evidence(ctx)
+    contamination.theory_curves(b.contamination_deltas)
+    t1 = time.perf_counter()
+    simulate(TAUS[-1], True, b.quadratic_steps, 0)
+    quad = (time.perf_counter() - t1) * len(TAUS) * 2 * len(b.quadratic_seeds)  # every (tau, gac, seed)
+    theory = (t1 - t0) + quad
+    return {"oracle_wall_s": oracle, "oracle_cpu_s": sum(per_kind[k] for k, _ in jobs), "theory_s": theory}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m figures.estimate", description=__doc__.splitlines()[0])
+    p.add_argument("--workers", type=int, default=2, help="parallel training processes of the run (default 2)")
+    p.add_argument("--quick", action="store_true", help="estimate the quick setting instead (a self-check)")
+    p.add_argument("--json", default=None, help="also write the estimate to this JSON file")
+    args = p.parse_args(argv)
+    if args.workers < 1:
+        print(f"error: --workers must be >= 1, got {args.workers}", file=sys.stderr)
+        return 2
+    res = estimate(args.workers, args.quick)
+    from figures.publish import hms
+
+    print(f"{'figure':16s} {'runs':>5s} {'loops':>5s} {'CPU':>9s} {'wall':>9s}")
+    for r in res["figures"]:
+        print(f"{r['figure']:16s} {r['runs']:5d} {r['loops']:5d} {hms(r['cpu_s']):>9s} {hms(r['wall_s']):>9s}")
+    print(f"exact-gradient MNIST runs: {hms(res['oracle_wall_s'])} wall ({hms(res['oracle_cpu_s'])} CPU); theory "
+          f"figures {res['theory_s']:.0f} s; drawing {res['draw_s']:.0f} s")
+    print(f"estimated wall time with {res['workers']} worker(s): {hms(res['total_wall_s'])} "
+          f"(sampling took {res['sampling_s']:.0f} s)")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(res, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,140 @@
+"""Contamination: DDG-4, in exact theory and measured on MNIST.
+
+Theory (theory/delight.py, result 7; docs/ALGORITHMS.md): K = 5 actions, learner pi(y*) = 1 - delta,
+a fraction rho of samples from an actor that always plays one wrong action, advantages +-1/2; the
+expected update of pg, exact IS (each actor's own behaviour probabilities, and against the mixture)
+and dg (eta = 1) through the real surrogates (`contamination_gradients`, `contamination_alignment`),
+for delta from 0.5 down to 1e-4. Measured: on MNIST, the cosine of each update to the exact
+expected-reward gradient on the same images (``cos_true_pg``, testbed/diagnostics.py) for pg, is and
+dg at the largest delay of the MNIST sweep and under contamination (20% of actor chunks sampling
+uniformly random labels while recording the clean log-probs), per seed averaged over the second half
+of training.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from figures.budgets import Budget, lag_of
+from figures.common import Context, arr, values
+from figures.experiments import mnist_delay
+from figures.records import Claim, Judgement, Margin, judged_on
+from figures.stats import exact, fmt, superiority
+from testbed.runner import RunConfig
+from theory.delight import contamination_alignment, contamination_gradients
+
+NAME = "contamination"
+RHOS = (0.1, 0.3)
+METHODS = ("pg", "is", "mix_is", "dg")
+MEASURED = ("pg", "is", "dg")
+CONTAMINATION = "bug(frac=0.2, kind=random)"
+ETA = 1.0
+K = 5
+
+
+def conditions(b: Budget) -> dict[str, tuple[str, str]]:
+    """name -> (delay, frictions) of the measured conditions."""
+    d = b.mnist_delays[-1]
+    return {f"delay D={lag_of(d)}": (d, "none"), "contamination (20% random actors)": ("sync", CONTAMINATION)}
+
+
+def cell(b: Budget, recipe: str, delay: str, frictions: str) -> list[RunConfig]:
+    return mnist_delay.cell(b, recipe, delay, frictions)
+
+
+def configs(b: Budget) -> list[RunConfig]:
+    return [c for r in MEASURED for d, f in conditions(b).values() for c in cell(b, r, d, f)]
+
+
+def describe(b: Budget) -> str:
+    return (f"exact tabular model (K = {K}, rho in {RHOS}, {b.contamination_deltas} values of delta from 1e-4 to "
+            f"0.5, eta = {ETA}); MNIST pg / is / dg at D = {lag_of(b.mnist_delays[-1])} and under contamination, "
+            f"{b.mnist_steps:,} steps, {len(b.mnist_seeds)} seeds")
+
+
+def theory_curves(n: int) -> dict[str, Any]:
+    """cos / share / align_1 / align_100 per rho and method over delta (ascending)."""
+    deltas = np.logspace(-4, np.log10(0.5), n)
+    cases: dict[str, list[float]] = {}
+    for rho in RHOS:
+        for d in deltas:
+            g = contamination_gradients(float(d), rho, ETA, K)
+            true = g["true"]
+            al1 = contamination_alignment(float(d), rho, ETA, K, 1.0)
+            al100 = contamination_alignment(float(d), rho, ETA, K, 100.0)
+            for m in METHODS:
+                v = g[m]
+                cases.setdefault(f"cos|rho={rho}|{m}", []).append(
+                    float(v @ true / (np.linalg.norm(v) * np.linalg.norm(true))))
+                cases.setdefault(f"align_1|rho={rho}|{m}", []).append(al1[m])
+                cases.setdefault(f"align_100|rho={rho}|{m}", []).append(al100[m])
+                if m + "_cont" in g:
+                    nc = float(np.linalg.norm(g[m + "_cont"]))
+                    cases.setdefault(f"share|rho={rho}|{m}", []).append(
+                        float(np.linalg.norm(g[m + "_clean"]) / nc) if nc > 0 else float("inf"))
+    return {"deltas": deltas.tolist(), "cases": cases}
+
+
+def evidence(ctx: Context) -> dict[str, Any]:
+    b = ctx.budget
+    ev: dict[str, Any] = {"grid": describe(b), "theory": theory_curves(b.contamination_deltas), "measured": {},
+                          "conditions": list(conditions(b)), "seeds": list(b.mnist_seeds)}
+    table = ctx.table(configs(b))
+    for name, (d, f) in conditions(b).items():
+        for r in MEASURED:
+            c = cell(b, r, d, f)
+            ev["measured"][f"{name}|{r}|late"] = values(table, c, "cos_true_pg", start=0.5)
+            ev["measured"][f"{name}|{r}|error"] = values(table, c, "test_error", mnist_delay.CHANCE)
+    return ev
+
+
+COLLAPSE = Margin(
+    "collapse", 0.5, "diff",
+    "theorem (no number): PG's cosine is O(delta / rho), so from delta = 0.5 to 1e-4 it would fall about "
+    "5000-fold; 'collapses' is read generously as 'falls to at most half' over that range (exact computation)")
+GAP = Margin(
+    "delta", 0.2, "diff",
+    "no number for the measured consequence: DG's late-training cosine to the exact gradient exceeds PG's by more "
+    "than 0.2, the cosine resolution used for GAC-1 (figures/experiments/async_grpo.py)")
+
+
+@judged_on(NAME)
+def judge_ddg4(ev: dict[str, Any]) -> Judgement:
+    th = ev["theory"]["cases"]
+    pg, dg, is_ = th["cos|rho=0.1|pg"], th["cos|rho=0.1|dg"], th["cos|rho=0.1|is"]
+    parts = [
+        exact("theory: PG's expected-update cosine collapses (value at delta=1e-4 <= half its value at 0.5)",
+              pg[0] <= COLLAPSE.value * pg[-1], pg[0], COLLAPSE.value * pg[-1],
+              f"rho 0.1: {pg[-1]:.3f} at delta 0.5 -> {pg[0]:.3f} at 1e-4"),
+        exact("theory: DG's cosine does not decrease as delta -> 0", dg[0] >= dg[-1] - 1e-9, dg[0], dg[-1],
+              f"rho 0.1: {dg[-1]:.3f} -> {dg[0]:.3f}"),
+    ]
+    me = ev["measured"]
+    for cond in ev["conditions"]:
+        parts.append(superiority(f"MNIST {cond}: DG's cosine to the exact gradient above PG's", arr(me[f"{cond}|pg|late"]),
+                                 arr(me[f"{cond}|dg|late"]), GAP.value, higher=True))
+    sp, sd = th["share|rho=0.1|pg"], th["share|rho=0.1|dg"]
+    ours = (f"theory (rho 0.1, delta 0.5 -> 1e-4): cosine PG {pg[-1]:.2f} -> {pg[0]:.2f}, exact IS {is_[-1]:.2f} -> "
+            f"{is_[0]:.2f}, DG {dg[-1]:.2f} -> {dg[0]:.2f}; true-gradient share DG/PG {sd[-1] / sp[-1]:.3g} -> "
+            f"{sd[0] / sp[0]:.3g}; measured late cosine: " + "; ".join(
+                f"{c}: PG {fmt(arr(me[f'{c}|pg|late']), 2)}, DG {fmt(arr(me[f'{c}|dg|late']), 2)}, IS "
+                f"{fmt(arr(me[f'{c}|is|late']), 2)}" for c in ev["conditions"]))
+    return Judgement(ours, parts)
+
+
+CLAIMS = (
+    Claim("DDG-4", "under contamination PG's cosine to the true gradient collapses while DG's grows", "2603.20521",
+          "theorem", NAME, "exact tabular theory (rho = 0.1) and MNIST measurements at the largest delay and under "
+          "contamination", (COLLAPSE, GAP),
+          "(a) theory: PG's expected-update cosine at delta = 1e-4 is at most half its value at delta = 0.5; (b) theory: "
+          "DG's does not decrease as delta -> 0; (c) measured, in each condition: DG's late cosine to the exact "
+          "gradient exceeds PG's by more than 0.2 (90% paired interval).", judge_ddg4, ("contamination",
+                                                                                      "mnist_alignment"),
+          mechanism="theory/delight.py (result 7): a failure's score e_b - pi always has a positive component along "
+          "the true gradient, so PG's expected-update cosine tends to cos(h0, g0) = 0.79, not 0; the true-gradient "
+          "share, not the cosine, is Theta(delta / rho), and DG's share over PG's grows like delta^(-1/(2 eta))",
+          decide="the published statement as read does not hold in exact theory; the paper's v2 restates the "
+          "result in terms of the second moment of high-surprisal failures (the single-sample alignment panel)"),
+)

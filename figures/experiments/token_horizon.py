@@ -1,0 +1,102 @@
+"""Token reversal with all four frictions over the sequence length H: DDG-3.
+
+Setting: as token_frictions' "all four" (figures/experiments/token_frictions.py), at every H of the
+grid (H = 2 .. 16, figures/budgets.py), 1,000 learner steps, 3 seeds, methods pg, pmpo, ppo, dg. A
+method *solves* H when its final sampled sequence error is at most SOLVED; its longest solved H (per
+seed) is the largest H of the grid it solves. The grid is fixed; the rule checks that it reaches two
+past the longest solved length of every run, and asks for a longer grid when it does not.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from figures.budgets import Budget
+from figures.common import Context, arr, values
+from figures.experiments import token_frictions as tf
+from figures.records import Claim, Judgement, Margin, judged_on
+from figures.stats import Outcome, fmt, superiority
+from testbed.runner import RunConfig
+
+NAME = "token_horizon"
+METHODS = tf.METHODS
+SOLVED = 0.10
+
+
+def cell(b: Budget, recipe: str, H: int) -> list[RunConfig]:
+    return tf.cell(b, recipe, "all four", H)
+
+
+def configs(b: Budget) -> list[RunConfig]:
+    return [c for r in METHODS for h in b.tr_horizons for c in cell(b, r, h)]
+
+
+def describe(b: Budget) -> str:
+    return (f"token reversal M = {b.tr_M}, all four frictions, H in {min(b.tr_horizons)}..{max(b.tr_horizons)} "
+            f"({len(b.tr_horizons)} lengths), {b.tr_steps:,} learner steps, {len(b.tr_seeds)} seeds; solved = final "
+            f"sampled error <= {SOLVED:.0%}; methods {', '.join(METHODS)}")
+
+
+def longest(errors: np.ndarray, hs: list[int]) -> list[float]:
+    """Per seed (row of ``errors`` [seeds, H]): the largest H with error <= SOLVED (0 if none; NaN if a row has
+    no value at all)."""
+    out = []
+    for row in errors:
+        if not np.isfinite(row).any():
+            out.append(float("nan"))
+            continue
+        out.append(float(max([0] + [h for h, e in zip(hs, row, strict=True) if np.isfinite(e) and e <= SOLVED])))
+    return out
+
+
+def evidence(ctx: Context) -> dict[str, Any]:
+    b = ctx.budget
+    table = ctx.table(configs(b))
+    hs = list(b.tr_horizons)
+    ev: dict[str, Any] = {"grid": describe(b), "H": hs, "seeds": list(b.tr_seeds), "threshold": SOLVED, "error": {},
+                          "longest": {}}
+    for r in METHODS:
+        rows = np.stack([values(table, cell(b, r, h), "test_error", tf.FAILED) for h in hs], axis=1)  # [seeds, H]
+        for j, h in enumerate(hs):
+            ev["error"][f"{r}|{h}"] = rows[:, j]
+        ev["longest"][r] = longest(rows, hs)
+    return ev
+
+
+def _diff_margin(other: str, hi: float, text: str) -> Margin:
+    return Margin(f"delta_{other}", 12.5 - hi, "diff",
+                  f"paper (s): DG about 13, {other.upper()} {text}. Read as rounded at their last digits, DG in "
+                  f"[12.5, 13.5) and {other.upper()} below {hi:g}: DG's longest solved length exceeds "
+                  f"{other.upper()}'s by at least 12.5 - {hi:g} = {12.5 - hi:g}")
+
+
+MARGINS = {"pmpo": _diff_margin("pmpo", 8.5, "about 8"), "ppo": _diff_margin("ppo", 5.5, "about 5"),
+           "pg": _diff_margin("pg", 3.75, "about 3.5 (given to a half)")}
+
+
+@judged_on(NAME)
+def judge_ddg3(ev: dict[str, Any]) -> Judgement:
+    lg = {r: arr(v) for r, v in ev["longest"].items()}
+    parts: list[Outcome] = [superiority(f"DG's longest solved H exceeds {o.upper()}'s", lg[o], lg["dg"],
+                                        MARGINS[o].value, higher=True) for o in ("pmpo", "ppo", "pg")]
+    top = max((float(np.nanmax(v)) for v in lg.values() if np.isfinite(v).any()), default=0.0)
+    reach = max(ev["H"])
+    if top > reach - 2:
+        parts.append(Outcome("the H grid reaches the longest solved length + 2", "exact", "undecided", reach, "diff",
+                             None, None, f"a run solved H = {top:g}; extend the grid to H = {top + 2:g}"))
+    ours = f"H grid {min(ev['H'])}..{reach}: longest solved " + ", ".join(f"{r.upper()} {fmt(lg[r], 3)}" for r in METHODS)
+    return Judgement(ours, parts)
+
+
+CLAIMS = (
+    Claim("DDG-3", "longest solved length H: DG about 13, PMPO 8, PPO 5, PG 3.5", "2603.20521",
+          "DG 13, PMPO 8, PPO 5, PG 3.5 (s)", NAME,
+          "token reversal, all four frictions, longest solved H per seed, dg vs pmpo, ppo, pg paired by seed",
+          tuple(MARGINS.values()),
+          "For each of PMPO, PPO and PG: DG's longest solved H (final sampled error <= 10%) exceeds it by at least the "
+          "smallest difference the paper's rounded numbers allow (90% paired interval above it); inconclusive when the "
+          "grid does not reach two past the longest solved length.", judge_ddg3, ("token_horizon",),
+          decide="the budget per length (1,000 learner steps) is ours; the paper's is not known"),
+)

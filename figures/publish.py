@@ -1,0 +1,203 @@
+"""Publishing the claims report: the stamp, claims.md and one self-contained HTML page, from the same rows.
+
+`stamp` records when, from which commit and in how much wall time the report was made (the wall
+time is the one ``python -m figures`` wrote to ``timings.json`` for this command just before).
+`write_markdown` and `write_html` render the payload that claims.json holds, so the three files can
+never disagree; the HTML page embeds every figure as a PNG data URI and needs nothing else.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import html
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+COLORS = {"reproduced": "#1a7f37", "direction only": "#9a6700", "not reproduced": "#cf222e",
+          "inconclusive": "#6e7781", "not applicable": "#8250df"}
+
+
+def _git(*args: str) -> str:
+    try:
+        return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, timeout=10,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def commit() -> str:
+    """The checked-out commit (short), with "+changes" when tracked files outside results/ differ from it."""
+    head = _git("rev-parse", "--short=12", "HEAD")
+    if not head:
+        return "unknown"
+    changed = [ln for ln in _git("status", "--porcelain", "--untracked-files=no").splitlines()
+               if not ln[3:].startswith("results/")]
+    return head + ("+changes" if changed else "")
+
+
+def stamp(out: Path, command: str, quick: bool) -> dict[str, Any]:
+    """Date (UTC), commit, and the wall / CPU time recorded in ``out/timings.json`` for ``command`` (for a
+    rebuilt report, that of ``python -m figures all``). A run resumed after an interruption records the last
+    invocation only: add the earlier ones by hand."""
+    info: dict[str, Any] = {"date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+                            "commit": commit(), "command": command, "setting": "quick" if quick else "full",
+                            "cpu_count": os.cpu_count()}
+    tpath = Path(out) / "timings.json"
+    try:
+        timings = json.loads(tpath.read_text()) if tpath.is_file() else {}
+    except ValueError:
+        timings = {}
+    # rebuilding the report (``claims``) keeps the wall time of the run that made the data
+    made_by = "python -m figures all" + (" --quick" if quick else "")
+    timing = timings.get(command) or timings.get(made_by, {})
+    wall = timing.get("wall_s", {})
+    info["wall_s"] = wall.get("_total")
+    info["cpu_s"] = wall.get("_cpu_s")
+    info["workers"] = timing.get("workers")
+    return info
+
+
+def hms(seconds: float | None) -> str:
+    if seconds is None:
+        return "not recorded"
+    s = round(seconds)
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
+def _header(p: dict[str, Any]) -> list[str]:
+    st = p["stamp"]
+    setting = ("**quick** (CI smoke setting: a handful of steps, two seeds; verdicts are NOT evidence)"
+               if p["setting"] == "quick" else "**full** (the papers' budgets, figures/budgets.py)")
+    lines = [f"Setting: {setting}. Made by `{p['command']}` on {st['date']} at commit `{st['commit']}`; wall time "
+             f"{hms(st.get('wall_s'))} ({st.get('workers') or '?'} worker(s) on {st.get('cpu_count')} CPU(s)). Verdicts "
+             "are computed by the rules of each claim's record (figures/experiments/) from the figures' data "
+             "(data/*.json), not typed in."]
+    if p.get("missing_runs"):
+        lines.append(f"**Partial report:** {p['missing_runs']} of {p['total_runs']} simulator runs were not (yet) in the "
+                     "cache (`--cached-only`); the affected cells use the seeds that finished.")
+    if st.get("provisional_regime"):
+        lines.append("**Provisional regime:** `async_grpo` is not registered in testbed/regimes.py; GAC-1, GAC-2 and "
+                     "AREAL-1 ran with the stand-in settings of figures/experiments/async_grpo.py.")
+    return lines
+
+
+def _parts_md(parts: list[dict[str, Any]]) -> list[str]:
+    if not parts:
+        return []
+    lines = ["| part | estimate [90% interval] | margin | status | seeds needed |", "| --- | --- | --- | --- | --- |"]
+    for q in parts:
+        need = q.get("seeds_needed")
+        detail = f" ({q['detail']})" if q.get("detail") else ""
+        lines.append(f"| {q['name']}{detail} | {q['shown']} | {q['margin_shown']} | {q['status']} | "
+                     f"{'' if need is None else need} |")
+    return lines
+
+
+def write_markdown(path: Path, p: dict[str, Any]) -> None:
+    lines = ["# Published claims vs this testbed", "", *[x for ln in _header(p) for x in (ln, "")]]
+    lines += ["| id | claim | paper | ours | verdict | seeds needed |", "| --- | --- | --- | --- | --- | --- |"]
+    for r in p["claims"]:
+        need = r.get("seeds_needed")
+        variants = "; ".join(f"{k}: {v}" for k, v in r.get("variants", {}).items())
+        verdict = f"**{r['verdict']}**" + (f" ({variants})" if variants else "")
+        lines.append(f"| {r['id']} | {r['claim']} | {r['paper_value']} | {r['ours']} | {verdict} | "
+                     f"{'' if need is None else need} |")
+    lines += ["", "## Shared rules", "", p["shared_rules"], "", "## Claims", ""]
+    for r in p["claims"]:
+        lines += [f"### {r['id']}: {r['verdict']}", "", f"*{r['claim']}* ({r['source']}; paper: {r['paper_value']})", "",
+                  f"- Setting: {r['setting']}", f"- Grid: {r['grid'] or 'n/a'}", f"- Rule: {r['rule']}"]
+        for m in r["margins"]:
+            lines.append(f"- Margin `{m['name']}` = {m['shown']}: {m['derivation']}")
+        if r.get("note"):
+            lines.append(f"- Note: {r['note']}")
+        if r["figures"]:
+            lines.append("- Figures: " + ", ".join(f"[{f}]({f}.png)" for f in r["figures"]))
+        lines.append("")
+        lines += _parts_md(r["parts"])
+        if r.get("other_parts"):
+            lines += ["", "Reported beside the verdict (not part of it):", "", *_parts_md(r["other_parts"])]
+        if "paragraph" in r:
+            g = r["paragraph"]
+            lines += ["", f"**What we measured.** {g['measured']}", "", f"**Mechanism.** {g['mechanism']}", "",
+                      f"**What would decide it.** {g['decide']}", "", f"*{g['prose']}*"]
+        lines.append("")
+    Path(path).write_text("\n".join(lines))
+
+
+def _img(out: Path, name: str) -> str:
+    png = Path(out) / f"{name}.png"
+    if not png.is_file():
+        return f"<p class='missing'>figure {html.escape(name)} not made</p>"
+    data = base64.b64encode(png.read_bytes()).decode("ascii")
+    cap = Path(out) / f"{name}.caption.txt"
+    caption = html.escape(cap.read_text().strip()) if cap.is_file() else ""
+    return (f"<figure><img alt='{html.escape(name)}' src='data:image/png;base64,{data}'>"
+            f"<figcaption>{html.escape(name)}: {caption}</figcaption></figure>")
+
+
+def _parts_html(parts: list[dict[str, Any]]) -> str:
+    if not parts:
+        return ""
+    rows = "".join(
+        f"<tr><td>{html.escape(q['name'])}{(' <i>(' + html.escape(q['detail']) + ')</i>') if q.get('detail') else ''}"
+        f"</td><td>{html.escape(q['shown'])}</td><td>{html.escape(q['margin_shown'])}</td>"
+        f"<td class='st-{q['status'].replace('/', '')}'>{q['status']}</td>"
+        f"<td>{'' if q.get('seeds_needed') is None else q['seeds_needed']}</td></tr>" for q in parts)
+    return ("<table class='parts'><tr><th>part</th><th>estimate [90% interval]</th><th>margin</th><th>status</th>"
+            f"<th>seeds needed</th></tr>{rows}</table>")
+
+
+def _md_inline(text: str) -> str:
+    """Escape, then render **bold** and `code` of the header lines."""
+    import re
+
+    t = html.escape(text)
+    t = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", t)
+    return re.sub(r"`(.+?)`", r"<code>\1</code>", t)
+
+
+def write_html(path: Path, p: dict[str, Any], out: Path) -> None:
+    """One page: header with the stamp, the verdict table, then each claim with its figures and parts."""
+    e = html.escape
+    head = "".join(f"<p>{_md_inline(ln)}</p>" for ln in _header(p))
+    table = "".join(
+        f"<tr><td><a href='#{e(r['id'])}'>{e(r['id'])}</a></td><td>{e(r['claim'])}</td><td>{e(r['paper_value'])}</td>"
+        f"<td>{e(r['ours'])}</td><td class='verdict' style='color:{COLORS[r['verdict']]}'>{e(r['verdict'])}"
+        + ("".join(f"<br><small>{e(k)}: {e(v)}</small>" for k, v in r.get("variants", {}).items()))
+        + f"</td><td>{'' if r.get('seeds_needed') is None else r['seeds_needed']}</td></tr>" for r in p["claims"])
+    sections = []
+    for r in p["claims"]:
+        margins = "".join(f"<li>margin <code>{e(m['name'])}</code> = {e(m['shown'])}: {e(m['derivation'])}</li>"
+                          for m in r["margins"])
+        para = ""
+        if "paragraph" in r:
+            g = r["paragraph"]
+            para = (f"<div class='para'><p><b>What we measured.</b> {e(g['measured'])}</p><p><b>Mechanism.</b> "
+                    f"{e(g['mechanism'])}</p><p><b>What would decide it.</b> {e(g['decide'])}</p><p><i>{e(g['prose'])}"
+                    "</i></p></div>")
+        other = ("<p>Reported beside the verdict (not part of it):</p>" + _parts_html(r["other_parts"])
+                 if r.get("other_parts") else "")
+        sections.append(
+            f"<section id='{e(r['id'])}'><h2>{e(r['id'])}: <span style='color:{COLORS[r['verdict']]}'>"
+            f"{e(r['verdict'])}</span></h2><p><i>{e(r['claim'])}</i> ({e(r['source'])})</p>"
+            f"<div class='pv'><div><h4>paper</h4><p>{e(r['paper_value'])}</p></div><div><h4>ours</h4>"
+            f"<p>{e(r['ours'])}</p></div></div>"
+            f"<ul><li>setting: {e(r['setting'])}</li><li>grid: {e(r['grid'] or 'n/a')}</li><li>rule: {e(r['rule'])}</li>"
+            f"{margins}{('<li>note: ' + e(r['note']) + '</li>') if r.get('note') else ''}</ul>"
+            f"{_parts_html(r['parts'])}{other}{para}{''.join(_img(out, f) for f in r['figures'])}</section>")
+    css = ("body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#1f2328}"
+           "table{border-collapse:collapse;margin:1em 0;font-size:0.9em}td,th{border:1px solid #d0d7de;padding:4px 8px;"
+           "vertical-align:top}th{background:#f6f8fa}.verdict{font-weight:bold}.pv{display:flex;gap:2em}.pv div{flex:1;"
+           "background:#f6f8fa;padding:0 1em}figure{margin:1em 0}img{max-width:100%}figcaption{font-size:0.8em;"
+           "color:#57606a}.para{border-left:4px solid #d0d7de;padding-left:1em}.st-holds{color:#1a7f37}"
+           ".st-fails{color:#cf222e}.st-direction{color:#9a6700}.st-undecided{color:#6e7781}section{margin-top:2.5em}")
+    page = (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>Published claims vs this testbed"
+            f"</title><style>{css}</style></head><body><h1>Published claims vs this testbed</h1>{head}"
+            "<table><tr><th>id</th><th>claim</th><th>paper</th><th>ours</th><th>verdict</th><th>seeds needed</th></tr>"
+            f"{table}</table><h2>Shared rules</h2><p>{e(p['shared_rules'])}</p>{''.join(sections)}</body></html>")
+    Path(path).write_text(page)
