@@ -54,7 +54,7 @@ def main() -> None:
     args = p.parse_args()
     frame = table(args.out, args.metric)
     with pd.option_context("display.width", 200, "display.max_rows", 500):
-        print(frame.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+        print(frame.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
 
 
 if __name__ == "__main__":
