@@ -1,113 +1,169 @@
-"""``python -m llm_scale train --model MODEL --task TASK --recipe RECIPE --max-staleness ETA ...``.
+"""``python -m llm_scale train [--model M] [--task T] [--recipe R] [--max-staleness ETA] ...``.
 
 Other commands: ``recipes`` (the names a recipe spec may use), ``tasks``, ``scorecard RECIPE``.
+The options of ``train`` are the fields of `llm_scale.config.TrainConfig`, derived by tyro
+(``--help`` lists them with their documentation). Exit codes: 0 finished (or stopped as asked),
+2 bad input (one line on stderr, nothing written), 1 an internal failure (short message; the
+traceback in OUT/error.log), 3 the run diverged (recorded in OUT/summary.json).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
+import contextlib
+import io
+import re
 import sys
-from dataclasses import fields
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, TypeVar
 
-from testbed.stabilizers import AGG_MODES, available, build
+from tyro.conf import Positional
 
-from .models import ModelLoadError, TinyConfig
-from .promotion import report
-from .rollout import LAG_POLICIES
-from .tasks import STYLES, TASKS
-from .trainer import TrainConfig, Trainer
+from .config import TrainConfig, UsageError
 
-
-def _on_off(text: str) -> bool:
-    if text.lower() in ("on", "true", "1", "yes"):
-        return True
-    if text.lower() in ("off", "false", "0", "no"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected on or off, got {text!r}")
+COMMANDS = ("train", "recipes", "tasks", "scorecard")
+T = TypeVar("T")
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m llm_scale", description=__doc__.splitlines()[0])
-    sub = p.add_subparsers(dest="command", required=True)
-    t = sub.add_parser("train", help="asynchronous GRPO with a stabilizer recipe", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    d = TrainConfig()
-    t.add_argument("--model", default=d.model, help="'tiny' (built locally, CPU, no download), a local directory, or a hub id")
-    t.add_argument("--task", default=d.task, help=f"task spec, e.g. 'arithmetic(max_operand=20)'; tasks: {', '.join(TASKS)}")
-    t.add_argument("--data", default=None, help="JSONL file for the gsm8k task (question/answer per line)")
-    t.add_argument("--recipe", default=d.recipe, help="stabilizer recipe spec, e.g. 'dg', 'tis(c=2)+ess_lr' (see: recipes)")
-    t.add_argument("--max-staleness", type=int, default=d.max_staleness, help="eta: max versions a token may lag the learner")
-    t.add_argument("--lag-policy", choices=LAG_POLICIES, default=d.lag_policy,
-                   help="latest: newest weights (AReaL); fixed: exactly eta behind (reproducible)")
-    t.add_argument("--partial-chunk", type=int, default=d.partial_chunk,
-                   help="partial rollouts: refresh the worker's weights every N tokens (0: off)")
-    t.add_argument("--sync", action="store_true", help="generate in the learner's thread (no worker; the synchronous baseline)")
-    t.add_argument("--steps", type=int, default=d.steps, help="length of the schedule (updates)")
-    t.add_argument("--stop-after", type=int, default=d.stop_after,
-                   help="stop after N updates with a checkpoint (resume later with --resume auto); 0: run to --steps")
-    t.add_argument("--prompts-per-step", type=int, default=d.prompts_per_step)
-    t.add_argument("--group-size", type=int, default=d.group_size, help="samples per prompt (GRPO group)")
-    t.add_argument("--max-new-tokens", type=int, default=None, help="completion budget (default: the task's)")
-    t.add_argument("--temperature", type=float, default=d.temperature)
-    t.add_argument("--lr", type=float, default=None, help="AdamW lr (default 1e-3 for tiny, 1e-6 otherwise)")
-    t.add_argument("--weight-decay", type=float, default=d.weight_decay)
-    t.add_argument("--agg", choices=AGG_MODES, default=d.agg, help="loss aggregation (verl's names)")
-    t.add_argument("--minibatches", type=int, default=d.minibatches, help="optimizer steps per rollout batch")
-    t.add_argument("--micro-batch-size", type=int, default=d.micro_batch_size, help="sequences per forward (0: all)")
-    t.add_argument("--proximal", type=_on_off, default=d.proximal, help="pass proximal log-probs (AReaL) to the surrogate")
-    t.add_argument("--nan-policy", choices=("raise", "mask"), default=d.nan_policy)
-    t.add_argument("--seed", type=int, default=d.seed)
-    t.add_argument("--device", default=d.device, help="auto, cpu, cuda or cuda:N")
-    t.add_argument("--dtype", default=d.dtype, choices=("float32", "bfloat16", "float16"))
-    t.add_argument("--prompt-style", default=d.prompt_style, choices=("auto", *STYLES),
-                   help="auto: compact for tiny, chat if the tokenizer has a chat template, else qa")
-    t.add_argument("--out", default=d.out, help="run directory (metrics.csv, checkpoints/, final/)")
-    t.add_argument("--checkpoint-every", type=int, default=d.checkpoint_every, help="steps between checkpoints (0: off)")
-    t.add_argument("--keep-checkpoints", type=int, default=d.keep_checkpoints)
-    t.add_argument("--resume", default=None, help="'auto' (latest under --out) or a checkpoint directory")
-    t.add_argument("--eval-every", type=int, default=d.eval_every, help="greedy held-out evaluation every N steps (0: off)")
-    t.add_argument("--eval-size", type=int, default=d.eval_size)
-    t.add_argument("--tensorboard", choices=("auto", "on", "off"), default=d.tensorboard)
-    t.add_argument("--grad-cosine", type=_on_off, default=d.grad_cosine, help="log cos(g_t, g_{t-1}) (one gradient-sized buffer)")
-    t.add_argument("--scorecard", default=None, help="scorecard JSON or directory (default: results/scorecards)")
-    t.add_argument("--no-progress", action="store_true")
-    for f in fields(TinyConfig):
-        t.add_argument(f"--tiny-{f.name.replace('_', '-')}", type=int, default=f.default, help="tiny model shape")
-    sub.add_parser("recipes", help="list the names a recipe spec may use")
-    sub.add_parser("tasks", help="list the tasks and their parameters")
-    s = sub.add_parser("scorecard", help="show the testbed scorecard of a recipe")
-    s.add_argument("recipe")
-    s.add_argument("--scorecard", default=None)
-    return p
+@dataclass
+class ScorecardArgs:
+    """Show the testbed scorecard of a recipe."""
+
+    recipe: Positional[str]
+    """recipe spec"""
+    scorecard: str | None = None
+    """scorecard JSON or directory (default: results/scorecards, then the shipped ones)"""
+
+
+def _one_line(text: str) -> str:
+    """The message of tyro's boxed error (title, rule, message lines, rule, help), as one line."""
+    rows = [line.strip().strip("│╭╮╰╯").strip() for line in text.splitlines()]
+    is_rule = [bool(r) and set(r) <= set("─-━ ") for r in rows]
+    body, rules = [], 0
+    for row, rule in zip(rows, is_rule, strict=True):
+        if rule:
+            rules += 1
+            if rules == 2:
+                break
+            continue
+        if rules == 1 and row:
+            body.append(row)
+    message = " ".join(body) or next((r for r in rows if r and not set(r) <= set("─-━ ")), "invalid arguments")
+    return re.sub(r"\s+", " ", message).strip()
+
+
+def parse(kind: type[T], argv: list[str], prog: str) -> T:
+    """Parse ``argv`` into ``kind`` with tyro; a parse error becomes a one-line `UsageError`."""
+    import tyro
+
+    if any(a in ("-h", "--help") for a in argv):
+        return tyro.cli(kind, args=argv, prog=prog)  # prints the help and exits 0
+    buf = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
+            return tyro.cli(kind, args=argv, prog=prog)
+    except SystemExit as exc:
+        if exc.code in (0, None):
+            print(buf.getvalue(), end="")
+            raise
+        raise UsageError(f"{_one_line(buf.getvalue())} (see {prog} --help)") from None
+
+
+def _fmt(value: Any, spec: str = ".3f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def format_summary(s: dict[str, Any]) -> str:
+    """What a person reads at the end of a run (the full record is OUT/summary.json)."""
+    done = f"{s['steps']}/{s['of_steps']} updates"
+    head = {
+        "finished": f"finished: {done} in {s['wall_seconds']:.1f} s",
+        "stopped": f"stopped as asked after {done} ({s['wall_seconds']:.1f} s); continue with --resume auto",
+        "diverged": f"DIVERGED after {done}: {s['reason']}",
+    }.get(s["status"], f"{s['status']}: {done}")
+    lines = [
+        head,
+        f"  setup      recipe {s['recipe']!r}, mode {s['mode']}, max staleness {s['max_staleness']}, "
+        f"model {s['model']} ({s['n_params'] / 1e6:,.1f}M parameters)",
+        f"  reward     {_fmt(s['reward_first'])} (mean of the first 10 updates) -> {_fmt(s['reward_last'])} (last 10)",
+    ]
+    if s["eval"]:
+        first, last = s["eval"][0], s["eval"][-1]
+        lines.append(f"  eval       {first['eval_reward']:.3f} at version {first['version']} -> "
+                     f"{last['eval_reward']:.3f} at version {last['version']} (greedy, held-out problems)")  # fmt: skip
+    lag = "" if s["lag_mean"] is None else f"; realised lag mean {s['lag_mean']:.1f}, max {s['lag_max']:.0f}"
+    lines.append(f"  throughput {s['tokens_per_s']:,.0f} completion tokens/s end to end{lag}")
+    memory = f"  memory     {s['weight_copies']} full copies of the weights"
+    if "peak_memory_gib" in s:
+        memory += f"; peak GPU memory {s['peak_memory_gib']:.1f} GiB"
+    lines.append(memory)
+    out = Path(s["out"])
+    present = [n for n in ("metrics.csv", "eval.csv", "summary.json", "tensorboard", "checkpoints", "final") if (out / n).exists()]
+    lines.append(f"  results    {out}/ : {', '.join(present)}")
+    return "\n".join(lines)
+
+
+def _train(argv: list[str]) -> int:
+    cfg = parse(TrainConfig, argv, "python -m llm_scale train")
+    from .promotion import report
+    from .trainer import Trainer, write_failure
+
+    trainer = Trainer(cfg)  # raises UsageError for bad input, before anything is written
+    print(report(cfg.recipe, cfg.scorecard)[1], file=sys.stderr)
+    try:
+        summary = trainer.run()
+    except KeyboardInterrupt:
+        print(f"interrupted at update {trainer.step}; continue from the last checkpoint with --resume auto", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        log = write_failure(trainer.out, exc)
+        message = str(exc).splitlines()[0] if str(exc) else ""
+        print(f"error: training failed at update {trainer.step}: {type(exc).__name__}: {message[:300]} "
+              f"(traceback: {log})", file=sys.stderr)  # fmt: skip
+        return 1
+    print(format_summary(summary))
+    return 0 if summary["status"] in ("finished", "stopped") else 3
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
-    if args.command == "recipes":
-        print("\n".join(available()))
-        return 0
-    if args.command == "tasks":
-        for name, cls in TASKS.items():
-            params = ", ".join(f"{f.name}={f.default!r}" for f in fields(cls) if f.init)
-            print(f"{name}({params}): {(cls.__doc__ or '').strip().splitlines()[0]}")
-        return 0
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        if args.command == "scorecard":
+        if not argv or argv[0] in ("-h", "--help"):
+            print(__doc__.strip())
+            return 0 if argv else 2
+        command, rest = argv[0], argv[1:]
+        if command not in COMMANDS:
+            raise UsageError(f"unknown command {command!r}; allowed: {', '.join(COMMANDS)}")
+        if command == "train":
+            return _train(rest)
+        if command in ("recipes", "tasks"):
+            if rest:
+                raise UsageError(f"{command} takes no arguments, got {' '.join(rest)!r}")
+            if command == "recipes":
+                from testbed.stabilizers import available
+
+                print("\n".join(available()))
+            else:
+                from .tasks import TASKS
+
+                for name, cls in TASKS.items():
+                    params = ", ".join(f"{f.name}={f.default!r}" for f in fields(cls) if f.init)
+                    print(f"{name}({params}): {(cls.__doc__ or '').strip().splitlines()[0]}")
+            return 0
+        args = parse(ScorecardArgs, rest, "python -m llm_scale scorecard")
+        from testbed.stabilizers import build
+
+        from .promotion import report
+
+        try:
             build(args.recipe)
-            ok, text = report(args.recipe, args.scorecard)
-            print(text)
-            return 0 if ok else 1
-        cfg = TrainConfig(
-            **{k: v for k, v in vars(args).items() if k in {f.name for f in fields(TrainConfig)} and k != "tiny"},
-            progress=not args.no_progress,
-            tiny=TinyConfig(**{f.name: getattr(args, f"tiny_{f.name}") for f in fields(TinyConfig)}),
-        )
-        trainer = Trainer(cfg)  # validates everything (recipe, task, model) before anything is written
-        _, text = report(cfg.recipe, args.scorecard)
-        print(text, file=sys.stderr)
-        summary = trainer.run()
-    except (ValueError, FileNotFoundError, ModelLoadError, ImportError) as exc:
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        if args.scorecard is not None and not Path(args.scorecard).exists():
+            raise UsageError(f"--scorecard {args.scorecard!r} does not exist")
+        ok, text = report(args.recipe, args.scorecard)
+        print(text)
+        return 0 if ok else 1
+    except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps(summary, indent=2, default=float))
-    return 0 if summary["status"] in ("finished", "stopped") else 3

@@ -1,80 +1,118 @@
-"""Per-step metrics: a tidy CSV (one row per step; columns grow as new metrics appear) and TensorBoard."""
+"""What a run writes and shows: tidy CSV logs, TensorBoard scalars, and progress for people.
+
+`CsvLog` appends one row per step to a CSV file (columns grow as new metrics appear; nothing is held
+in memory); on resume it keeps only the rows before the resumed step, so a run killed after its last
+checkpoint neither loses nor duplicates a row. `Progress` is a tqdm bar on a terminal and a short
+line every ``every_s`` seconds (and at 10% steps) otherwise, so logs are not flooded.
+"""
 
 from __future__ import annotations
 
 import csv
 import math
+import os
+import sys
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 
-class MetricsLog:
-    """Appends one row per step to ``path``; on resume keeps only the rows before the resumed step."""
+class CsvLog:
+    """Rows keyed by an integer column ``key`` (``step`` or ``version``) in ``path``."""
 
-    def __init__(self, path: Path, *, resume_step: int | None = None, tensorboard: str = "auto") -> None:
-        self.path = Path(path)
-        self.rows: list[dict[str, Any]] = []
-        self.columns: list[str] = []
-        if resume_step is not None and self.path.is_file():
+    def __init__(self, path: Path, *, key: str = "step", keep_below: int | None = None) -> None:
+        self.path, self.key = Path(path), key
+        self.columns: list[str] = [key]
+        rows: list[dict[str, str]] = []
+        if keep_below is not None and self.path.is_file():
             with self.path.open(newline="") as handle:
-                for row in csv.DictReader(handle):
-                    if int(row["step"]) < resume_step:
-                        self.rows.append({k: _parse(v) for k, v in row.items() if v != ""})
-            for row in self.rows:
-                self._extend(row)
-        self._rewrite()
-        self.tb = _tensorboard(self.path.parent / "tensorboard", tensorboard)
+                reader = csv.DictReader(handle)
+                self.columns = list(reader.fieldnames or [key])
+                rows = [row for row in reader if row.get(key) not in (None, "") and int(row[key]) < keep_below]
+        self._rewrite(rows)
 
-    def _extend(self, row: dict[str, Any]) -> bool:
-        new = [k for k in row if k not in self.columns]
-        self.columns.extend(new)
-        return bool(new)
-
-    def _rewrite(self) -> None:
+    def _rewrite(self, rows: list[dict[str, Any]]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         with tmp.open("w", newline="") as handle:
             writer = csv.DictWriter(handle, fieldnames=self.columns)
             writer.writeheader()
-            writer.writerows(self.rows)
-        tmp.replace(self.path)
+            writer.writerows(rows)
+        os.replace(tmp, self.path)
 
     def log(self, row: dict[str, Any]) -> None:
-        self.rows.append(row)
-        if self._extend(row) or not self.path.is_file():
-            self._rewrite()
-        else:
-            with self.path.open("a", newline="") as handle:
-                csv.DictWriter(handle, fieldnames=self.columns).writerow(row)
-        if self.tb is not None:
-            step = int(row["step"])
-            for key, value in row.items():
-                if key != "step" and isinstance(value, (int, float)) and math.isfinite(value):
-                    self.tb.add_scalar(key, value, step)
-
-    def close(self) -> None:
-        if self.tb is not None:
-            self.tb.flush()
-            self.tb.close()
+        new = [k for k in row if k not in self.columns]
+        if new:
+            with self.path.open(newline="") as handle:
+                old = list(csv.DictReader(handle))
+            self.columns.extend(new)
+            self._rewrite([*old, row])
+            return
+        with self.path.open("a", newline="") as handle:
+            csv.DictWriter(handle, fieldnames=self.columns).writerow(row)
 
 
-def _parse(text: str) -> Any:
-    try:
-        value = float(text)
-    except ValueError:
-        return text
-    return int(value) if value.is_integer() and "." not in text and "e" not in text.lower() else value
-
-
-def _tensorboard(logdir: Path, mode: str) -> Any:
-    if mode not in ("auto", "on", "off"):
-        raise ValueError(f"tensorboard must be auto, on or off, got {mode!r}")
+def tensorboard_writer(logdir: Path, mode: str, warn: TextIO | None = None) -> Any:
+    """A ``SummaryWriter`` (mode on, or auto when tensorboard is installed), else None."""
     if mode == "off":
         return None
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:
         if mode == "on":
-            raise ImportError("--tensorboard on needs the tensorboard package (pip install tensorboard)") from None
+            raise ImportError("--tensorboard on needs the tensorboard package (pip install -e '.[llm]')") from None
+        print("note: tensorboard is not installed (pip install -e '.[llm]'): metrics go to metrics.csv only",
+              file=warn or sys.stderr)  # fmt: skip
         return None
     return SummaryWriter(str(logdir))
+
+
+def add_scalars(writer: Any, row: dict[str, Any], step: int, prefix: str = "") -> None:
+    if writer is None:
+        return
+    for key, value in row.items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            writer.add_scalar(prefix + key, value, step)
+
+
+class Progress:
+    """A tqdm bar on a terminal; elsewhere a line every ``every_s`` seconds, at each 10% and at the end."""
+
+    def __init__(
+        self, enabled: bool, *, total: int, initial: int, stream: TextIO | None = None, every_s: float = 30.0,
+        tty: bool | None = None,
+    ) -> None:  # fmt: skip
+        stream = sys.stderr if stream is None else stream  # looked up now: it may be redirected
+        self.enabled, self.total, self.stream, self.every_s = enabled, total, stream, every_s
+        self.tty = (getattr(stream, "isatty", lambda: False)() if tty is None else tty) and enabled
+        self.t0 = self.last_time = time.perf_counter()
+        self.last_step = initial
+        self.bar = None
+        if self.tty:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, initial=initial, desc="train", unit="step", dynamic_ncols=True, file=stream)
+
+    def update(self, done: int, row: dict[str, Any]) -> None:
+        """``done`` updates finished; ``row`` the last update's metrics."""
+        if not self.enabled:
+            return
+        if self.bar is not None:
+            self.bar.update(done - self.bar.n)
+            self.bar.set_postfix(reward=f"{row.get('reward_mean', float('nan')):.3f}", lag=f"{row.get('lag_mean', 0):.1f}", refresh=False)
+            return
+        now = time.perf_counter()
+        tenth = max(1, self.total // 10)
+        if done == self.total or now - self.last_time >= self.every_s or done // tenth > self.last_step // tenth:
+            self.last_time, self.last_step = now, done
+            eval_text = f"  eval {row['eval_reward']:.3f}" if "eval_reward" in row else ""
+            print(
+                f"step {done}/{self.total} ({100 * done / self.total:.0f}%)  reward {row.get('reward_mean', float('nan')):.3f}"
+                f"{eval_text}  lag {row.get('lag_mean', 0.0):.1f}  tokens/s {row.get('tokens_per_s', 0.0):,.0f}"
+                f"  {now - self.t0:.0f} s",
+                file=self.stream, flush=True,
+            )  # fmt: skip
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()

@@ -1,20 +1,39 @@
-"""Sampling with recorded behaviour log-probs, and the rollout pipeline that runs ahead of the learner.
+"""Sampling with recorded behaviour log-probs, and the rollout side that runs ahead of the learner.
 
-`sample_completions` draws each token from softmax(logits / temperature) and records
-log_softmax(logits / temperature) of the drawn token from *the same logits*: the behaviour
-log-prob is exactly the log-probability the sampler used (the learner recomputes with the same
-temperature). Each token also records the policy version of the weights that produced it.
+`sample_completions` draws each token from the sampling distribution mu = softmax of the logits
+at ``temperature``, restricted to the ``top_k`` most likely tokens and then to the smallest
+top set of probability mass >= ``top_p`` (the order Hugging Face's generate uses), renormalised,
+and records log mu(token): the behaviour log-prob is that of the distribution actually sampled,
+from the same logits. The learner's log-prob is that of the full tempered softmax, so with top-k /
+top-p the importance ratio pi / mu is the kept mass (<= 1) at each token. Each token also records
+the policy version of the weights that produced it. Non-finite logits raise `NonFiniteRollout`.
 
-`RolloutPipeline` serves batch k to learner update k. Synchronously (``sync=True``) it generates
-batch k with the learner's own model at version k. Otherwise a background thread with its own copy
-of the weights generates ahead, under AReaL's admission rule (arXiv 2505.24298): with batch size B,
-learner version i and N_r trajectories generated, a new trajectory is admitted only while
-floor((N_r - 1) / B) <= i + eta; for whole batches, batch k may start once k <= i + eta, so no
-token is ever more than eta versions stale when it is trained on. Which weights the worker uses:
+The data flow is one way. The learner asks for batch k (`Rollouts.get`) and publishes its weights
+after each update (`Rollouts.publish`); the rollout side owns a `Sampler` (task, tokenizer,
+sampling, rewards) and never calls back. Three modes:
+
+* ``sync``: batch k is generated on demand with the learner's own model (version k);
+* ``thread``: a worker thread with its own copy of the weights generates ahead (exact,
+  reproducible staleness with ``lag_policy="fixed"``; shares the learner's process and GIL);
+* ``process``: the same worker in a separate process (its own interpreter, threads and, with
+  ``rollout_device``, its own GPU); weights pass through shared memory (host shared memory, or
+  the GPU's memory shared with CUDA IPC when the rollout side is on a GPU) and batches come back
+  through a queue.
+
+Admission (AReaL, arXiv 2505.24298): with batch size B, learner version i and N_r trajectories
+generated, a new trajectory is admitted only while floor((N_r - 1) / B) <= i + eta; for whole
+batches, batch k may start once k <= i + eta, so no token is more than eta versions stale when it
+is trained on. Which weights the worker uses:
 
 * ``lag_policy="latest"``: the newest published version (AReaL; the realised lag depends on timing);
-* ``lag_policy="fixed"``: exactly version max(0, k - eta) (deterministic, hence reproducible and
-  exactly resumable, for any eta; never older than the version the pipeline started from).
+* ``lag_policy="fixed"``: exactly version max(start, k - eta) (deterministic, hence reproducible and
+  exactly resumable).
+
+Weight versions kept: ONE published copy (the `WeightSlot`) plus the rollout side's working copy,
+whatever eta. Under ``latest`` the slot is simply overwritten. Under ``fixed`` the learner, before
+publishing version v, waits until the worker has taken version v - 1 (when some batch still needs
+it); the worker takes v - 1 when it starts batch v - 1 + eta, which admission already allows, so
+this never deadlocks and the learner waits only when the worker is the bottleneck anyway.
 
 With ``partial_chunk = n > 0`` (latest only) the worker checks for newer weights every n tokens
 and switches mid-sequence (re-encoding the prefix under the new weights), so one sequence spans
@@ -24,17 +43,29 @@ several versions (AReaL's partial rollouts); the per-token versions record which
 from __future__ import annotations
 
 import copy
+import os
+import queue as queue_module
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+if TYPE_CHECKING:
+    from .sampler import Sampler
+
 LAG_POLICIES = ("latest", "fixed")
+MODES = ("sync", "thread", "process")
+Refresh = Callable[[], "int | None"]
+
+
+class NonFiniteRollout(RuntimeError):
+    """The rollout policy produced NaN or inf logits (its weights have diverged)."""
 
 
 @dataclass
@@ -46,7 +77,7 @@ class RolloutBatch:
     prompt_mask: Tensor  # [B, P] 1 for real prompt tokens
     completion_ids: Tensor  # [B, T] right-padded
     completion_mask: Tensor  # [B, T] bool: generated tokens up to and including eos
-    behavior_logp: Tensor  # [B, T] float32, log mu(token) at the sampling temperature
+    behavior_logp: Tensor  # [B, T] float32, log mu(token) of the distribution sampled
     versions: Tensor  # [B, T] int64, policy version that produced each token
     rewards: Tensor  # [B] float32
     group_ids: Tensor  # [B] int64, prompt group
@@ -72,6 +103,25 @@ def position_ids(mask: Tensor) -> Tensor:
     return (mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
+def sampling_logprobs(logits: Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0) -> Tensor:
+    """log mu over the vocabulary: tempered softmax, then top-k, then top-p, renormalised (-inf outside).
+
+    top-k keeps the k largest logits (0: all); top-p keeps the smallest set of most likely tokens
+    whose probability reaches ``top_p`` (1: all), always at least one token.
+    """
+    scaled = logits.float() / temperature
+    if top_k and top_k < scaled.shape[-1]:
+        kth = torch.topk(scaled, top_k, dim=-1).values[..., -1:]
+        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+    if top_p < 1.0:
+        probs, order = torch.sort(F.softmax(scaled, dim=-1), dim=-1, descending=True)
+        before = probs.cumsum(-1) - probs  # mass of the more likely tokens
+        drop = before >= top_p
+        drop[..., 0] = False
+        scaled = scaled.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
+    return F.log_softmax(scaled, dim=-1)
+
+
 def _forward(model: torch.nn.Module, ids: Tensor, attn: Tensor, pos: Tensor, past: Any) -> tuple[Tensor, Any]:
     out = model(input_ids=ids, attention_mask=attn, position_ids=pos, past_key_values=past, use_cache=True)
     return out.logits[:, -1].float(), out.past_key_values
@@ -87,16 +137,18 @@ def sample_completions(
     temperature: float,
     eos_ids: list[int],
     pad_id: int,
+    top_k: int = 0,
+    top_p: float = 1.0,
     generator: torch.Generator | None = None,
     version: int = 0,
-    refresh: Callable[[], int | None] | None = None,
+    refresh: Refresh | None = None,
     chunk: int = 0,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Sample up to ``max_new_tokens`` per row; return (ids, mask, behaviour log-probs, versions), each [B, T].
 
-    ``temperature == 0`` decodes greedily (log-probs then at temperature 1). ``refresh`` (called
-    every ``chunk`` tokens when both are given) may swap the model's weights and returns the new
-    version, or None for no change; the cache is then rebuilt under the new weights.
+    ``temperature == 0`` decodes greedily (log-probs then of the untempered softmax). ``refresh``
+    (called every ``chunk`` tokens when both are given) may swap the model's weights and returns
+    the new version, or None for no change; the cache is then rebuilt under the new weights.
     """
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
@@ -105,7 +157,7 @@ def sample_completions(
     attn = prompt_mask.long()
     logits, past = _forward(model, prompt_ids, attn, position_ids(attn), None)
     next_pos = position_ids(attn)[:, -1:] + 1
-    eos = torch.tensor(sorted(set(eos_ids)), device=device)
+    eos = torch.tensor(sorted(set(eos_ids)), device=device, dtype=torch.long)
     done = torch.zeros(batch, dtype=torch.bool, device=device)
     toks, lps, vers, keep = [], [], [], []
     for t in range(max_new_tokens):
@@ -115,13 +167,17 @@ def sample_completions(
                 version = new_version
                 ids = torch.cat([prompt_ids, *toks], dim=1)
                 logits, past = _forward(model, ids, attn, position_ids(attn), None)
+        live = ~done
+        logp_all = sampling_logprobs(logits, temperature, top_k, top_p) if temperature > 0 else F.log_softmax(logits, dim=-1)
+        # NaN anywhere, or +inf (from logits too large for float32), means the weights have diverged
+        if bool((torch.isnan(logp_all) | (logp_all == float("inf"))).any()):
+            raise NonFiniteRollout(
+                f"the rollout policy (version {version}) produced non-finite logits at completion token {t}"
+            )
         if temperature > 0:
-            logp_all = F.log_softmax(logits / temperature, dim=-1)
             tok = torch.multinomial(logp_all.exp(), 1, generator=generator)
         else:
-            logp_all = F.log_softmax(logits, dim=-1)
             tok = logp_all.argmax(dim=-1, keepdim=True)
-        live = ~done
         tok = torch.where(live[:, None], tok, torch.full_like(tok, pad_id))
         toks.append(tok)
         lps.append(torch.where(live[:, None], logp_all.gather(-1, tok), torch.zeros_like(tok, dtype=torch.float32)))
@@ -136,163 +192,383 @@ def sample_completions(
     return torch.cat(toks, 1), torch.cat(keep, 1), torch.cat(lps, 1), torch.cat(vers, 1)
 
 
-BatchFn = Callable[[torch.nn.Module, int, int, Callable[[], int | None] | None], RolloutBatch]
+# -- weights ------------------------------------------------------------------------------------------
+def model_tensors(model: torch.nn.Module) -> list[tuple[str, Tensor]]:
+    """Parameters (tied ones once) then buffers: everything a copy of the model needs to match it."""
+    return [*model.named_parameters(), *model.named_buffers()]
 
 
-class _Store:
-    """Published weight snapshots by version (clones), pruned once no future batch can need them."""
+class _Box:
+    """A thread-side stand-in for ``multiprocessing.Value``."""
 
-    def __init__(self) -> None:
-        self.snapshots: dict[int, dict[str, Tensor]] = {}
-        self.version = -1
-
-    def publish(self, version: int, model: torch.nn.Module) -> None:
-        self.snapshots[version] = {k: v.detach().clone() for k, v in model.state_dict().items()}
-        self.version = version
-
-    def prune_below(self, version: int) -> None:
-        for v in [v for v in self.snapshots if v < version]:
-            del self.snapshots[v]
+    def __init__(self, value: int) -> None:
+        self.value = value
 
 
-class RolloutPipeline:
-    """Serves `RolloutBatch` k to learner update k, synchronously or from a worker running ahead.
+class WeightSlot:
+    """One published copy of the learner's weights (parameters and buffers) and its version.
 
-    Args:
-      make_batch: ``make_batch(model, k, version, refresh)`` generates batch k with ``model``.
-      learner: the learner's model (its weights are version ``start`` now).
-      eta: maximum staleness (versions) of any token at the update that consumes it.
-      total: number of batches to serve (batches 0 .. total - 1).
-      start: the learner's current version (and the first batch it will ask for).
-      pending: batches already generated (restored from a checkpoint), by index.
+    ``ctx`` None: for a worker thread (threading primitives). A multiprocessing context: for a
+    worker process; host tensors are moved to shared memory, and GPU tensors travel to the child
+    as CUDA IPC handles when the slot is pickled at process start.
     """
 
-    def __init__(
-        self,
-        make_batch: BatchFn,
-        learner: torch.nn.Module,
-        *,
-        eta: int,
-        total: int,
-        start: int = 0,
-        sync: bool = False,
-        lag_policy: str = "latest",
-        partial_chunk: int = 0,
-        pending: dict[int, RolloutBatch] | None = None,
-    ) -> None:
-        if eta < 0:
-            raise ValueError(f"max staleness eta must be >= 0, got {eta}")
-        if lag_policy not in LAG_POLICIES:
-            raise ValueError(f"unknown lag policy {lag_policy!r}; allowed: {', '.join(LAG_POLICIES)}")
-        if partial_chunk < 0:
-            raise ValueError(f"partial_chunk must be >= 0, got {partial_chunk}")
-        if partial_chunk and (sync or lag_policy != "latest"):
-            raise ValueError("partial rollouts need the asynchronous worker with lag_policy='latest'")
-        self.make_batch, self.learner, self.eta, self.total = make_batch, learner, eta, total
-        self.sync, self.lag_policy, self.partial_chunk = sync, lag_policy, partial_chunk
-        self.ready: dict[int, RolloutBatch] = dict(pending or {})
-        self.cond = threading.Condition()
-        self.store = _Store()
-        self.error: BaseException | None = None
-        self.stopping = False
-        self.thread: threading.Thread | None = None
-        self.worker_model: torch.nn.Module | None = None
-        self.worker_version = -1
-        self.start = start
-        self.next_index = max(self.ready, default=start - 1) + 1
-        self.store.version = start
-        if not sync:
-            self.store.publish(start, learner)
-            self.worker_model = copy.deepcopy(learner).eval()
-            for p in self.worker_model.parameters():
-                p.requires_grad_(False)
-            self.thread = threading.Thread(target=self._work, name="rollout-worker", daemon=True)
-            self.thread.start()
+    def __init__(self, model: torch.nn.Module, device: torch.device, ctx: Any = None) -> None:
+        self.names = [name for name, _ in model_tensors(model)]
+        self.tensors = [t.detach().to(device, copy=True) for _, t in model_tensors(model)]
+        if ctx is None:
+            self.cond: Any = threading.Condition()
+            self._version: Any = _Box(-1)
+            self._taken: Any = _Box(-1)
+            self.stop: Any = threading.Event()
+        else:
+            for t in self.tensors:
+                if t.device.type == "cpu":
+                    t.share_memory_()
+            self.cond = ctx.Condition()
+            self._version = ctx.Value("q", -1, lock=False)
+            self._taken = ctx.Value("q", -1, lock=False)
+            self.stop = ctx.Event()
 
-    # -- learner side -------------------------------------------------------------------------------
-    def get(self, k: int) -> tuple[RolloutBatch, float]:
-        """Batch k and the seconds the learner waited for it."""
-        t0 = time.perf_counter()
-        if self.sync:
-            batch = self.ready.pop(k, None)
-            if batch is None:
-                batch = self.make_batch(self.learner, k, self.store.version, None)
-            return batch, time.perf_counter() - t0
-        with self.cond:
-            while k not in self.ready and self.error is None:
-                self.cond.wait(timeout=1.0)
-            if self.error is not None:
-                raise RuntimeError(f"rollout worker failed: {self.error!r}") from self.error
-            batch = self.ready.pop(k)
-        return batch, time.perf_counter() - t0
+    @property
+    def version(self) -> int:
+        return int(self._version.value)
 
-    def publish(self, version: int) -> None:
-        """The learner's model now holds ``version``; the worker may use it (sync: nothing to copy)."""
-        if self.sync:
-            self.store.version = version
-            return
-        with self.cond:
-            self.store.publish(version, self.learner)
-            self.cond.notify_all()
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.tensors)
 
-    def pending(self, k: int) -> dict[int, RolloutBatch]:
-        """Batches >= k already generated, for a checkpoint taken before update k.
+    def write(
+        self, model: torch.nn.Module, version: int, *, after_taken: int | None = None,
+        reader_failed: Callable[[], bool] = lambda: False,
+    ) -> None:  # fmt: skip
+        """Publish ``model`` as ``version``; with ``after_taken``, first wait until the reader took that version.
 
-        Under the fixed lag policy it first waits for every batch that needs a version older than
-        k (batches k .. k + eta - 1), so that a resumed run, which keeps only version k, replays
-        exactly.
+        The wait ends early when ``reader_failed()`` (the reader's error then surfaces at the next batch).
         """
         with self.cond:
-            if not self.sync and self.lag_policy == "fixed":
-                need = min(k + self.eta, self.total)
-                while self.error is None and any(j not in self.ready for j in range(k, need)):
-                    self.cond.wait(timeout=1.0)
-                if self.error is not None:
-                    raise RuntimeError(f"rollout worker failed: {self.error!r}") from self.error
-            return {j: b for j, b in self.ready.items() if j >= k}
-
-    def close(self) -> None:
-        with self.cond:
-            self.stopping = True
+            while after_taken is not None and self._taken.value < after_taken and not self.stop.is_set():
+                if reader_failed():
+                    return
+                self.cond.wait(0.5)
+            with torch.no_grad():
+                for dst, (_, src) in zip(self.tensors, model_tensors(model), strict=True):
+                    dst.copy_(src.detach(), non_blocking=False)
+            self._settle()
+            self._version.value = version
             self.cond.notify_all()
-        if self.thread is not None:
-            self.thread.join()
 
-    # -- worker side --------------------------------------------------------------------------------
-    def _load(self, version: int) -> None:
-        assert self.worker_model is not None
-        self.worker_model.load_state_dict(self.store.snapshots[version])
-        self.worker_version = version
-        self.store.prune_below(version)
-
-    def _refresh(self) -> int | None:
+    def read_into(self, model: torch.nn.Module) -> int:
+        """Copy the published weights into ``model``; return their version."""
         with self.cond:
-            if self.store.version > self.worker_version:
-                self._load(self.store.version)
-                return self.worker_version
+            with torch.no_grad():
+                for (_, dst), src in zip(model_tensors(model), self.tensors, strict=True):
+                    dst.copy_(src)
+            self._settle(model)
+            self._taken.value = self._version.value
+            self.cond.notify_all()
+            return int(self._version.value)
+
+    def _settle(self, model: torch.nn.Module | None = None) -> None:
+        """Finish queued GPU copies before the lock is released (the other side may be another process)."""
+        for t in (self.tensors[0], *(t for _, t in model_tensors(model)[:1])) if model is not None else self.tensors[:1]:
+            if t.is_cuda:
+                torch.cuda.synchronize(t.device)
+
+    def wait_admission(self, k: int, eta: int, alive: Callable[[], bool]) -> bool:
+        """Block until batch k is admitted (k <= version + eta); False if stopped meanwhile."""
+        with self.cond:
+            while not self.stop.is_set() and k > self._version.value + eta:
+                if not alive():
+                    return False
+                self.cond.wait(0.5)
+        return not self.stop.is_set()
+
+    def shutdown(self) -> None:
+        self.stop.set()
+        with self.cond:
+            self.cond.notify_all()
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the rollout side generates: batches next_index .. total - 1, at most eta versions ahead."""
+
+    eta: int
+    total: int
+    start: int  # the learner's version when the pipeline started
+    next_index: int  # first batch not already generated
+    lag_policy: str = "latest"
+    partial_chunk: int = 0
+
+
+def rollout_loop(
+    sampler: Sampler, model: torch.nn.Module, slot: WeightSlot, plan: Plan, emit: Callable[[RolloutBatch], None],
+    alive: Callable[[], bool] = lambda: True,
+) -> None:  # fmt: skip
+    """The rollout side: generate every batch of ``plan`` in order, each admitted and with the weights its policy says."""
+    current = -1
+
+    def refresh() -> int | None:
+        nonlocal current
+        if slot.version > current:
+            current = slot.read_into(model)
+            return current
         return None
 
-    def _work(self) -> None:
-        try:
-            while True:
-                with self.cond:
-                    k = self.next_index
-                    # AReaL admission: batch k starts only once k <= version + eta.
-                    while not self.stopping and k < self.total and k > self.store.version + self.eta:
-                        self.cond.wait()
-                    if self.stopping or k >= self.total:
-                        return
-                    # fixed: exactly eta behind, but never older than the version this pipeline began at
-                    want = max(k - self.eta, self.start) if self.lag_policy == "fixed" else self.store.version
-                    if want != self.worker_version:
-                        self._load(want)
-                refresh = self._refresh if self.partial_chunk else None
-                batch = self.make_batch(self.worker_model, k, self.worker_version, refresh)
-                with self.cond:
-                    self.ready[k] = batch
-                    self.next_index = k + 1
-                    self.cond.notify_all()
-        except BaseException as exc:  # surfaced to the learner by get()
+    for k in range(plan.next_index, plan.total):
+        if not slot.wait_admission(k, plan.eta, alive):
+            return
+        if plan.lag_policy == "fixed":
+            want = max(k - plan.eta, plan.start)
+            if want != current:
+                current = slot.read_into(model)
+                if current != want:  # the publication protocol guarantees it; fail loudly if broken
+                    raise RuntimeError(f"fixed lag: batch {k} needs version {want}, the slot holds {current}")
+        elif slot.version != current:
+            current = slot.read_into(model)
+        chunk = plan.partial_chunk
+        emit(sampler.batch(model, k, current, refresh if chunk else None, chunk))
+
+
+# -- the three modes ---------------------------------------------------------------------------------
+class Rollouts:
+    """Serves `RolloutBatch` k to learner update k (see the module docstring)."""
+
+    weight_copies = 0  # full copies of the weights held beyond the learner's own
+
+    def get(self, k: int) -> tuple[RolloutBatch, float]:
+        """Batch k and the seconds the learner waited for it."""
+        raise NotImplementedError
+
+    def publish(self, model: torch.nn.Module, version: int) -> None:
+        """The learner's ``model`` now holds ``version``."""
+        raise NotImplementedError
+
+    def pending(self, k: int) -> dict[int, RolloutBatch]:
+        """Batches >= k already generated, for a checkpoint taken before update k."""
+        raise NotImplementedError
+
+    def close(self) -> None: ...
+
+
+class SyncRollouts(Rollouts):
+    """Batch k generated on demand by the learner's own model (no copy, no overlap)."""
+
+    def __init__(self, sampler: Sampler, model: torch.nn.Module, plan: Plan, ready: dict[int, RolloutBatch]) -> None:
+        self.sampler, self.model, self.version, self.ready = sampler, model, plan.start, dict(ready)
+
+    def get(self, k: int) -> tuple[RolloutBatch, float]:
+        t0 = time.perf_counter()
+        batch = self.ready.pop(k, None)
+        if batch is None:
+            batch = self.sampler.batch(self.model, k, self.version)
+        return batch, time.perf_counter() - t0
+
+    def publish(self, model: torch.nn.Module, version: int) -> None:
+        self.version = version
+
+    def pending(self, k: int) -> dict[int, RolloutBatch]:
+        return {j: b for j, b in self.ready.items() if j >= k}
+
+
+class _Async(Rollouts):
+    weight_copies = 2  # the published slot and the rollout side's working copy
+
+    def __init__(self, plan: Plan, ready: dict[int, RolloutBatch], device: torch.device) -> None:
+        self.plan, self.ready, self.device = plan, dict(ready), device
+        self.slot: WeightSlot
+
+    def _receive(self) -> None:
+        """Wait (briefly) for the next batch from the rollout side into ``self.ready``; raise its failure."""
+        raise NotImplementedError
+
+    def _failed(self) -> bool:
+        """True once the rollout side has stopped with an error."""
+        raise NotImplementedError
+
+    def get(self, k: int) -> tuple[RolloutBatch, float]:
+        t0 = time.perf_counter()
+        while k not in self.ready:
+            self._receive()
+        return self.ready.pop(k).to(self.device), time.perf_counter() - t0
+
+    def publish(self, model: torch.nn.Module, version: int) -> None:
+        needed = self.plan.lag_policy == "fixed" and version - 1 + self.plan.eta < self.plan.total
+        self.slot.write(model, version, after_taken=version - 1 if needed else None, reader_failed=self._failed)
+
+    def pending(self, k: int) -> dict[int, RolloutBatch]:
+        # fixed lag: batches k .. k + eta - 1 need versions older than k, which a resumed run no longer has
+        if self.plan.lag_policy == "fixed":
+            need = min(k + self.plan.eta, self.plan.total)
+            while any(j not in self.ready for j in range(k, need)):
+                self._receive()
+        return {j: b for j, b in self.ready.items() if j >= k}
+
+
+class ThreadRollouts(_Async):
+    """The rollout loop in a thread of the learner's process, with its own copy of the weights."""
+
+    def __init__(
+        self, sampler: Sampler, model: torch.nn.Module, plan: Plan, ready: dict[int, RolloutBatch], *,
+        device: torch.device, threads: int = 0,
+    ) -> None:  # fmt: skip
+        super().__init__(plan, ready, next(model.parameters()).device)
+        self.slot = WeightSlot(model, device)
+        self.slot.write(model, plan.start)
+        self.worker_model = copy.deepcopy(model).to(device).eval().requires_grad_(False)
+        self.cond = threading.Condition()
+        self.error: BaseException | None = None
+
+        def emit(batch: RolloutBatch) -> None:
             with self.cond:
-                self.error = exc
+                self.ready[batch.index] = batch
                 self.cond.notify_all()
+
+        def work() -> None:
+            if threads:
+                torch.set_num_threads(threads)  # per thread with OpenMP: the learner's count is its own
+            try:
+                rollout_loop(sampler, self.worker_model, self.slot, plan, emit)
+            except BaseException as exc:  # surfaced to the learner by get()
+                with self.cond:
+                    self.error = exc
+                    self.cond.notify_all()
+
+        self.thread = threading.Thread(target=work, name="rollout-worker", daemon=True)
+        self.thread.start()
+
+    def _failed(self) -> bool:
+        return self.error is not None
+
+    def _receive(self) -> None:
+        with self.cond:
+            if self.error is None:
+                self.cond.wait(0.5)
+            if self.error is not None:
+                raise self.error
+
+    def get(self, k: int) -> tuple[RolloutBatch, float]:
+        t0 = time.perf_counter()
+        with self.cond:
+            while k not in self.ready and self.error is None:
+                self.cond.wait(0.5)
+            if k not in self.ready:
+                raise self.error  # type: ignore[misc]
+            batch = self.ready.pop(k)
+        return batch.to(self.device), time.perf_counter() - t0
+
+    def close(self) -> None:
+        self.slot.shutdown()
+        self.thread.join()
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when its parent dies (so a killed trainer leaves no orphan)."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the parent-alive polling below still ends the loop
+        pass
+
+
+def _process_main(
+    sampler: Sampler, config: Any, dtype: torch.dtype, device: str, slot: WeightSlot, plan: Plan, out: Any,
+    threads: int, parent: int,
+) -> None:  # fmt: skip
+    """Entry point of the rollout process: build the model from config, then run the rollout loop."""
+    _die_with_parent()
+    if threads:
+        torch.set_num_threads(threads)
+
+    def alive() -> bool:
+        return os.getppid() == parent
+
+    try:
+        from transformers import AutoModelForCausalLM
+
+        with torch.device(device):
+            model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+        model.eval().requires_grad_(False)
+        rollout_loop(sampler, model, slot, plan, lambda b: out.put(("batch", b.state())), alive)
+        out.put(("done",))
+        while alive() and not slot.stop.wait(0.5):  # keep the queue's feeder alive until the learner is done
+            pass
+    except BaseException as exc:
+        out.put(("error", type(exc).__name__, str(exc), traceback.format_exc(), isinstance(exc, NonFiniteRollout)))
+    out.cancel_join_thread()
+
+
+class RolloutProcessError(RuntimeError):
+    """The rollout process failed; ``detail`` holds its traceback."""
+
+    def __init__(self, message: str, detail: str = "") -> None:
+        super().__init__(message)
+        self.detail = detail
+
+
+class ProcessRollouts(_Async):
+    """The rollout loop in its own process (spawned), optionally on its own device."""
+
+    def __init__(
+        self, sampler: Sampler, model: torch.nn.Module, plan: Plan, ready: dict[int, RolloutBatch], *,
+        device: torch.device, threads: int = 0, weights_via: str = "auto",
+    ) -> None:  # fmt: skip
+        import torch.multiprocessing as tmp
+
+        super().__init__(plan, ready, next(model.parameters()).device)
+        ctx = tmp.get_context("spawn")
+        via_gpu = device.type == "cuda" and weights_via == "auto"
+        self.slot = WeightSlot(model, device if via_gpu else torch.device("cpu"), ctx)
+        self.slot.write(model, plan.start)
+        self.queue = ctx.Queue()
+        dtype = next(model.parameters()).dtype
+        self.proc = ctx.Process(
+            target=_process_main, name="rollout-process", daemon=True,
+            args=(sampler, model.config, dtype, str(device), self.slot, plan, self.queue, threads, os.getpid()),
+        )  # fmt: skip
+        self.proc.start()
+        self.finished = False
+
+    def _failed(self) -> bool:
+        return not self.proc.is_alive()
+
+    def _receive(self) -> None:
+        try:
+            item = self.queue.get(timeout=0.5)
+        except queue_module.Empty:
+            if not self.proc.is_alive():
+                raise RolloutProcessError(f"the rollout process exited unexpectedly (exit code {self.proc.exitcode})") from None
+            return
+        if item[0] == "batch":
+            self.ready[int(item[1]["index"])] = RolloutBatch(**item[1])
+        elif item[0] == "done":
+            self.finished = True
+        else:
+            _, kind, message, detail, nonfinite = item
+            if nonfinite:
+                raise NonFiniteRollout(message)
+            raise RolloutProcessError(f"the rollout process failed: {kind}: {message}", detail)
+
+    def close(self) -> None:
+        self.slot.shutdown()
+        self.proc.join(timeout=30)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join()
+
+
+def make_rollouts(
+    mode: str, sampler: Sampler, model: torch.nn.Module, plan: Plan, ready: dict[int, RolloutBatch], *,
+    device: torch.device, threads: int = 0, weights_via: str = "auto",
+) -> Rollouts:  # fmt: skip
+    """The rollout side for ``mode`` (sync, thread or process)."""
+    if mode == "sync":
+        return SyncRollouts(sampler, model, plan, ready)
+    if mode == "thread":
+        return ThreadRollouts(sampler, model, plan, ready, device=device, threads=threads)
+    if mode == "process":
+        return ProcessRollouts(sampler, model, plan, ready, device=device, threads=threads, weights_via=weights_via)
+    raise ValueError(f"unknown rollout mode {mode!r}; allowed: {', '.join(MODES)}")

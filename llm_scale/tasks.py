@@ -131,9 +131,9 @@ class Arithmetic(Task):
         self.ops = str(self.ops)
         if not self.ops or any(op not in _OPS for op in self.ops):
             raise ValueError(f"arithmetic: ops must be a non-empty string of {''.join(_OPS)}, got {self.ops!r}")
-        if not 0 <= self.min_operand <= self.max_operand:
+        if not 0 <= self.min_operand <= self.max_operand <= 10**9:
             raise ValueError(
-                f"arithmetic: need 0 <= min_operand <= max_operand, got {self.min_operand}, {self.max_operand}"
+                f"arithmetic: need 0 <= min_operand <= max_operand <= 1e9, got {self.min_operand}, {self.max_operand}"
             )
 
     def sample(self, rng: random.Random) -> Problem:
@@ -247,8 +247,10 @@ class Countdown(Task):
     def __post_init__(self) -> None:
         if not 2 <= self.n_numbers <= 6:
             raise ValueError(f"countdown: n_numbers must be in 2..6, got {self.n_numbers}")
-        if self.max_number < 1 or self.max_target < 1:
-            raise ValueError("countdown: max_number and max_target must be >= 1")
+        if not (1 <= self.max_number <= 10**6 and 1 <= self.max_target <= 10**9):
+            raise ValueError(
+                f"countdown: need 1 <= max_number <= 1e6 and 1 <= max_target <= 1e9, got {self.max_number}, {self.max_target}"
+            )
 
     def sample(self, rng: random.Random) -> Problem:
         for _ in range(1000):
@@ -357,4 +359,11 @@ def build_task(spec: str, *, data: str | None = None) -> Task:
         raise ValueError(f"unknown parameter(s) {', '.join(unknown)} for task {name!r}; allowed: {', '.join(allowed)}")
     if data is not None and "path" in allowed and "path" not in params:
         params["path"] = data
-    return cls(**{k: str(v) if k in ("ops", "path") else v for k, v in params.items()})
+    defaults = {f.name: f.default for f in fields(cls) if f.init}
+    for key, value in params.items():
+        kind = type(defaults[key])
+        if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ValueError(f"{name}({key}={value!r}): {key} must be an integer, got {type(value).__name__}")
+        if kind is str and not isinstance(value, (str, int, float)):
+            raise ValueError(f"{name}({key}={value!r}): {key} must be text, got {type(value).__name__}")
+    return cls(**{k: str(v) if type(defaults[k]) is str else v for k, v in params.items()})

@@ -49,6 +49,7 @@ def _parser_common(p: argparse.ArgumentParser) -> None:
 
 
 def _run_parser(task_opts: dict[str, Any] | None = None) -> argparse.ArgumentParser:
+    from testbed.regimes import REGIMES
     from testbed.runner import DEFAULTS, OPTIMIZERS, PROXIMAL
     from testbed.stabilizers import AGG_MODES
 
@@ -56,8 +57,8 @@ def _run_parser(task_opts: dict[str, Any] | None = None) -> argparse.ArgumentPar
     p.add_argument("--task", default="mnist", help='task name, or name with options, e.g. "token_reversal(H=10, M=2)" '
                    "(see `python -m testbed list`)")
     p.add_argument("--recipe", default="pg", help='stabilizer spec, e.g. dg, "tis(c=2)", "dg+gac"')
-    p.add_argument("--delay", default="sync", help="staleness model: sync, fixed:D, uniform:D, geometric:p,max, "
-                   "pareto:alpha,max, bounded:eta[,speed], and +mixed:q")
+    p.add_argument("--delay", default=None, help="staleness model: sync, fixed:D, uniform:D, geometric:p,max, "
+                   "pareto:alpha,max, bounded:eta[,speed], and +mixed:q (default: the regime's, else sync)")
     p.add_argument("--friction", "--frictions", dest="frictions", default="none",
                    help='frictions, e.g. "bug(frac=0.2, kind=random)+reward(p=0.1)+mismatch(sigma=0.1)"')
     p.add_argument("--steps", type=integer(1), default=1000)
@@ -66,9 +67,12 @@ def _run_parser(task_opts: dict[str, Any] | None = None) -> argparse.ArgumentPar
     p.add_argument("--batch-size", type=integer(1), default=None, help=f"default: the task's, else {DEFAULTS['batch_size']}")
     p.add_argument("--lr", type=number(0, open_lo=True), default=None, help=f"default: the task's, else {DEFAULTS['lr']}")
     p.add_argument("--n-actors", type=integer(1), default=None, help="actors per learner step (each has its own lag)")
-    p.add_argument("--group-size", type=integer(1), default=1, help="samples per context (GRPO groups)")
-    p.add_argument("--epochs", type=integer(1), default=1, help="passes over each batch (PPO/GRPO trainers' K)")
-    p.add_argument("--minibatches", type=integer(1), default=1, help="optimizer steps per pass (the batch split in N)")
+    p.add_argument("--regime", default="one_step", choices=tuple(REGIMES),
+                   help="preset of the learner settings below (testbed/regimes.py); explicit flags win")
+    p.add_argument("--group-size", type=integer(1), default=None, help="samples per context (GRPO groups)")
+    p.add_argument("--epochs", type=integer(1), default=None, help="passes over each batch (PPO/GRPO trainers' K)")
+    p.add_argument("--minibatches", type=integer(1), default=None,
+                   help="optimizer steps per pass (the batch split in N)")
     p.add_argument("--log-every", type=integer(1), default=100, help="diagnostics interval in steps")
     p.add_argument("--agg", default=None, choices=AGG_MODES, help="loss aggregation (verl's mode names)")
     p.add_argument("--optimizer", default="adam", choices=OPTIMIZERS)
@@ -124,7 +128,7 @@ def _cmd_run(argv: list[str]) -> int:
                   steps=args.steps, batch_size=args.batch_size, lr=args.lr, n_actors=args.n_actors,
                   group_size=args.group_size, epochs=args.epochs, minibatches=args.minibatches,
                   log_every=args.log_every, agg=args.agg, optimizer=args.optimizer,
-                  proximal=args.proximal, task_args=dict(task_args))
+                  proximal=args.proximal, regime=args.regime, task_args=dict(task_args))
         for i in range(args.seeds)
     ]
     out = args.out or "runs/run"

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from testbed.stabilizers.numerics import log_softmax
 from testbed.stabilizers.spec import SpecError, bind, parse
 
 BUG_KINDS = ("temperature", "random", "perturb")
@@ -183,7 +184,7 @@ def acting_probs(logits: Tensor, temperature: Tensor | None, noise: Tensor | Non
         out = out / temperature
     if noise is not None:
         out = out + noise
-    return torch.softmax(out, dim=-1)
+    return log_softmax(out).exp()
 
 
 def act(logits: Tensor, u: Tensor, temperature: Tensor | None = None, noise: Tensor | None = None,

@@ -117,13 +117,26 @@ def task_shape(task: Any) -> TaskShape:
 
     x = task.sample_contexts(1, generator(0, "estimate"), "train")
     n_params = None
+
+    def no_forward(module: Any, args: Any) -> None:
+        raise _Computes
+
+    # Only construction may happen on the meta device: a policy whose construction runs the model (a warm
+    # start) is stopped at its first forward, before anything it computes (or caches) exists, and not counted.
+    hook = torch.nn.modules.module.register_module_forward_pre_hook(no_forward)
     try:
         with torch.device("meta"):
             policy = task.make_policy([generator(0, "estimate")])
         n_params = int(sum(p.numel() for p in policy.parameters()))
-    except Exception:  # a task whose policy cannot be built on the meta device: not counted
+    except Exception:  # cannot be built on the meta device: not counted
         n_params = None
+    finally:
+        hook.remove()
     return TaskShape(int(x.element_size() * x.numel()), int(task.horizon), int(task.n_actions), n_params)
+
+
+class _Computes(Exception):
+    """A policy ran a forward pass while being built for counting."""
 
 
 @dataclass

@@ -57,6 +57,7 @@ from torch.func import functional_call
 from testbed import diagnostics as diag
 from testbed.delay import Chunk, Schedule, Staleness, parse_staleness
 from testbed.frictions import Frictions, act, parse_frictions
+from testbed.regimes import get_regime
 from testbed.seeding import SCHEME, generator, numpy_rng
 from testbed.stabilizers import AGG_MODES, PolicyTerms, Recipe, build
 from testbed.stabilizers.numerics import sequence_log_ratio
@@ -64,11 +65,12 @@ from testbed.stabilizers.spec import SpecError
 from testbed.tasks import ExactOracle, make_task, runner_defaults, task_options
 from testbed.tasks.base import token_logp
 
-DEFAULTS: dict[str, Any] = {"batch_size": 100, "lr": 1e-3, "n_actors": 1, "agg": "token-mean"}
+DEFAULTS: dict[str, Any] = {"batch_size": 100, "lr": 1e-3, "n_actors": 1, "agg": "token-mean", "delay": "sync",
+                            "group_size": 1, "epochs": 1, "minibatches": 1}
 OPTIMIZERS = ("adam", "sgd")
 PROXIMAL = ("current", "none")
 # Fields that fix the shape of the computation: runs trained in one loop must agree on them.
-SHAPE_FIELDS = ("task", "task_args", "steps", "log_every", "batch_size", "n_actors", "group_size", "epochs",
+SHAPE_FIELDS = ("task", "task_args", "steps", "log_every", "batch_size", "n_actors", "epochs",
                 "minibatches")
 
 
@@ -83,20 +85,21 @@ class RunConfig:
 
     task: str = "mnist"
     recipe: str = "pg"
-    delay: str = "sync"
+    delay: str | None = None
     frictions: str = "none"
     seed: int = 0
     steps: int = 1000
     batch_size: int | None = None
     lr: float | None = None
     n_actors: int | None = None
-    group_size: int = 1
-    epochs: int = 1
-    minibatches: int = 1
+    group_size: int | None = None
+    epochs: int | None = None
+    minibatches: int | None = None
     log_every: int = 100
     agg: str | None = None
     optimizer: str = "adam"
     proximal: str = "current"
+    regime: str = "one_step"
     task_args: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -104,12 +107,14 @@ class RunConfig:
         return [f.name for f in fields(cls)]
 
     def resolved(self) -> RunConfig:
-        """A copy with every ``None`` filled from the task's ``runner_defaults`` and then DEFAULTS."""
+        """A copy with every ``None`` filled from the regime (testbed/regimes.py), then the task's
+        ``runner_defaults``, then DEFAULTS."""
         values = asdict(self)
+        preset = get_regime(self.regime).for_task(self.task)
         task_defaults = runner_defaults(self.task)
         for key, value in values.items():
             if value is None:
-                values[key] = task_defaults.get(key, DEFAULTS.get(key))
+                values[key] = preset.get(key, task_defaults.get(key, DEFAULTS.get(key)))
         values["task_args"] = dict(sorted(values["task_args"].items()))
         return RunConfig(**values)
 
@@ -199,8 +204,8 @@ class _Run:
     spec: RunSpec
     schedule: Schedule
     sticky: Tensor | None
-    params: dict[str, Tensor]  # leaf tensors: the run's current version (its optimizer's parameters)
-    optimizer: torch.optim.Optimizer
+    params: dict[str, Tensor]  # leaf views of the run's slot of the policy: its current version
+    group: dict[str, Any] = field(default_factory=dict)  # the run's param group in the loop's optimizer of its kind
     rows: list[dict[str, Any]] = field(default_factory=list)
     status: str = "ok"
     prev_grad: Tensor | None = None
@@ -281,14 +286,20 @@ class Runner:
             cfg = spec.config
             # the run's parameters are its slot of the policy's: leaf views that its optimizer updates in place
             params = {k: v.detach()[i].requires_grad_(True) for k, v in self.policy.named_parameters()}
-            leaves = list(params.values())
-            if cfg.optimizer == "adam":
-                optimizer: torch.optim.Optimizer = torch.optim.Adam(leaves, lr=cfg.lr, fused=True)
-            else:
-                optimizer = torch.optim.SGD(leaves, lr=cfg.lr)
             lags = spec.staleness.lags(cfg.steps, cfg.n_actors, numpy_rng(cfg.seed, "lags"))
             sticky = spec.frictions.buggy_actors(cfg.n_actors, generator(cfg.seed, "bugs"))
-            self.runs.append(_Run(spec, Schedule(lags, self.sizes), sticky, params, optimizer))
+            self.runs.append(_Run(spec, Schedule(lags, self.sizes), sticky, params))
+        # one optimizer per kind, one param group (with its own lr) per run: a run's updates are those of an
+        # optimizer of its own (Adam's state is per parameter), in one call for all runs
+        self.optimizers: dict[str, torch.optim.Optimizer] = {}
+        for kind in OPTIMIZERS:
+            runs = [run for run in self.runs if run.cfg.optimizer == kind]
+            if not runs:
+                continue
+            groups = [{"params": list(run.params.values()), "lr": run.cfg.lr} for run in runs]
+            self.optimizers[kind] = (torch.optim.Adam(groups, fused=True) if kind == "adam" else torch.optim.SGD(groups))
+            for run, group in zip(runs, self.optimizers[kind].param_groups, strict=True):
+                run.group = group
         self.active = list(range(len(self.runs)))  # runs still training, in slot order
         self.oracle = self.horizon == 1 and isinstance(self.task, ExactOracle)
         self.on_version: Callable[[int, int, dict[str, Tensor]], None] | None = None
@@ -525,7 +536,7 @@ class Runner:
                 gids.append(c.group_ids + offsets)
                 offsets += c.size // g
             batch["group_ids"] = torch.cat(gids)
-        batch["buggy"] = torch.cat([torch.full((c.size,), c.buggy) for c in chunks])
+        batch["buggy_frac"] = sum(c.size for c in chunks if c.buggy) / sum(c.size for c in chunks)  # type: ignore[assignment]
         return batch
 
     def learn(self, t: int) -> None:
@@ -587,13 +598,7 @@ class Runner:
             p.grad = None
         xs, as_ = (work.x, work.a) if idx is None else (_take(work.x, idx), _take(work.a, idx))
         logp = token_logp(self.task.logits(self.policy, xs, as_), as_)
-        bad = torch.isfinite(logp.detach()).flatten(1).all(1).logical_not().nonzero().flatten().tolist()
-        if bad:  # this version is not finite: the previous update diverged
-            positions = self._nonfinite()
-            stale = [pos for pos in bad if pos in positions]
-            if stale:
-                return [(pos, t - 1) for pos in stale] + [(pos, t) for pos in bad if pos not in stale]
-        losses, outs, terms_of, failed = [], [], [], []
+        losses, outs, terms_of = [], [], []
         for pos, r in enumerate(self.active):
             run, batch = self.runs[r], work.batches[pos]
             rows = slice(None) if idx is None else idx[pos]
@@ -613,37 +618,42 @@ class Runner:
             outs.append(out)
             terms_of.append(terms)
         total = torch.stack(losses)
-        failed = [pos for pos, ok in enumerate(torch.isfinite(total).tolist()) if not ok or pos in bad]
+        finite = (torch.isfinite(total) & torch.isfinite(logp.detach()).flatten(1).all(1)).tolist()
+        # (a version whose parameters blew up never gets here: `publish` removed it; so a non-finite loss or
+        # log-prob is this update's: finite parameters whose forward overflowed, or a surrogate's)
+        failed = [pos for pos, good in enumerate(finite) if not good]
+        diverged = [(pos, t) for pos in failed]
         ok = [pos for pos in range(len(self.active)) if pos not in failed]
         if not ok:
-            return [(pos, t) for pos in failed]
+            return diverged
         total[ok].sum().backward()
         oracle = diag.oracle_gradients(self.task, self.policy, xs) if log_now and self.oracle else None
+        entries: dict[str, list] = defaultdict(list)
+        rows: dict[int, dict[str, Any]] = {}
         for pos in ok:
             run = self.runs[self.active[pos]]
-            leaves = list(run.params.values())
+            leaves = run.group["params"]
             for leaf, p in zip(leaves, params, strict=True):
                 # transforms edit gradients in place: give them their own memory, as a run alone has
                 leaf.grad = p.grad[pos].clone() if run.recipe.transforms else p.grad[pos]
             grad = diag.flat_grad(leaves) if keep_grad else None
-            row = None
             if log_now:
-                row = self._diagnostics(t, work.batches[pos], logp[pos].detach(), terms_of[pos].behavior_logp,
-                                        outs[pos], grad, run.prev_grad,
-                                        None if oracle is None else (oracle[0][pos], oracle[1][pos]))
-            try:
-                metrics = run.recipe.step(leaves, run.optimizer, terms_of[pos])
-            except RuntimeError as exc:  # e.g. a step size that no longer fits in float32
-                if "overflow" not in str(exc):
-                    raise
-                failed.append(pos)
-                continue
-            if row is not None:
-                run.rows.append({**{k: float(v) for k, v in metrics.items()}, **row})
+                rows[pos] = self._diagnostics(t, work.batches[pos], logp[pos].detach(), terms_of[pos].behavior_logp,
+                                              outs[pos], grad, run.prev_grad,
+                                              None if oracle is None else (oracle[0][pos], oracle[1][pos]))
             run.prev_grad = grad
+            entries[run.cfg.optimizer].append((pos, (run.recipe, run.group, terms_of[pos])))
+        for kind, items in entries.items():
+            metrics = Recipe.step_groups(self.optimizers[kind], [entry for _, entry in items])
+            for (pos, _), m in zip(items, metrics, strict=True):
+                if pos in rows:
+                    self.runs[self.active[pos]].rows.append({**{k: float(v) for k, v in m.items()}, **rows[pos]})
         for p in params:
             p.grad = None
-        return [(pos, t) for pos in sorted(failed)]
+        for pos in ok:
+            for leaf in self.runs[self.active[pos]].group["params"]:
+                leaf.grad = None
+        return diverged
 
     def _diagnostics(self, t: int, batch: dict, logp: Tensor, blogp: Tensor, out: Any, grad: Tensor,
                      prev_grad: Tensor | None, oracle: tuple[Tensor, Tensor] | None) -> dict[str, Any]:
@@ -656,7 +666,7 @@ class Runner:
             "true_reward": float(batch["true_rewards"].mean()),
             "lag_mean": float(lags.mean()),
             "lag_max": int(lags.max()),
-            "buggy_frac": float(batch["buggy"].float().mean()),
+            "buggy_frac": batch["buggy_frac"],
             "grad_norm": float(torch.linalg.vector_norm(grad)),
             "grad_cos_prev": diag.cosine(grad, prev_grad) if prev_grad is not None else float("nan"),
             **{k: float(v) for k, v in out.metrics.items()},

@@ -23,28 +23,19 @@ before an LLM run with that recipe (`llm_scale.promotion`).
 
 from __future__ import annotations
 
-import json
 import math
-import re
 import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-DEFAULT_DIR = "results/scorecards"
+from . import scorecard
+from .scorecard import DEFAULT_DIR, slug  # noqa: F401  (re-exported: the scorecard path convention)
+
 BATTERY_VERSION = "v1"
 TOL = 0.02
-
-
-def slug(spec: str) -> str:
-    """A file-name-safe form of a recipe spec (spaces dropped; other unsafe characters become '_')."""
-    return re.sub(r"[^A-Za-z0-9_.=+,-]", "_", spec.replace(" ", "")) or "_"
-
-
-def scorecard_path(spec: str, directory: str | Path = DEFAULT_DIR) -> Path:
-    """Where the scorecard of ``spec`` lives under ``directory``."""
-    return Path(directory) / f"{slug(spec)}.json"
+scorecard_path = scorecard.path_for  # the file format lives in testbed/scorecard.py
 
 
 @dataclass(frozen=True)
@@ -161,17 +152,13 @@ def validate(
         "threshold": threshold,
         "tol": TOL,
         "score": score,
-        "passed": bool(score >= threshold),
+        "passed": scorecard.passes(score, threshold),
         "cells": cells,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "wall_s": time.perf_counter() - t0,
         "battery_cells": [asdict(c) for c in battery],
     }
-    from testbed.results import atomic_write_text
-
-    path = scorecard_path(spec, out)
-    atomic_write_text(path, json.dumps(card, indent=1, default=float))
-    card["path"] = str(path)
+    card["path"] = str(scorecard.write(card, out))
     return card
 
 

@@ -5,6 +5,7 @@
 * `delight`: 4 the DG gate as a maximiser, 5 Lemma 1, 6 the multi-context proposition,
   7 contamination (DG arXiv 2603.14608, 2603.20521).
 * `importance`: 8 exact and truncated importance sampling, 9 the OPOB baseline and B/ESS.
+* `baseline_drift`: 10 the drift b (pi - mu) of REINFORCE with a baseline under a stale sampler (ours).
 * `checks`: the `Check` row and the shared tolerances; `estimators`: the real stabilizers'
   gradients on softmax policies; `report`: ``python -m theory report``.
 

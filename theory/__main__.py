@@ -7,10 +7,10 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m theory", description="Check the analytic results of ALGORITHMS.md (items 1-9).")
+    parser = argparse.ArgumentParser(prog="python -m theory", description="Check the analytic results of ALGORITHMS.md (items 1-10; 10, the baseline drift of stale REINFORCE, is ours).")
     sub = parser.add_subparsers(dest="command", required=True)
     rep = sub.add_parser("report", help="run every check and print one table: result, predicted, measured, tolerance, pass/fail")
-    rep.add_argument("--items", type=int, nargs="+", metavar="N", help="only these items (1-9); default all")
+    rep.add_argument("--items", type=int, nargs="+", metavar="N", help="only these items (1-10); default all")
     rep.add_argument("--csv", metavar="PATH", help="also write the table as CSV")
     args = parser.parse_args(argv)
     from .report import ITEMS

@@ -1,4 +1,4 @@
-"""``python -m theory report``: run every check of results 1-9 and print one table.
+"""``python -m theory report``: run every check of results 1-10 and print one table.
 
 The table is computed by the same ``check_*`` functions the tests in tests/theory assert on, so
 the report and ``pytest -m theory`` cannot disagree.
@@ -14,6 +14,7 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
+from .baseline_drift import check_baseline_drift
 from .checks import Check
 from .delayed_optimization import check_autocorrelation, check_delayed_recurrence, check_delayed_sgd
 from .delight import check_contamination, check_gate, check_lemma1, check_multi_context
@@ -31,6 +32,7 @@ CHECKS: tuple[tuple[int, str, Callable[[], list[Check]]], ...] = (
     (8, "importance sampling", check_importance_sampling),
     (9, "OPOB baseline", check_opob),
     (9, "B/ESS and chi^2", check_ess),
+    (10, "stale REINFORCE baseline drift", check_baseline_drift),
 )
 ITEMS = tuple(sorted({item for item, _, _ in CHECKS}))
 SYMBOL = {"abs": "|m-p|<=tol", "upper": "m<=p+tol", "lower": "m>=p-tol"}

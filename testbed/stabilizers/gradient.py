@@ -125,12 +125,17 @@ def global_ess(seq_log_ratio: Tensor, valid: Tensor | None = None) -> float:
 # -- GAC -------------------------------------------------------------------------------------------
 
 HIGH_ACTIONS = ("skip", "damp")
+THRESHOLDS = ("fixed", "dynamic")
 
 
 @register
 @dataclass
 class GAC(GradientTransform):
-    """Gradient Alignment Control (arXiv 2603.01501), as reconstructed in ALGORITHMS.md.
+    """Gradient Alignment Control's projection (arXiv 2603.01501), as reconstructed in ALGORITHMS.md.
+
+    Registered as ``gac_projection``; the recipe ``gac`` is this projection on the paper's base, GRPO
+    (group-normalised advantages and a PPO-clipped ratio: testbed/stabilizers/recipes.py), and
+    ``pg+gac_projection`` the projection on bare REINFORCE.
 
     Known from the paper: the signal is the cosine c_t between the current and the previous policy
     gradient (high under asynchronous training, near 0 under synchronous), and GAC removes progress
@@ -147,23 +152,35 @@ class GAC(GradientTransform):
       this step's lr by ``damp``. After ``max_skips`` consecutive high-band actions the next one
       is projected instead (and the count restarts), so GAC cannot stall.
 
+    ``thresholds="dynamic"`` (a secondary digest calls the paper's thresholds "dynamic"; the rule is not
+    public, this one is ours): the bands are the running ``q_low`` and ``q_high`` quantiles of the
+    cosines of the last ``window`` steps, never below ``t_low`` / ``t_high`` (the fixed values then
+    act as floors). GAC then acts on the steps that are unusually aligned *for this run*, including
+    when every step is aligned (persistent staleness keeps the fixed bands always crossed); until
+    ``window`` cosines are seen, the fixed bands apply.
+
     c_t is global over all parameters; dot products and norms follow the module's distributed rule
-    (``sharded``: see the module docstring). State: one gradient-sized buffer (g_prev) and the
-    consecutive-skip count, in `state_dict`. The first step has no reference, and a zero or
-    non-finite gradient no direction: c = 0 then, and g is unchanged.
-    Metrics: ``grad_cos_prev``, ``projected``, ``skipped``, ``damped``.
+    (``sharded``: see the module docstring). State: one gradient-sized buffer (g_prev), the
+    consecutive-skip count and the cosine history, in `state_dict`. The first step has no
+    reference, and a zero or non-finite gradient no direction: c = 0 then, and g is unchanged.
+    Metrics: ``grad_cos_prev``, ``projected``, ``skipped``, ``damped``, ``gac_t_low``, ``gac_t_high``.
     """
 
-    name = "gac"
+    name = "gac_projection"
     t_low: float = 0.2
     t_high: float = 0.9
     alpha: float = 1.0
     high_action: str = "skip"
     damp: float = 0.1
     max_skips: int = 3
+    thresholds: str = "fixed"
+    q_low: float = 0.5
+    q_high: float = 0.9
+    window: int = 100
     sharded: bool | None = None
     _prev: list[Tensor] | None = field(default=None, init=False, repr=False, compare=False)
     _run: int = field(default=0, init=False, repr=False, compare=False)
+    _history: list[float] = field(default_factory=list, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         check(-1.0 <= self.t_low <= self.t_high <= 1.0, f"gac: need -1 <= t_low <= t_high <= 1, got t_low={self.t_low}, t_high={self.t_high}")
@@ -174,6 +191,23 @@ class GAC(GradientTransform):
             isinstance(self.max_skips, int) and not isinstance(self.max_skips, bool) and self.max_skips >= 0,
             f"gac: max_skips must be an integer >= 0, got {self.max_skips!r}",
         )
+        check(self.thresholds in THRESHOLDS, f"gac: thresholds must be one of {', '.join(THRESHOLDS)}; got {self.thresholds!r}")
+        check(0.0 <= self.q_low <= self.q_high <= 1.0, f"gac: need 0 <= q_low <= q_high <= 1, got {self.q_low}, {self.q_high}")
+        check(self.window >= 2, f"gac: window must be >= 2, got {self.window}")
+
+    def bands(self) -> tuple[float, float]:
+        """(t_low, t_high) for this step: the fixed values, or the dynamic rule (class docstring)."""
+        if self.thresholds == "fixed" or len(self._history) < self.window:
+            return self.t_low, self.t_high
+        ordered = sorted(self._history)
+
+        def quantile(q: float) -> float:
+            pos = q * (len(ordered) - 1)
+            lo = math.floor(pos)
+            hi = min(lo + 1, len(ordered) - 1)
+            return ordered[lo] + (pos - lo) * (ordered[hi] - ordered[lo])
+
+        return max(self.t_low, quantile(self.q_low)), max(self.t_high, quantile(self.q_high))
 
     def __call__(self, params: list[torch.nn.Parameter], stats: BatchStats) -> TransformResult:
         grads = [p.grad for p in params if p.grad is not None]
@@ -181,17 +215,22 @@ class GAC(GradientTransform):
         if prev is None or len(prev) != len(grads) or any(b.shape != g.shape for b, g in zip(prev, grads)):
             self._prev = [g.detach().clone() for g in grads]
             self._run = 0
-            return TransformResult(1.0, {"grad_cos_prev": 0.0, "projected": 0.0, "skipped": 0.0, "damped": 0.0})
+            t_low, t_high = self.bands()
+            return TransformResult(1.0, {"grad_cos_prev": 0.0, "projected": 0.0, "skipped": 0.0, "damped": 0.0,
+                                         "gac_t_low": t_low, "gac_t_high": t_high})
         prev = [b if b.device == g.device else b.to(g.device) for b, g in zip(prev, grads)]
         self._prev = prev
         dot, g_sq, p_sq = global_dots(list(zip(grads, prev)), self.sharded)
         finite = all(map(math.isfinite, (dot, g_sq, p_sq)))  # overflowing sums: no reliable direction
         cos = dot / math.sqrt(g_sq * p_sq) if finite and g_sq > 0 and p_sq > 0 else 0.0
 
+        t_low, t_high = self.bands()
+        if self.thresholds == "dynamic":
+            self._history = [*self._history[-(self.window - 1):], cos]
         action = "none"
-        if cos > self.t_high and self._run < self.max_skips:
+        if cos > t_high and self._run < self.max_skips:
             action, self._run = self.high_action, self._run + 1
-        elif cos > self.t_low:
+        elif cos > t_low:
             action, self._run = "project", 0
         else:
             self._run = 0
@@ -214,17 +253,20 @@ class GAC(GradientTransform):
             "projected": float(coef > 0),
             "skipped": float(action == "skip"),
             "damped": float(action == "damp"),
+            "gac_t_low": t_low,
+            "gac_t_high": t_high,
         }
         return TransformResult(lr_scale, metrics)
 
     def state_dict(self) -> dict[str, Any]:
         prev = None if self._prev is None else [b.detach().clone() for b in self._prev]
-        return {"prev": prev, "run": self._run}
+        return {"prev": prev, "run": self._run, "history": list(self._history)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         prev = state["prev"]
         self._prev = None if prev is None else [b.detach().clone() for b in prev]
         self._run = int(state["run"])
+        self._history = [float(c) for c in state.get("history", [])]
 
 
 # -- ESS-scaled learning rate ----------------------------------------------------------------------

@@ -20,6 +20,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from testbed.stabilizers.numerics import log_softmax
+
 from . import register_task, stacked
 from .base import ExactOracle, Task
 
@@ -117,11 +119,11 @@ class _TabularBandit(Task, ExactOracle):
 
     # -- exact oracles --------------------------------------------------------------------------
     def expected_reward(self, policy: nn.Module, contexts: Tensor) -> Tensor:
-        probs = torch.softmax(policy(contexts), dim=-1)
+        probs = log_softmax(policy(contexts)).exp()
         return (probs * self.means[contexts]).sum(-1)
 
     def supervised_loss(self, policy: nn.Module, contexts: Tensor) -> Tensor:
-        logp = torch.log_softmax(policy(contexts), dim=-1)
+        logp = log_softmax(policy(contexts))
         return -logp.gather(-1, self.best[contexts].unsqueeze(-1)).squeeze(-1).mean(-1)
 
     @torch.no_grad()

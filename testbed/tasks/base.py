@@ -24,6 +24,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from testbed.stabilizers.numerics import log_softmax
+
 
 class Task:
     """Base class of the runner's tasks (see the module docstring). Subclasses set ``name``,
@@ -70,7 +72,7 @@ class Task:
 
 def token_logp(logits: Tensor, actions: Tensor) -> Tensor:
     """log pi(a_t | ...) [..., T] of ``actions`` [..., T] under ``logits`` [..., T, A] (computed in float32)."""
-    return torch.log_softmax(logits.float(), dim=-1).gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+    return log_softmax(logits).gather(-1, actions.unsqueeze(-1)).squeeze(-1)
 
 
 class ExactOracle:

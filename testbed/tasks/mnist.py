@@ -32,6 +32,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from testbed.stabilizers.numerics import log_softmax
+
 from . import register_task, stacked
 from .base import ExactOracle, Task
 
@@ -184,11 +186,11 @@ class MNISTTask(Task, ExactOracle):
 
     # -- exact oracles (enumerate the 10 actions) ---------------------------------------------------
     def expected_reward(self, policy: nn.Module, contexts: Tensor) -> Tensor:
-        logp = torch.log_softmax(policy(self.pixels(contexts)), dim=-1)
+        logp = log_softmax(policy(self.pixels(contexts)))
         return logp.gather(-1, self.labels[contexts].unsqueeze(-1)).squeeze(-1).exp()
 
     def supervised_loss(self, policy: nn.Module, contexts: Tensor) -> Tensor:
-        logp = torch.log_softmax(policy(self.pixels(contexts)), dim=-1)
+        logp = log_softmax(policy(self.pixels(contexts)))
         return -logp.gather(-1, self.labels[contexts].unsqueeze(-1)).squeeze(-1).mean(-1)
 
     @torch.no_grad()
@@ -206,7 +208,7 @@ class MNISTTask(Task, ExactOracle):
             logits = policy(self.pixels(chunk))
             y = self.labels[chunk]
             wrong += (logits.argmax(-1) != y).sum(1)
-            reward += torch.softmax(logits, -1).gather(-1, y.unsqueeze(-1)).squeeze(-1).sum(1, dtype=torch.float64)
+            reward += log_softmax(logits).gather(-1, y.unsqueeze(-1)).squeeze(-1).exp().sum(1, dtype=torch.float64)
         n = idx.shape[1]
         return [{"test_error": float(w) / n, "test_reward": float(r) / n} for w, r in zip(wrong, reward, strict=True)]
 

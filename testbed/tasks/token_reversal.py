@@ -65,10 +65,10 @@ from typing import Any, ClassVar
 import gymnasium as gym
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from testbed.frictions import sample_actions
+from testbed.stabilizers.numerics import log_softmax
 
 from . import register_task, stacked
 from .base import Task, token_logp
@@ -243,7 +243,7 @@ class TokenReversal(Task):
         state = self.decode_state(policy, contexts, actions, 0)
         for t in range(self.H):
             logits, state = self.decode(policy, state, actions, t)
-            logprobs = F.log_softmax(logits, dim=-1)
+            logprobs = log_softmax(logits)
             a = logprobs.argmax(dim=-1) if u is None else sample_actions(logprobs.exp(), u[..., t])
             actions[..., t] = a
             logp[..., t] = logprobs.gather(-1, a.unsqueeze(-1)).squeeze(-1)
@@ -261,7 +261,7 @@ class TokenReversal(Task):
         for _ in range(max_steps):
             x = self.sample_contexts(128, generator)[None]
             y = self.target(x)
-            logprobs = F.log_softmax(self.logits(policy, x, y), dim=-1)
+            logprobs = log_softmax(self.logits(policy, x, y))
             mean_logp_target = logprobs.gather(-1, y[..., None]).mean()
             if float(mean_logp_target.detach()) <= log_p0:
                 break

@@ -69,14 +69,16 @@ class Block(nn.Module):
         return tuple(t.reshape(shape).transpose(2, 3) for t in (q, k, v))  # type: ignore[return-value]
 
     def finish(self, x: Tensor, att: Tensor) -> Tensor:
-        """The residual updates after attention output ``att`` [S, B, heads, n, d_head]."""
+        """The residual updates after attention output ``att`` [S, B, heads, n, d_head] (``x``: those n positions)."""
         s, b, n, d = x.shape
         x = x + self.proj(att.transpose(2, 3).reshape(s, b, n, d))
         return x + self.out(F.gelu(self.fc(self.ln2(x))))
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, first: int = 0) -> Tensor:
+        """The block's output at positions ``first``.. of ``x`` [S, B, n, d] (every position's keys and values
+        are used; the last block of a pass needs only the positions it reads logits from)."""
         q, k, v = self.heads(x)
-        return self.finish(x, stacked.attention(q, k, v, causal=True))
+        return self.finish(x[:, :, first:], stacked.attention(q[..., first:, :], k, v, causal=True))
 
 
 @dataclass
@@ -166,9 +168,9 @@ class DecoderTransformer(nn.Module):
         if t == 0:
             return contexts.new_zeros((*contexts.shape[:2], 0, self.vocab), dtype=torch.float32)
         x = self._tokens(contexts, actions, t)
-        for block in self.blocks:
-            x = block(x)
-        return self.head(self.ln_f(x[:, :, h:]))  # positions SEP, a_1, ..., a_{t-1}
+        for i, block in enumerate(self.blocks):
+            x = block(x, first=h if i == len(self.blocks) - 1 else 0)
+        return self.head(self.ln_f(x))  # positions SEP, a_1, ..., a_{t-1}
 
     # -- sampling with a key/value cache --------------------------------------------------------
     def prefill(self, contexts: Tensor | None, actions: Tensor, start: int) -> tuple[Tensor, Cache]:
@@ -178,14 +180,15 @@ class DecoderTransformer(nn.Module):
         x = self._tokens(contexts, actions, start + 1)
         s, b, n, _ = x.shape
         keys, values = [], []
-        for block in self.blocks:
+        for i, block in enumerate(self.blocks):
             q, k, v = block.heads(x)
             cap = (s, b, k.shape[2], 2 * self.horizon, k.shape[4])
             keys.append(k.new_empty(cap))
             values.append(v.new_empty(cap))
             keys[-1][..., :n, :] = k
             values[-1][..., :n, :] = v
-            x = block.finish(x, stacked.attention(q, k, v, causal=True))
+            first = n - 1 if i == len(self.blocks) - 1 else 0  # the last block: only the position read
+            x = block.finish(x[:, :, first:], stacked.attention(q[..., first:, :], k, v, causal=True))
         return self.head(self.ln_f(x[:, :, -1])), Cache(keys, values, n)
 
     def extend(self, cache: Cache, action: Tensor) -> Tensor:

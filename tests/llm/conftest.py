@@ -6,13 +6,13 @@ import pytest
 
 pytest.importorskip("transformers", reason="llm_scale needs the 'llm' extra: pip install -e '.[llm]'")
 
-from llm_scale.trainer import TrainConfig
+from llm_scale.config import TrainConfig
 
 
 def tiny_config(tmp_path, name: str = "run", **overrides) -> TrainConfig:
     base = dict(
         model="tiny", task="copy", recipe="pg", steps=6, prompts_per_step=4, group_size=4,
-        out=str(tmp_path / name), tensorboard="off", progress=False, seed=3,
+        out=str(tmp_path / name), tensorboard="off", progress=False, seed=3, save_final=False,
     )  # fmt: skip
     base.update(overrides)
     return TrainConfig(**base)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+from pathlib import Path
 
 import pytest
 
@@ -64,3 +66,65 @@ def test_validate_rejects_unknown_recipe(tmp_path):
     with pytest.raises(ValueError, match="unknown recipe or component"):
         validate("nosuch", out=tmp_path, progress=False)
     assert not tmp_path.joinpath("battery").exists()
+
+
+def test_scorecard_format_module_checks_the_schema_and_the_pass_rule(tmp_path):
+    from testbed import scorecard
+
+    card = {"recipe": "dg", "score": 0.6, "threshold": 0.5, "passed": True,
+            "cells": [{"task": "bandit", "staleness": "fixed:8", "score": 0.6}]}  # fmt: skip
+    path = scorecard.write(card, tmp_path)
+    assert path == tmp_path / "dg.json" and scorecard.read(path) == card
+    assert oct(path.stat().st_mode & 0o777) == oct(0o666 & ~_umask())
+    for broken, message in (({**card, "passed": False}, "'passed' disagrees"), ({**card, "score": "high"}, "wrong type"),
+                            ({k: v for k, v in card.items() if k != "cells"}, "missing field 'cells'"),
+                            ({**card, "cells": [{"task": "x"}]}, "cells[0] lacks 'staleness'")):  # fmt: skip
+        with pytest.raises(scorecard.ScorecardError, match=re.escape(message)):
+            scorecard.check(broken)
+    assert scorecard.passes(0.5, 0.5) and not scorecard.passes(float("nan"), 0.0)
+
+
+def _umask() -> int:
+    import os
+
+    old = os.umask(0)
+    os.umask(old)
+    return old
+
+
+def test_the_readme_examples_have_shipped_passing_scorecards():
+    """Every recipe the README's llm_scale examples run has a scorecard that ships with the package."""
+    from testbed import scorecard
+
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    section = readme[readme.index("## LLM scale") : readme.index("### verl")]
+    recipes = set(re.findall(r"--recipe (?:\"([^\"]+)\"|'([^']+)'|(\S+))", section))
+    recipes = {next(r for r in group if r) for group in recipes}
+    assert {"dg", "tis(c=2)+ess_lr"} <= recipes
+    for spec in recipes:
+        path = scorecard.find(spec, None)
+        assert path.parent.resolve() == scorecard.SHIPPED_DIR or path.is_file(), spec
+        card = scorecard.read(scorecard.path_for(spec, scorecard.SHIPPED_DIR))
+        assert card["recipe"] == spec and card["passed"] and len(card["cells"]) == 6
+        ok, text = report(spec)
+        assert ok and "PASSED" in text
+
+
+def test_no_llm_scale_module_imports_the_testbed_experiment_layer():
+    import ast
+
+    root = Path(__file__).parents[2] / "llm_scale"
+    allowed = ("testbed.stabilizers", "testbed.seeding", "testbed.scorecard")
+    seen = set()
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names if node.module == "testbed"]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            for name in names:
+                if name.startswith("testbed") and name != "testbed":
+                    seen.add(name)
+                    assert name.startswith(allowed), f"{path.relative_to(root.parent)} imports {name}"
+    assert "testbed.stabilizers" in seen and "testbed.scorecard" in seen

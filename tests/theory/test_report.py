@@ -37,6 +37,6 @@ def test_report_prints_and_exits_zero(capsys):
 
 def test_report_rejects_unknown_item(capsys):
     with pytest.raises(SystemExit) as err:
-        main(["report", "--items", "10"])
+        main(["report", "--items", "11"])
     assert err.value.code == 2
     assert "allowed: 1, 2" in capsys.readouterr().err

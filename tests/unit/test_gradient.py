@@ -32,7 +32,37 @@ def test_gac_first_step_has_no_reference():
     p = [param(0, 0, 0)]
     (g,), res = apply(GAC(), p, [1.0, 2.0, 3.0])
     assert g == [1.0, 2.0, 3.0] and res.lr_scale == 1.0
-    assert res.metrics == {"grad_cos_prev": 0.0, "projected": 0.0, "skipped": 0.0, "damped": 0.0}
+    assert res.metrics == {"grad_cos_prev": 0.0, "projected": 0.0, "skipped": 0.0, "damped": 0.0,
+                           "gac_t_low": 0.2, "gac_t_high": 0.9}
+
+
+def test_gac_dynamic_thresholds_are_running_quantiles_with_the_fixed_values_as_floors():
+    """window 4: the fixed bands until 4 cosines are seen, then the running 0.5 / 0.9 quantiles (never below
+    t_low / t_high). Gradients in the plane: the cosine to the previous raw gradient is cos(angle step)."""
+    gac = GAC(t_low=0.1, t_high=0.2, thresholds="dynamic", window=4, high_action="damp", damp=0.5, max_skips=100)
+    p = [param(0, 0)]
+    angles = [0.0, 0.3, 0.6, 0.8, 1.0, 1.1, 1.15]  # consecutive steps of 0.3, 0.3, 0.2, 0.2, 0.1, 0.05
+    seen = []
+    for k, a in enumerate(angles):
+        _, res = apply(gac, p, [math.cos(a), math.sin(a)])
+        if k == 0:
+            continue
+        history = [math.cos(x) for x in (0.3, 0.3, 0.2, 0.2, 0.1, 0.05)][: k - 1][-4:]
+        if len(history) < 4:
+            assert (res.metrics["gac_t_low"], res.metrics["gac_t_high"]) == (0.1, 0.2)
+        else:
+            srt = sorted(history)
+            q50 = (srt[1] + srt[2]) / 2
+            q90 = srt[2] + 0.7 * (srt[3] - srt[2])
+            assert res.metrics["gac_t_low"] == pytest.approx(q50) and res.metrics["gac_t_high"] == pytest.approx(q90)
+        seen.append(res.metrics["grad_cos_prev"])
+    assert seen == pytest.approx([math.cos(x) for x in (0.3, 0.3, 0.2, 0.2, 0.1, 0.05)], rel=1e-6)
+    # the last cosine (cos 0.05 = 0.9988) is above the running 0.9 quantile: the high-band action (damp)
+    assert res.metrics["damped"] == 1.0 and res.lr_scale == 0.5
+    state = gac.state_dict()
+    again = GAC(t_low=0.1, t_high=0.2, thresholds="dynamic", window=4)
+    again.load_state_dict(state)
+    assert again.bands() == gac.bands()
 
 
 def test_gac_leaves_the_gradient_untouched_at_or_below_t_low():
@@ -138,7 +168,7 @@ def test_gac_state_dict_round_trip():
         a, ra = apply(gac, p, g)
         b, rb = apply(clone, p, g)
         assert a == b and ra.metrics == rb.metrics and ra.lr_scale == rb.lr_scale
-    assert GAC().state_dict() == {"prev": None, "run": 0}
+    assert GAC().state_dict() == {"prev": None, "run": 0, "history": []}
 
 
 def test_gac_reference_resets_when_parameters_change():

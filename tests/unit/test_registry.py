@@ -7,7 +7,7 @@ import math
 import pytest
 
 from testbed.stabilizers import available, build, parse_spec
-from testbed.stabilizers.advantages import OPOB, Auto
+from testbed.stabilizers.advantages import OPOB, Auto, Group
 from testbed.stabilizers.dg import DG
 from testbed.stabilizers.gradient import ESSLR, GAC
 from testbed.stabilizers.importance import IS, MIS, TIS
@@ -32,8 +32,14 @@ def test_vcpo_and_gac_resolve():
     assert isinstance(vcpo.advantage, OPOB) and not vcpo.advantage.code_variant
     assert isinstance(vcpo.surrogate, TIS) and (vcpo.surrogate.level, vcpo.surrogate.c) == ("sequence", 8.0)
     assert [type(t) for t in vcpo.transforms] == [ESSLR]
+    # gac is GAC on its paper's base: GRPO (group advantages, PPO clip) with the projection
     gac = build("gac")
-    assert type(gac.surrogate) is PG and [type(t) for t in gac.transforms] == [GAC]
+    assert isinstance(gac.advantage, Group) and type(gac.surrogate) is PPO and [type(t) for t in gac.transforms] == [GAC]
+    grpo = build("grpo")
+    assert isinstance(grpo.advantage, Group) and type(grpo.surrogate) is PPO and grpo.transforms == []
+    bare = build("pg+gac_projection")  # the projection on bare REINFORCE (batch-mean baseline)
+    assert isinstance(bare.advantage, Auto) and type(bare.surrogate) is PG and [type(t) for t in bare.transforms] == [GAC]
+    assert type(build("pg+gac").surrogate) is PG  # a core surrogate wins over gac's default one
     # parameters of a bundle go to the component that owns them
     v = build("vcpo(c=4, rho_base=0.55, code_variant=true)")
     assert v.surrogate.c == 4.0 and v.transforms[0].rho_base == 0.55 and v.advantage.code_variant is True
@@ -48,9 +54,9 @@ def test_composition():
     r = build("ppo(eps=0.2, dual_clip=3)")
     assert (r.surrogate.eps, r.surrogate.dual_clip) == (0.2, 3.0)
     r = build("opob + ppo + clip_norm(max_norm=0.5) + gac")
-    assert isinstance(r.advantage, OPOB) and [t.name for t in r.transforms] == ["clip_norm", "gac"]
+    assert isinstance(r.advantage, OPOB) and [t.name for t in r.transforms] == ["clip_norm", "gac_projection"]
     r = build("vcpo + gac(high_action=damp)")
-    assert [t.name for t in r.transforms] == ["ess_lr", "gac"] and r.transforms[1].high_action == "damp"
+    assert [t.name for t in r.transforms] == ["ess_lr", "gac_projection"] and r.transforms[1].high_action == "damp"
     assert build("tis(c=inf)").surrogate.c == math.inf
     assert build("is(level=sequence)").surrogate.level == "sequence"
     assert parse_spec("dg(eta=0.5)+gac") == [("dg", {"eta": 0.5}), ("gac", {})]
@@ -61,7 +67,7 @@ def test_unknown_name_lists_what_is_allowed():
         build("dgg")
     msg = str(err.value)
     assert "'dgg'" in msg and "allowed" in msg
-    for name in [*ISSUE_2, "vcpo", "gac", "ess_lr", "opob", "kondo"]:
+    for name in [*ISSUE_2, "vcpo", "gac", "grpo", "pmpo", "gac_projection", "ess_lr", "opob", "kondo"]:
         assert name in msg
 
 

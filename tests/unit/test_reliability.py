@@ -184,3 +184,13 @@ def test_text_columns_are_read_as_text(tmp_path):
     assert table["test_error"].isna().tolist() == [False, True, False, False]
     assert set(column_types(["run_id", "recipe", "steps", "lr", "task.data_dir", "test_error"])) == {
         "run_id", "recipe", "steps", "lr", "task.data_dir"}
+
+
+def test_counting_a_warm_started_policy_computes_and_caches_nothing():
+    """A policy whose construction trains (token reversal's rare_p0 warm start) is not counted, and the attempt
+    leaves no meta-device tensor in any cache: a real run afterwards works."""
+    from testbed.runner import run
+
+    assert limits.task_shape(make_task("token_reversal", H=3, M=2, rare_p0=0.1)).n_params is None
+    result = run(RunConfig(task="token_reversal", steps=2, batch_size=20, task_args={"H": 3, "M": 3}))
+    assert result.status == "ok" and len(result.rows) == 1

@@ -14,7 +14,7 @@ import torch
 from testbed.stabilizers import PolicyTerms, build
 from testbed.stabilizers.importance import IS, MIS, TIS
 from testbed.stabilizers.ppo_family import CISPO, GSPO, M2PO, PPO, DecoupledPPO, m2po_mask
-from testbed.stabilizers.surrogates import PG
+from testbed.stabilizers.surrogates import PG, PMPO
 
 from ._terms import LN2, hand_terms, loss_and_grad, random_terms
 
@@ -273,6 +273,29 @@ def test_masked_tokens_do_not_count():
     loss, _, _ = loss_and_grad(IS(level="sequence"), terms)
     # -(1/3)[2 * 1 * (-1) + 2 * (-2) * (-2)] = -(1/3)(6) = -2
     assert close(loss, -2.0)
+
+
+def test_pmpo_by_hand():
+    """Four sequences of two tokens, advantages [1, -1, -2, 0]: one accepted, two rejected, one tie (n = 4).
+
+    Weights c_i = alpha n / n_a [acc] - (1 - alpha) n / n_r [rej] + beta with alpha = 0.5, beta = 0.1:
+    c = [2 + 0.1, -1 + 0.1, -1 + 0.1, 0.1] = [2.1, -0.9, -0.9, 0.1]; log pi(y) = [-3, -1, -4, -2];
+    seq-mean-token-sum: loss = -(1/4) sum c_i log pi(y_i) = -(1/4)(-6.3 + 0.9 + 3.6 - 0.2) = 0.5
+    = -(alpha mean_acc log pi - (1 - alpha) mean_rej log pi + beta mean log pi) = -(-1.5 + 1.25 - 0.25)."""
+    logp = T([[-1.0, -2.0], [-0.5, -0.5], [-3.0, -1.0], [-1.0, -1.0]], requires_grad=True)
+    terms = PolicyTerms(logp, logp.detach() + 0.1, T([1.0, -1.0, -2.0, 0.0]), torch.ones(4, 2, dtype=torch.bool))
+    loss, grad, m = loss_and_grad(PMPO(), terms, "seq-mean-token-sum")
+    assert close(loss, 0.5)
+    assert close(grad, -T([2.1, -0.9, -0.9, 0.1])[:, None].expand(4, 2) / 4)  # d loss / d logp_t = -c_i / n
+    assert m["accept_frac"] == pytest.approx(0.25) and m["reject_frac"] == pytest.approx(0.5)
+    assert m["kl"] == pytest.approx(0.1)  # the k1 estimate mean(log mu - log pi), mu = pi e^0.1 on every token
+    # only accepted samples (alpha = 1, beta = 0): maximum likelihood on them; only rejected (alpha = 0): its negative
+    loss, grad, _ = loss_and_grad(PMPO(alpha=1.0, beta=0.0), terms, "seq-mean-token-sum")
+    assert close(loss, 3.0) and close(grad, T([[-1.0, -1.0], [0, 0], [0, 0], [0, 0]]))
+    loss, grad, _ = loss_and_grad(PMPO(alpha=0.0, beta=0.0), terms, "seq-mean-token-sum")
+    assert close(loss, -2.5) and close(grad, T([[0, 0], [0.5, 0.5], [0.5, 0.5], [0, 0]]))
+    with pytest.raises(ValueError, match="alpha"):
+        PMPO(alpha=1.5)
 
 
 @pytest.mark.parametrize("name", ["c", "lo"])

@@ -1,0 +1,305 @@
+"""The learner: one GRPO update on a rollout batch with a stabilizer recipe, and its optional terms.
+
+``Learner.update(batch, step)`` on batch k (B = prompts x group_size sequences):
+
+1. log-probs of the sampled tokens under the policy at the start of the batch (no gradient): the
+   *proximal* policy (AReaL's pi_prox), which also feeds the advantage estimator;
+2. ``recipe.advantages(rewards, group_ids, logp=proximal, behavior_logp, mask[, score norms])``;
+3. ``epochs`` x ``minibatches`` optimizer steps: each epoch visits the batch in a fresh seeded
+   permutation cut into ``minibatches`` slices (in order when there is one slice); each step's
+   loss is ``recipe.loss(PolicyTerms(current logp, behaviour logp, advantages, mask,
+   proximal_logp))`` + ``kl_coef`` x KL(current || reference) - ``entropy_coef`` x entropy, all
+   aggregated in the recipe's mode (verl's names), then ``recipe.step`` (gradient transforms, then
+   AdamW with the transforms' lr scale for that step only). Three policies differ: behaviour (the
+   rollout's, up to eta versions old), proximal (start of this batch) and current (moves with
+   every optimizer step); with 1 x 1 steps current = proximal at the only step.
+
+KL to a frozen reference (the initial weights), per token with r = log pi_ref - log pi_theta on the
+sampled tokens (Schulman's estimators, "Approximating KL divergence", 2020): ``k1`` = -r (unbiased,
+can be negative), ``k3`` = exp(r) - r - 1 (unbiased, >= 0, GRPO's choice). Entropy: of the full
+tempered softmax at each completion position. Log-probs are those of the full softmax at the
+sampling temperature (the behaviour log-probs record the top-k / top-p distribution actually
+sampled, so the ratio corrects for the truncation).
+
+Mixed precision: ``autocast="bf16"`` runs the learner's forwards under ``torch.autocast`` in
+bfloat16 (weights, gradients and AdamW state stay float32; log-softmax in float32).
+``grad_checkpointing`` recomputes each decoder layer in the backward pass (transformers'
+activation checkpointing; the model is put in train mode for those forwards, so configs with
+dropout > 0 are refused by the trainer).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from testbed import seeding
+from testbed.stabilizers import BatchStats, PolicyTerms, Recipe, aggregate
+
+from .rollout import RolloutBatch, position_ids
+
+
+@dataclass
+class LearnerSettings:
+    temperature: float = 1.0
+    agg: str = "token-mean"
+    epochs: int = 1
+    minibatches: int = 1
+    micro_batch_size: int = 0  # 0: a whole minibatch per forward
+    proximal: bool = True
+    nan_policy: str = "mask"
+    kl_coef: float = 0.0
+    kl_estimator: str = "k3"
+    entropy_coef: float = 0.0
+    autocast: str = "off"  # off | bf16
+    grad_checkpointing: bool = False
+    grad_cosine: bool = True
+    seed: int = 0
+
+
+def kl_penalty(logp: Tensor, ref_logp: Tensor, estimator: str = "k3") -> Tensor:
+    """Per-token estimate of KL(pi_theta || pi_ref) from samples: k1 = logp - ref, k3 = exp(ref - logp) - (ref - logp) - 1."""
+    r = ref_logp - logp
+    if estimator == "k1":
+        return -r
+    if estimator == "k3":
+        return torch.expm1(r.clamp(max=20.0)) - r  # exp(r) - 1 - r, clamped: no overflow for a far-off policy
+    raise ValueError(f"unknown KL estimator {estimator!r}; allowed: k1, k3")
+
+
+def lr_multiplier(step: int, *, total: int, warmup: int, schedule: str, min_ratio: float = 0.0) -> float:
+    """The learning-rate factor for update ``step`` of ``total``: linear warm-up over ``warmup`` updates, then the schedule.
+
+    Warm-up: (step + 1) / (warmup + 1) for step < warmup. After it, with progress
+    p = (step - warmup) / max(1, total - warmup): ``constant`` 1; ``linear`` 1 - (1 - m) p;
+    ``cosine`` m + (1 - m) (1 + cos(pi p)) / 2, m = ``min_ratio``.
+    """
+    if step < warmup:
+        return (step + 1) / (warmup + 1)
+    p = min(1.0, (step - warmup) / max(1, total - warmup))
+    if schedule == "constant":
+        return 1.0
+    if schedule == "linear":
+        return 1.0 - (1.0 - min_ratio) * p
+    if schedule == "cosine":
+        return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * p))
+    raise ValueError(f"unknown lr schedule {schedule!r}; allowed: constant, linear, cosine")
+
+
+class Learner:
+    """Owns the trained model, its optimizer and scheduler, the recipe and the frozen reference."""
+
+    def __init__(
+        self, model: torch.nn.Module, recipe: Recipe, optimizer: torch.optim.Optimizer,
+        scheduler: torch.optim.lr_scheduler.LRScheduler, settings: LearnerSettings,
+        reference: torch.nn.Module | None = None, eos_ids: list[int] | None = None,
+    ) -> None:  # fmt: skip
+        self.model, self.recipe, self.optimizer, self.scheduler = model, recipe, optimizer, scheduler
+        self.s, self.reference = settings, reference
+        self.eos_ids = eos_ids or []
+        self.device = next(model.parameters()).device
+        self.prev_grad: list[Tensor] | None = None
+        if settings.grad_checkpointing:
+            if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.20
+                model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            else:
+                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+    # -- log-probs --------------------------------------------------------------------------------
+    def _autocast(self) -> Any:
+        if self.s.autocast == "bf16":
+            return torch.autocast(self.device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def token_logp(
+        self, batch: RolloutBatch, rows: Tensor | slice, model: torch.nn.Module | None = None, entropy: bool = False
+    ) -> tuple[Tensor, Tensor | None]:
+        """(log pi(token) [b, T], entropy [b, T] or None) for the completion tokens of ``rows``, at the sampling temperature."""
+        model = self.model if model is None else model
+        comp = batch.completion_ids[rows]
+        ids = torch.cat([batch.prompt_ids[rows], comp], dim=1)
+        attn = torch.cat([batch.prompt_mask[rows].long(), batch.completion_mask[rows].long()], dim=1)
+        kwargs = {"input_ids": ids, "attention_mask": attn, "position_ids": position_ids(attn), "use_cache": False}
+        checkpointing = self.s.grad_checkpointing and torch.is_grad_enabled() and model is self.model
+        if checkpointing:
+            model.train()  # transformers checkpoints layers only in train mode (no dropout: checked at start)
+        try:
+            with self._autocast():
+                try:
+                    logits = model(**kwargs, logits_to_keep=comp.shape[1] + 1).logits
+                except TypeError:  # models without logits_to_keep
+                    logits = model(**kwargs).logits
+        finally:
+            if checkpointing:
+                model.eval()
+        logits = logits[:, -comp.shape[1] - 1 : -1].float() / self.s.temperature
+        logp_all = F.log_softmax(logits, dim=-1)
+        logp = logp_all.gather(-1, comp[..., None])[..., 0]
+        ent = -(logp_all.exp() * logp_all).sum(-1) if entropy else None
+        return logp, ent
+
+    def _all_logp(self, batch: RolloutBatch, model: torch.nn.Module) -> Tensor:
+        n = batch.completion_ids.shape[0]
+        micro = self.s.micro_batch_size or n
+        with torch.no_grad():
+            return torch.cat([self.token_logp(batch, slice(i, i + micro), model)[0] for i in range(0, n, micro)])
+
+    def _score_sq_norms(self, batch: RolloutBatch) -> Tensor:
+        """||grad log pi(tau_i)||^2 per sequence (one backward per sequence; for OPOB)."""
+        from testbed.stabilizers import score_sq_norms
+
+        def seq_logp(forward: Any, prompt: Tensor, pmask: Tensor, comp: Tensor, cmask: Tensor) -> Tensor:
+            ids = torch.cat([prompt, comp], dim=1)
+            attn = torch.cat([pmask.long(), cmask.long()], dim=1)
+            with self._autocast():
+                logits = forward(input_ids=ids, attention_mask=attn, position_ids=position_ids(attn), use_cache=False).logits
+            logits = logits[:, -comp.shape[1] - 1 : -1].float() / self.s.temperature
+            lp = F.log_softmax(logits, dim=-1).gather(-1, comp[..., None])[..., 0]
+            return (lp * cmask).sum()
+
+        return score_sq_norms(
+            self.model, seq_logp, batch.prompt_ids, batch.prompt_mask, batch.completion_ids,
+            batch.completion_mask.to(torch.float32), method="loop",
+        ).to(self.device)  # fmt: skip
+
+    def _grad_stats(self) -> dict[str, float]:
+        """Norm of the raw gradient and its cosine with the previous optimizer step's raw gradient."""
+        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        sq = sum(float(g.float().pow(2).sum()) for g in grads)
+        out = {"grad_norm_raw": math.sqrt(sq)}
+        if not self.s.grad_cosine:
+            return out
+        if self.prev_grad is not None and len(self.prev_grad) == len(grads):
+            dot = sum(float((g.float() * h).sum()) for g, h in zip(grads, self.prev_grad, strict=True))
+            prev_sq = sum(float(h.pow(2).sum()) for h in self.prev_grad)
+            out["grad_cos_prev"] = dot / math.sqrt(sq * prev_sq) if sq > 0 and prev_sq > 0 else 0.0
+            for h, g in zip(self.prev_grad, grads, strict=True):
+                h.copy_(g)
+        else:
+            self.prev_grad = [g.detach().float().clone() for g in grads]
+        return out
+
+    # -- the update -------------------------------------------------------------------------------
+    def update(self, batch: RolloutBatch, step: int) -> dict[str, float]:
+        """Learner update ``step`` on ``batch``: epochs x minibatches optimizer steps; returns the update's metrics."""
+        s, recipe = self.s, self.recipe
+        n = batch.completion_ids.shape[0]
+        mask, blogp = batch.completion_mask, batch.behavior_logp
+        micro = s.micro_batch_size or n
+        one_pass = s.epochs == 1 and s.minibatches == 1 and micro >= n and s.kl_coef == 0 and s.entropy_coef == 0
+        logp_first = None
+        if one_pass:  # the only forward gives the proximal log-probs and the gradient
+            logp_first, _ = self.token_logp(batch, slice(None))
+            proximal = logp_first.detach()
+        else:
+            proximal = self._all_logp(batch, self.model)
+        ref = self._all_logp(batch, self.reference) if self.reference is not None and s.kl_coef else None
+        norms = self._score_sq_norms(batch) if recipe.needs_score_norms else None
+        adv = recipe.advantages(
+            batch.rewards, group_ids=batch.group_ids, logp=proximal, behavior_logp=blogp, mask=mask, score_sq_norms=norms
+        )
+        ess = BatchStats.from_terms(PolicyTerms(proximal, blogp, adv, mask)).ess
+        metrics: dict[str, float] = {"ess": float("nan") if ess is None else float(ess)}
+        pooled: list[tuple[dict[str, float], float]] = []
+        size = n // s.minibatches
+        for epoch in range(s.epochs):
+            order = (
+                torch.randperm(n, generator=seeding.generator(s.seed, "llm", "minibatch", step, epoch)).to(self.device)
+                if s.minibatches > 1 else torch.arange(n, device=self.device)
+            )  # fmt: skip
+            for mb in range(s.minibatches):
+                rows = order[mb * size : (mb + 1) * size]
+                self.optimizer.zero_grad(set_to_none=True)
+                n_tok = float(mask[rows].sum())
+                n_seq = float(mask[rows].any(-1).sum())
+                detached, loss_total = [], 0.0
+                for i in range(0, size, micro):
+                    sub = rows[i : i + micro]
+                    whole = sub.numel() == size
+                    if logp_first is not None:
+                        logp, ent = logp_first, None
+                    else:
+                        logp, ent = self.token_logp(batch, sub, entropy=s.entropy_coef != 0 or s.kl_coef != 0)
+                    terms = PolicyTerms(
+                        logp, blogp[sub], adv[sub], mask[sub], proximal_logp=proximal[sub] if s.proximal else None,
+                        versions=batch.versions[sub], group_ids=batch.group_ids[sub], rewards=batch.rewards[sub],
+                    )  # fmt: skip
+                    extra = {} if whole else {"global_tokens": n_tok, "global_seqs": n_seq}
+                    out = recipe.loss(terms, s.agg, nan_policy=s.nan_policy, **extra)
+                    loss = out.loss
+                    part: dict[str, float] = {k: float(v) for k, v in out.metrics.items()}
+                    if ref is not None:
+                        kl = kl_penalty(logp, ref[sub], s.kl_estimator)
+                        loss = loss + s.kl_coef * aggregate(kl, mask[sub], s.agg, **extra)
+                        part["kl"] = float((kl.detach() * mask[sub]).sum() / mask[sub].sum().clamp(min=1))
+                    if ent is not None:
+                        if s.entropy_coef:
+                            loss = loss - s.entropy_coef * aggregate(ent, mask[sub], s.agg, **extra)
+                        part["entropy"] = float((ent.detach() * mask[sub]).sum() / mask[sub].sum().clamp(min=1))
+                    loss.backward()
+                    loss_total += float(loss.detach())
+                    pooled.append((part, float(mask[sub].sum())))
+                    detached.append(logp.detach())
+                grad = self._grad_stats()
+                stats = PolicyTerms(torch.cat(detached), blogp[rows], adv[rows], mask[rows])
+                step_metrics = {k: float(v) for k, v in recipe.step(self.model, self.optimizer, stats).items()}
+                pooled.append(({**grad, **step_metrics, "loss": loss_total}, 1.0))
+        metrics.update(pool(pooled))
+        metrics["lr"] = float(self.optimizer.param_groups[0]["lr"])
+        metrics["optimizer_steps"] = float(s.epochs * s.minibatches)
+        self.scheduler.step()
+        metrics.update(self._batch_metrics(batch, step))
+        return metrics
+
+    def _batch_metrics(self, batch: RolloutBatch, step: int) -> dict[str, float]:
+        mask = batch.completion_mask
+        n = mask.shape[0]
+        lag = (step - batch.versions)[mask]
+        lengths = mask.sum(-1).float()
+        finished = torch.isin(batch.completion_ids, torch.tensor(self.eos_ids, device=mask.device, dtype=torch.long)) & mask
+        return {
+            "reward_mean": float(batch.rewards.mean()),
+            "reward_std": float(batch.rewards.std()) if n > 1 else 0.0,
+            "length_mean": float(lengths.mean()),
+            "length_max": float(lengths.max()),
+            "truncated_frac": float(1.0 - finished.any(-1).float().mean()),
+            "lag_mean": float(lag.float().mean()) if lag.numel() else 0.0,
+            "lag_max": float(lag.max()) if lag.numel() else 0.0,
+            "versions_per_seq": float(distinct_per_row(batch.versions, mask).float().mean()),
+        }
+
+    def finite(self) -> bool:
+        """True while every parameter is finite."""
+        return all(bool(torch.isfinite(p.detach()).all()) for p in self.model.parameters())
+
+
+def distinct_per_row(versions: Tensor, mask: Tensor) -> Tensor:
+    """Number of distinct policy versions among each sequence's tokens (1 unless partial rollouts)."""
+    v = torch.where(mask, versions, versions.new_full((), -1))
+    changes = (v[:, 1:] != v[:, :-1]) & mask[:, 1:] & mask[:, :-1]
+    return 1 + changes.sum(-1)
+
+
+def pool(items: list[tuple[dict[str, float], float]]) -> dict[str, float]:
+    """Combine per-micro-batch metrics: max of ``*_max``, min of ``*_min``, else a weighted mean."""
+    out: dict[str, float] = {}
+    weights: dict[str, float] = {}
+    for metrics, w in items:
+        for key, value in metrics.items():
+            value = float(value)
+            if key not in out:
+                out[key], weights[key] = value * (1 if key.endswith(("_max", "_min")) else w), w
+            elif key.endswith("_max"):
+                out[key] = max(out[key], value)
+            elif key.endswith("_min"):
+                out[key] = min(out[key], value)
+            else:
+                out[key] += value * w
+                weights[key] += w
+    return {k: v if k.endswith(("_max", "_min")) else v / max(weights[k], 1e-12) for k, v in out.items()}
