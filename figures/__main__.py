@@ -17,7 +17,6 @@ the full run's wall time from timed samples.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -26,17 +25,17 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from figures import FIGURES, module
+from testbed.usage import EXIT_USAGE, ArgumentParser, RunFailed, UsageError, directory, guarded, integer
 
-EXIT_USAGE = 2
 
-
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m figures", description="Regenerate figures and the claims report.")
+def _parser() -> ArgumentParser:
+    p = ArgumentParser(prog="python -m figures", description="Regenerate figures and the claims report.")
     p.add_argument("targets", nargs="+", help="all | list | claims | figure name(s)")
     p.add_argument("--quick", action="store_true", help="reduced steps and seeds (CI smoke setting)")
-    p.add_argument("--out", default=None, help="output directory (default results/figures[/quick])")
-    p.add_argument("--cache", default=None, help="run cache: a testbed results store (default results/figures/runs)")
-    p.add_argument("--workers", type=int, default=None, help="parallel training processes (default: CPU count)")
+    p.add_argument("--out", type=directory, default=None, help="output directory (default results/figures[/quick])")
+    p.add_argument("--cache", type=directory, default=None,
+                   help="run cache: a testbed results store (default results/figures/runs)")
+    p.add_argument("--workers", type=integer(1), default=None, help="parallel training processes (default: CPU count)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--cached-only", action="store_true",
                    help="train nothing: plot and judge from the runs already cached (a partial report if some are missing)")
@@ -51,23 +50,37 @@ def _list() -> int:
     return 0
 
 
+_OUT: list[Path] = []
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Bad input: one ``error:`` line, exit 2, nothing written; a failure while working: exit 1 (traceback in a
+    log file in the output directory)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__)
         return 0 if argv else EXIT_USAGE
+    _OUT.clear()
+    return guarded(lambda: _main(argv), lambda: _OUT[-1] if _OUT else None)
+
+
+def _check_targets(targets: list[str]) -> None:
+    if "list" in targets and targets != ["list"]:
+        raise UsageError(f"'list' takes no other targets, got {' '.join(targets)}")
+    unknown = [t for t in targets if t not in FIGURES and t not in ("all", "claims", "list")]
+    if unknown:
+        raise UsageError(f"unknown figure(s) {', '.join(map(repr, unknown))}; allowed: all, list, claims, "
+                         f"{', '.join(FIGURES)}")
+
+
+def _main(argv: list[str]) -> int:
+    from testbed.limits import check_output_dir
+
     args = _parser().parse_args(argv)
     targets = args.targets
+    _check_targets(targets)
     if targets == ["list"]:
         return _list()
-    unknown = [t for t in targets if t not in FIGURES and t not in ("all", "claims")]
-    if unknown:
-        print(f"error: unknown figure(s) {', '.join(map(repr, unknown))}; allowed: all, list, claims, "
-              f"{', '.join(FIGURES)}", file=sys.stderr)
-        return EXIT_USAGE
-    if args.workers is not None and args.workers < 1:
-        print(f"error: --workers must be >= 1, got {args.workers}", file=sys.stderr)
-        return EXIT_USAGE
     out = Path(args.out or ("results/figures/quick" if args.quick else "results/paper"))
     cache = Path(args.cache or "results/figures/runs")
     from figures.claims import write_report
@@ -77,19 +90,34 @@ def main(argv: Sequence[str] | None = None) -> int:
                + (" --cached-only" if args.cached_only else ""))
     ctx = Context(out=out, cache=cache, quick=args.quick, workers=args.workers or (os.cpu_count() or 1),
                   progress=not args.no_progress, command=command, cached_only=args.cached_only)
-    out.mkdir(parents=True, exist_ok=True)
     if targets == ["claims"]:
-        evidence = read_evidence(out)
-        missing = [f for f in FIGURES if f not in evidence]
-        if missing:
-            print(f"error: no data for {', '.join(missing)} under {out / 'data'}; run `python -m figures all` first",
-                  file=sys.stderr)
-            return EXIT_USAGE
+        evidence = read_evidence(out) if out.is_dir() else {}
+        absent = [f for f in FIGURES if f not in evidence]
+        if absent:
+            raise UsageError(f"no data for {', '.join(absent)} under {str(out / 'data')!r}; run `python -m figures all` "
+                             "first")
+        check_output_dir(out, create=True)
         quick = any(p.get("quick") for p in evidence.values())
         rows = write_report(out, evidence, quick, command)
         _print_verdicts(rows, out)
         return 0
     names = list(FIGURES) if "all" in targets else [t for t in targets if t != "claims"]
+    configs = [c for n in names for c in module(n).configs(args.quick)]
+    for cfg in dedupe(configs):
+        cfg.parse()
+    check_output_dir(out, create=False)
+    if args.cached_only:
+        if not cache.is_dir():
+            raise UsageError(f"--cached-only: the cache {str(cache)!r} does not exist, so there is nothing to plot "
+                             "from; drop --cached-only to train, or give --cache DIR")
+        n_missing = missing(cache, configs) if configs else 0
+        if configs and n_missing == len(dedupe(configs)):
+            print(f"warning: --cached-only: none of the {n_missing} runs these figures need is in {str(cache)!r}; "
+                  "the figures will be empty", file=sys.stderr)
+    else:
+        check_output_dir(cache, create=True, what="--cache")
+    check_output_dir(out, create=True)
+    _OUT.append(out)
     import torch
 
     torch.set_num_threads(1)
@@ -97,7 +125,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     timings: dict[str, float] = {}
     # figure by figure: each figure's missing runs are trained (in parallel workers), then it is drawn,
     # so an interrupted run leaves finished figures and a resumable cache
-    configs = [c for n in names for c in module(n).configs(args.quick)]
     if args.quick and configs and not args.cached_only:
         ctx.ensure(configs)  # tiny runs: one worker pool for all of them (spawning costs more than training)
         timings["_training"] = time.perf_counter() - t0
@@ -118,7 +145,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     prev = {}
     tpath = out / "timings.json"
     if tpath.is_file():
-        prev = json.loads(tpath.read_text())
+        try:
+            prev = json.loads(tpath.read_text())
+        except ValueError:  # a damaged timings file is replaced, not fatal
+            prev = {}
     prev[command] = {"wall_s": timings, "workers": ctx.workers, "cpu_count": os.cpu_count()}
     tpath.write_text(json.dumps(prev, indent=1))
     if "all" in targets or "claims" in targets:
@@ -128,6 +158,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                             command, missing_runs=n_missing, total_runs=len(dedupe(configs)))
         _print_verdicts(rows, out)
     print(f"total wall time {timings['_total']:.1f} s, CPU time {timings['_cpu_s']:.1f} s ({ctx.workers} worker(s))")
+    if configs and not args.cached_only:
+        from testbed.sweep import failure_message, failures
+
+        failed = failures(cache, dedupe(configs))
+        if failed:
+            raise RunFailed(failure_message(cache, failed, len(dedupe(configs))))
     return 0
 
 

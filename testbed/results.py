@@ -5,23 +5,33 @@ Layout of an output directory::
     OUT/config.json        the sweep (or run command) and the resolved config of every run, by run id
     OUT/runs/<id>.csv      the logged rows of one finished run      (written first)
     OUT/runs/<id>.json     its config, status and timing            (written last: the "done" marker)
+    OUT/runs/<id>.log      the traceback of a run that failed (status ``failed``)
     OUT/results.csv        all runs' rows, in the sweep's order     (+ results.parquet with --format parquet)
     OUT/summary.csv        one row per run: config, status, final metrics, wall time
 
 Every file is written to a temporary name and renamed into place, so an interrupted sweep leaves
-finished runs complete and unfinished runs absent: rerunning skips exactly the finished ones.
+finished runs complete and unfinished runs absent: rerunning skips exactly the finished ones (a
+``failed`` run is retried). Files get the user's normal permissions (0666 less the umask).
 
-Run status is a column: ``ok`` or ``diverged`` (non-finite loss or parameters). A diverged run keeps
-the rows it logged before diverging and ends with one row marking the step (``diverged_at``).
-Timing (``wall_s``) lives in summary.csv and the run's JSON, not in results.csv, so the same configs
-give the same results table byte for byte.
+Columns: ``run_id``, every field of `testbed.runner.RunConfig` (task options as ``task.<name>``), then
+``status`` (testbed/outcomes.py: ``ok``, ``collapsed``, ``diverged`` or ``failed``) and the logged
+metrics. A diverged run keeps the rows it logged before diverging and ends with one row marking the
+step (``diverged_at``). Timing (``wall_s``) lives in summary.csv and the run's JSON, not in
+results.csv, so the same configs give the same results table byte for byte.
+
+Tables are read back with explicit column types (`read_frame`): text columns (run ids, specs,
+statuses, text task options) as strings, never inferred, so a run id such as ``6373307046e6`` or
+``nan`` stays that string; integer config fields as nullable integers, ``lr`` as float.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import tempfile
+import types
+import typing
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -30,8 +40,60 @@ import pandas as pd
 
 from testbed.runner import RunConfig, RunResult
 
-CONFIG_COLUMNS = ["run_id", "task", "recipe", "delay", "frictions", "seed", "steps", "batch_size", "lr", "n_actors",
-                  "group_size", "log_every", "agg", "optimizer", "proximal"]
+CONFIG_COLUMNS = ["run_id", *(f for f in RunConfig.field_names() if f != "task_args")]
+SUMMARY_FINALS = ("step", "test_error", "test_reward", "reward_avg")
+NA_STRINGS = ["", "nan", "NaN", "NA", "<NA>", "null", "None"]
+
+
+def _kind(tp: Any) -> str | None:
+    options = typing.get_args(tp) if typing.get_origin(tp) in (typing.Union, types.UnionType) else (tp,)
+    for kind, py in (("text", str), ("int", int), ("float", float)):
+        if py in options:
+            return kind
+    return None
+
+
+@functools.lru_cache(maxsize=1)
+def _config_kinds() -> dict[str, str]:
+    hints = typing.get_type_hints(RunConfig)
+    kinds = {name: _kind(hints[name]) for name in RunConfig.field_names() if name != "task_args"}
+    return {"run_id": "text", "status": "text", "error": "text", **{k: v for k, v in kinds.items() if v}}
+
+
+@functools.lru_cache(maxsize=1)
+def _text_task_options() -> frozenset[str]:
+    """Names of task options that some registered task declares as text (read back as strings)."""
+    from testbed.tasks import task_names, task_options
+
+    names = set()
+    for task in task_names():
+        try:
+            options = task_options(task)
+        except ValueError:  # a task whose module is unavailable
+            continue
+        names |= {name for name, opt in options.items() if _kind(opt.type) == "text"}
+    return frozenset(names)
+
+
+def column_types(columns: Iterable[str]) -> dict[str, Any]:
+    """The explicit dtype of every known column among ``columns`` (others: numeric metrics, inferred)."""
+    kinds = _config_kinds()
+    out: dict[str, Any] = {}
+    for col in columns:
+        kind = kinds.get(col)
+        if kind is None and col.startswith("task.") and col[5:] in _text_task_options():
+            kind = "text"
+        if kind is not None:
+            out[col] = {"text": str, "int": "Int64", "float": "float64"}[kind]
+    return out
+
+
+def _scalar(value: Any) -> Any:
+    """A logged value as a plain Python scalar (metrics may be 0-d tensors or numpy scalars)."""
+    if isinstance(value, str | bool | int | float) or value is None:
+        return value
+    item = getattr(value, "item", None)
+    return item() if callable(item) else value
 
 
 def config_columns(cfg: RunConfig) -> dict[str, Any]:
@@ -40,14 +102,27 @@ def config_columns(cfg: RunConfig) -> dict[str, Any]:
     d = cfg.to_dict()
     out = {"run_id": cfg.run_id, **{k: d[k] for k in CONFIG_COLUMNS[1:]}}
     for key, value in d["task_args"].items():
-        out[f"task.{key}"] = value if isinstance(value, int | float | str | bool) else json.dumps(value)
+        out[f"task.{key}"] = value if isinstance(value, int | float | str | bool) or value is None else json.dumps(value)
     return out
 
 
 def result_frame(result: RunResult) -> pd.DataFrame:
-    """The tidy rows of one run: config columns, ``status``, then the logged metrics."""
+    """The tidy rows of one run: config columns, ``status``, then the logged metrics (header only if none)."""
     base = {**config_columns(result.config), "status": result.status}
-    return pd.DataFrame([{**base, **row} for row in result.rows])
+    rows = [{**base, **{k: _scalar(v) for k, v in row.items()}} for row in result.rows]
+    return pd.DataFrame(rows) if rows else pd.DataFrame(columns=list(base))
+
+
+_UMASK: int | None = None
+
+
+def _file_mode() -> int:
+    """0666 less the process umask: the mode a plain ``open()`` gives (mkstemp gives 0600)."""
+    global _UMASK
+    if _UMASK is None:
+        _UMASK = os.umask(0o022)
+        os.umask(_UMASK)
+    return 0o666 & ~_UMASK
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -56,6 +131,7 @@ def atomic_write_text(path: Path, text: str) -> None:
     try:
         with os.fdopen(fd, "w") as fh:
             fh.write(text)
+        os.chmod(tmp, _file_mode())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -68,6 +144,7 @@ def atomic_write_frame(df: pd.DataFrame, path: Path) -> None:
         tmp = path.with_name(f".{path.name}.tmp")
         try:
             df.to_parquet(tmp, index=False)
+            os.chmod(tmp, _file_mode())
             os.replace(tmp, path)
         finally:
             tmp.unlink(missing_ok=True)
@@ -76,11 +153,20 @@ def atomic_write_frame(df: pd.DataFrame, path: Path) -> None:
 
 
 def read_frame(path: Path) -> pd.DataFrame:
+    """A results table with explicit column types (module docstring); parquet keeps its own types."""
+    path = Path(path)
     if path.suffix == ".parquet":
         return pd.read_parquet(path)
+    header = pd.read_csv(path, nrows=0).columns
+    dtype = column_types(header)
+    na = {c: ([""] if dtype.get(c) is str else NA_STRINGS) for c in header}
     # exact float round trip (pandas >= 3 does it by default and deprecates the option)
     extra = {"float_precision": "round_trip"} if int(pd.__version__.split(".")[0]) < 3 else {}
-    return pd.read_csv(path, **extra)
+    try:
+        return pd.read_csv(path, dtype=dtype, keep_default_na=False, na_values=na, **extra)
+    except (ValueError, OverflowError, TypeError):  # a number column holding something else (not our writing)
+        text = {c: t for c, t in dtype.items() if t is str}
+        return pd.read_csv(path, dtype=text, keep_default_na=False, na_values=na, **extra)
 
 
 class ResultStore:
@@ -90,14 +176,35 @@ class ResultStore:
         self.out = Path(out)
         self.runs = self.out / "runs"
 
-    def done(self, run_id: str) -> bool:
+    def has_record(self, run_id: str) -> bool:
         return (self.runs / f"{run_id}.json").is_file()
+
+    def done(self, run_id: str) -> bool:
+        """True when the run finished (any status but ``failed``, which is retried)."""
+        if not self.has_record(run_id):
+            return False
+        try:
+            return self.record(run_id).get("status") != "failed"
+        except (OSError, ValueError):
+            return False
 
     def save(self, result: RunResult) -> None:
         run_id = result.config.run_id
         atomic_write_frame(result_frame(result), self.runs / f"{run_id}.csv")
         record = {"run_id": run_id, "config": result.config.to_dict(), "status": result.status, **result.info}
-        atomic_write_text(self.runs / f"{run_id}.json", json.dumps(record, indent=1, sort_keys=True))
+        atomic_write_text(self.runs / f"{run_id}.json", json.dumps(record, indent=1, sort_keys=True, default=_scalar))
+        (self.runs / f"{run_id}.log").unlink(missing_ok=True)  # from an earlier failed attempt
+
+    def save_failure(self, config: RunConfig, error: str, traceback_text: str) -> Path:
+        """Record ``config`` as ``failed``: its traceback in runs/<id>.log, a header-only rows file, the record."""
+        cfg = config.resolved()
+        log = self.runs / f"{cfg.run_id}.log"
+        atomic_write_text(log, traceback_text)
+        result = RunResult(cfg, [], "failed", {"error": error, "log": str(log.relative_to(self.out))})
+        atomic_write_frame(result_frame(result), self.runs / f"{cfg.run_id}.csv")
+        record = {"run_id": cfg.run_id, "config": cfg.to_dict(), "status": "failed", **result.info}
+        atomic_write_text(self.runs / f"{cfg.run_id}.json", json.dumps(record, indent=1, sort_keys=True))
+        return log
 
     def record(self, run_id: str) -> dict[str, Any]:
         return json.loads((self.runs / f"{run_id}.json").read_text())
@@ -107,30 +214,37 @@ class ResultStore:
         atomic_write_text(self.out / "config.json", json.dumps({**meta, "runs": runs}, indent=1, default=str))
 
     def table(self, configs: Iterable[RunConfig]) -> pd.DataFrame:
-        """All finished runs' rows, in the order of ``configs``."""
-        frames = [read_frame(self.runs / f"{c.run_id}.csv") for c in configs if self.done(c.run_id)]
-        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=CONFIG_COLUMNS)
+        """All recorded runs' rows, in the order of ``configs`` (a failed run has none)."""
+        frames = [read_frame(self.runs / f"{c.run_id}.csv") for c in configs if self.has_record(c.run_id)]
+        frames = [f for f in frames if len(f)]
+        if not frames:
+            return pd.DataFrame({c: pd.Series(dtype=t) for c, t in column_types([*CONFIG_COLUMNS, "status"]).items()})
+        return pd.concat(frames, ignore_index=True)
 
     def summary(self, configs: Iterable[RunConfig], table: pd.DataFrame) -> pd.DataFrame:
-        """One row per finished run: config, status, final logged metrics, wall time."""
+        """One row per recorded run: config, status, final logged metrics, wall time, and what the status
+        rule used (``chance_reward``, ``final_entropy``) or the error of a failed run."""
         rows = []
         last = table.groupby("run_id", sort=False).tail(1).set_index("run_id") if len(table) else None
         for c in configs:
-            if not self.done(c.run_id):
+            if not self.has_record(c.run_id):
                 continue
             rec = self.record(c.run_id)
             row = {**config_columns(c), "status": rec["status"], "wall_s": rec.get("wall_s"),
                    "queue_peak_bytes": rec.get("queue_peak_bytes")}
             if last is not None and c.run_id in last.index:
                 final = last.loc[c.run_id]
-                for key in ("step", "test_error", "test_reward", "reward_avg", "diverged_at"):
+                for key in (*SUMMARY_FINALS, "diverged_at"):
                     if key in final.index:
                         row[f"final_{key}" if key != "diverged_at" else key] = final[key]
+            for key in ("chance_reward", "final_entropy", "error"):
+                if key in rec:
+                    row[key] = rec[key]
             rows.append(row)
-        return pd.DataFrame(rows)
+        return pd.DataFrame(rows) if rows else pd.DataFrame(columns=[*CONFIG_COLUMNS, "status"])
 
     def finish(self, configs: list[RunConfig], fmt: str = "csv") -> pd.DataFrame:
-        """Write results.csv (+ .parquet) and summary.csv from the finished runs; return the table."""
+        """Write results.csv (+ .parquet) and summary.csv from the recorded runs; return the table."""
         table = self.table(configs)
         atomic_write_frame(table, self.out / "results.csv")
         if fmt == "parquet":

@@ -70,7 +70,7 @@ DEFAULTS: dict[str, Any] = {"batch_size": 100, "lr": 1e-3, "n_actors": 1, "agg":
 OPTIMIZERS = ("adam", "sgd")
 PROXIMAL = ("current", "none")
 # Fields that fix the shape of the computation: runs trained in one loop must agree on them.
-SHAPE_FIELDS = ("task", "task_args", "steps", "log_every", "batch_size", "n_actors", "group_size", "epochs",
+SHAPE_FIELDS = ("task", "task_args", "steps", "log_every", "batch_size", "n_actors", "epochs",
                 "minibatches")
 
 

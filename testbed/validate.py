@@ -23,7 +23,6 @@ before an LLM run with that recipe (`llm_scale.promotion`).
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 import time
@@ -176,19 +175,25 @@ def format_card(card: dict[str, Any]) -> str:
 
 def cli(argv: list[str] | None = None) -> int:
     """``python -m testbed validate RECIPE [--out DIR] [--seeds N] [--workers N] [--threshold X]``."""
-    p = argparse.ArgumentParser(prog="python -m testbed validate", description=__doc__.splitlines()[0])
+    from testbed.usage import ArgumentParser, directory, integer, number, one_line
+
+    p = ArgumentParser(prog="python -m testbed validate", description=__doc__.splitlines()[0])
     p.add_argument("recipe", help="recipe spec, e.g. dg, 'tis(c=2)+ess_lr', vcpo")
-    p.add_argument("--out", default=DEFAULT_DIR, help="scorecard directory (runs are cached in OUT/battery)")
-    p.add_argument("--seeds", type=int, default=1)
-    p.add_argument("--threshold", type=float, default=0.5)
-    p.add_argument("--workers", type=int, default=1, help="parallel worker processes")
+    p.add_argument("--out", type=directory, default=DEFAULT_DIR,
+                   help="scorecard directory (runs are cached in OUT/battery)")
+    p.add_argument("--seeds", type=integer(1), default=1)
+    p.add_argument("--threshold", type=number(0, 1), default=0.5)
+    p.add_argument("--workers", type=integer(1), default=1, help="parallel worker processes")
     p.add_argument("--no-progress", action="store_true")
-    args = p.parse_args(argv)
     try:
+        args = p.parse_args(argv)
+        from testbed.limits import check_output_dir
+
+        check_output_dir(args.out, create=False)
         card = validate(args.recipe, out=args.out, seeds=args.seeds, threshold=args.threshold, workers=args.workers,
                         progress=not args.no_progress)  # fmt: skip
     except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {one_line(exc)}", file=sys.stderr)
         return 2
     print(format_card(card))
     print(f"scorecard: {card['path']}")

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 import testbed.sweep as sweep_mod
-from testbed.results import ResultStore
+from testbed.results import ResultStore, read_frame
 from testbed.sweep import expand, load_file, run_sweep, sweep_file
 
 pytestmark = pytest.mark.integration
@@ -67,6 +67,13 @@ def test_expand_grid_routes_task_options_and_dedupes(tmp_path):
         ({"sweeps": {}}, "unknown top-level key"),
         ({"base": {"task": "nope"}}, "unknown task 'nope'"),
         ({"base": {"batch_size": 10, "n_actors": 3, "group_size": 2}}, "group_size 2 must divide"),
+        ({}, "the sweep has no runs"),
+        ({"out": "x", "workers": 2}, "the sweep has no runs"),
+        ({"base": {"lr": 0.1}, "grid": {"lr": [0.2]}}, "key(s) 'lr' in both [base] and [grid]"),
+        ({"base": 3}, "[base] must be a table"),
+        ({"workers": "two", "base": {"task": "bandit"}}, "workers must be an integer >= 1, got 'two'"),
+        ({"out": 5, "base": {"task": "bandit"}}, "out must be a directory path (a string), got 5"),
+        ({"base": {"task": 3}}, "task must be a task name, got 3"),
     ],
 )
 def test_bad_sweeps_are_rejected_with_clear_errors(spec, fragment):
@@ -89,18 +96,18 @@ def test_interrupted_sweep_resumes_to_the_same_table(tmp_path, monkeypatch):
     reference = sweep_file(path, out=tmp_path / "full", progress=False)
     assert len(reference) == 12 * 3  # 12 runs x 3 logged steps
 
-    real_run, calls, crash = sweep_mod.run_many, [], [True]
+    real_runner, calls, crash = sweep_mod.Runner, [], [True]
 
-    def flaky(cfgs, progress=False):
+    def flaky(cfgs):
         calls.extend(c.run_id for c in cfgs)
         if len(calls) == 6 and crash and crash.pop():
-            raise RuntimeError("simulated crash")
-        return real_run(cfgs, progress=progress)
+            raise KeyboardInterrupt  # an interruption (Ctrl-C) in the middle of the 6th run
+        return real_runner(cfgs)
 
-    monkeypatch.setattr(sweep_mod, "run_many", flaky)
+    monkeypatch.setattr(sweep_mod, "Runner", flaky)
     out = tmp_path / "resumed"
-    with pytest.raises(RuntimeError, match="simulated crash"):
-        sweep_file(path, out=out, progress=False, loop_size=1)  # one run per loop: 5 finish, the 6th crashes
+    with pytest.raises(KeyboardInterrupt):
+        sweep_file(path, out=out, progress=False, loop_size=1)  # one run per loop: 5 finish, the 6th is interrupted
     finished = sorted(p.stem for p in (out / "runs").glob("*.json"))
     assert len(finished) == 5 and not (out / "results.csv").exists()
     assert not list((out / "runs").glob(".*"))  # no temporary files left behind
@@ -115,6 +122,47 @@ def test_interrupted_sweep_resumes_to_the_same_table(tmp_path, monkeypatch):
     assert calls == [] and len(pd.read_csv(out / "results.csv")) == len(reference)
 
 
+def test_a_run_that_raises_is_failed_not_fatal_and_is_retried(tmp_path, monkeypatch, capsys):
+    """An exception inside a run: that run is recorded failed (traceback beside the results), its loop-mates
+    are retried alone and saved, the command exits 1 with a short message; rerunning retries only it."""
+    path = write(tmp_path, "s.toml", TOML)
+    reference = sweep_file(path, out=tmp_path / "full", progress=False)
+    real_runner = sweep_mod.Runner
+
+    def broken(cfgs):
+        if any(c.recipe == "dg" and c.seed == 1 for c in cfgs):
+            raise RuntimeError("boom in the learner")
+        return real_runner(cfgs)
+
+    monkeypatch.setattr(sweep_mod, "Runner", broken)
+    from testbed.cli import main
+
+    out = tmp_path / "out"
+    assert main(["sweep", str(path), "--out", str(out), "--no-progress"]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("error: 2 of 12 run(s) failed with an internal error, not a problem")
+    assert "RuntimeError: boom in the learner" in err[0] and "rerunning the same command retries" in err[0]
+    summary = read_frame(out / "summary.csv")
+    failed = summary[summary["status"] == "failed"]
+    assert len(summary) == 12 and len(failed) == 2 and set(failed["recipe"]) == {"dg"} and set(failed["seed"]) == {1}
+    assert set(failed["error"]) == {"RuntimeError: boom in the learner"}
+    for run_id in failed["run_id"]:
+        log = (out / "runs" / f"{run_id}.log").read_text()
+        assert log.startswith("Traceback") and "RuntimeError: boom in the learner" in log
+    table = read_frame(out / "results.csv")
+    assert set(table["run_id"]) == set(summary["run_id"]) - set(failed["run_id"])
+    good = reference[~reference["run_id"].isin(failed["run_id"])].reset_index(drop=True)
+    pd.testing.assert_frame_equal(table, good)  # the loop-mates of the failed runs are exactly as if alone
+
+    monkeypatch.setattr(sweep_mod, "Runner", real_runner)  # the bug is fixed: rerun retries the failed runs only
+    calls = []
+    monkeypatch.setattr(sweep_mod, "Runner", lambda cfgs: calls.extend(c.run_id for c in cfgs) or real_runner(cfgs))
+    assert main(["sweep", str(path), "--out", str(out), "--no-progress"]) == 0
+    assert sorted(calls) == sorted(failed["run_id"])
+    assert (out / "results.csv").read_bytes() == (tmp_path / "full" / "results.csv").read_bytes()
+    assert not list((out / "runs").glob("*.log"))
+
+
 @pytest.mark.slow  # spawning worker processes costs seconds of imports each
 def test_parallel_workers_give_the_same_table(tmp_path):
     spec = {"base": {"task": "bandit", "steps": 10, "log_every": 5, "batch_size": 4},
@@ -123,6 +171,15 @@ def test_parallel_workers_give_the_same_table(tmp_path):
     serial = run_sweep(configs, tmp_path / "a", workers=1, progress=False)
     parallel = run_sweep(configs, tmp_path / "b", workers=2, progress=False)
     pd.testing.assert_frame_equal(serial, parallel)
+
+
+def test_corrupt_gz_data_is_refused_before_anything_runs(tmp_path):
+    data = tmp_path / "idx"
+    data.mkdir()
+    for name in ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"):
+        (data / f"{name}.gz").write_bytes(b"\x1f\x8b\x08\x00 truncated")
+    with pytest.raises(ValueError, match=r"task 'mnist' \(data_dir='.*'\) cannot load its data: (EOFError|BadGzipFile)"):
+        expand({"base": {"task": "mnist", "data_dir": str(data)}})
 
 
 def test_diverged_run_is_a_status_not_nan_rows(tmp_path):

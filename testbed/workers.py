@@ -1,0 +1,46 @@
+"""Worker processes that end with their parent.
+
+A sweep's worker processes (`testbed.sweep.run_sweep`, ``--workers N``) call `die_with_parent` when
+they start. If the parent is killed (SIGKILL, the out-of-memory killer, a closed terminal), its
+workers end too instead of training on, orphaned, and writing results that nobody collects: on
+Linux the kernel sends them SIGKILL (``prctl(PR_SET_PDEATHSIG)``); everywhere, a daemon thread that
+watches the parent's process id ends the worker within ``poll_s`` seconds. Finished runs are on
+disk already (one file per run, written atomically), so rerunning the same command resumes.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+
+PR_SET_PDEATHSIG = 1
+
+
+def _set_pdeathsig() -> bool:
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _watch(parent_pid: int, poll_s: float) -> None:
+    while True:
+        if os.getppid() != parent_pid:
+            os._exit(1)
+        time.sleep(poll_s)
+
+
+def die_with_parent(parent_pid: int, poll_s: float = 1.0) -> None:
+    """End this process when process ``parent_pid`` (its parent) ends."""
+    _set_pdeathsig()
+    if os.getppid() != parent_pid:  # the parent died before the signal was armed
+        os._exit(1)
+    threading.Thread(target=_watch, args=(parent_pid, poll_s), daemon=True, name="parent-watch").start()
