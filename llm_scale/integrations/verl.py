@@ -31,7 +31,7 @@ Counterparts under verl's default config: ``tb_ppo`` == ``vanilla``, ``tb_decoup
 ``vanilla`` (verl's loss call has no proximal policy), ``tb_gspo`` == ``gspo``, ``tb_cispo`` ==
 ``cispo``, ``tb_pg`` == ``gpg``, ``tb_tis`` / ``tb_is`` / ``tb_mis`` == ``bypass_mode`` with
 ``rollout_correction.loss_type=reinforce`` and token-level TIS / an unbounded threshold / IcePop
-bounds. ``tb_dg``, ``tb_kondo`` and ``tb_m2po`` have none. Deliberate differences are named
+bounds. ``tb_dg``, ``tb_kondo``, ``tb_m2po`` and ``tb_pmpo`` have none. Deliberate differences are named
 parameters in ``stabilizer_params``, which win over verl's settings: ``{dual_clip: null}`` (PPO
 without dual clip), ``{eps_low: 3e-4, eps_high: 4e-4}``, ``{agg: seq-mean-token-mean}`` (gspo with
 the GSPO paper's aggregation whatever ``loss_agg_mode`` says). One known numerical difference:

@@ -13,7 +13,7 @@ import logging
 LOGGER = logging.getLogger("llm_scale.integrations.verl")
 
 # The surrogate names, for the placeholders when the registry itself cannot be imported.
-KNOWN_SURROGATES = ("cispo", "decoupled_ppo", "dg", "gspo", "is", "kondo", "m2po", "mis", "pg", "ppo", "tis")
+KNOWN_SURROGATES = ("cispo", "decoupled_ppo", "dg", "gspo", "is", "kondo", "m2po", "mis", "pg", "pmpo", "ppo", "tis")
 
 ERROR: str | None = None
 

@@ -51,7 +51,7 @@ COUNTERPARTS = {
     "is": ("tb_is", {}, _bypass(rollout_is="token", rollout_is_threshold=1e30)),
     "mis": ("tb_mis", {"lo": 0.5, "hi": 2.0}, _bypass(rollout_is="token", rollout_is_threshold="0.5_2.0")),
 }
-NO_COUNTERPART = ("dg", "kondo", "m2po")
+NO_COUNTERPART = ("dg", "kondo", "m2po", "pmpo")
 
 
 def _actor(policy_loss, loss_agg_mode: str = "token-mean", **clip) -> ActorConfig:
