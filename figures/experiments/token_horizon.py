@@ -1,7 +1,7 @@
 """Token reversal with all four frictions over the sequence length H: DDG-3.
 
 Setting: as token_frictions' "all four" (figures/experiments/token_frictions.py), at every H of the
-grid (H = 2 .. 16, figures/budgets.py), 1,000 learner steps, 3 seeds, methods pg, pmpo, ppo, dg. A
+grid (H = 2, 4, .., 16, figures/budgets.py), 1,000 learner steps, 3 seeds, methods pg, pmpo, ppo, dg. A
 method *solves* H when its final sampled sequence error is at most SOLVED; its longest solved H (per
 seed) is the largest H of the grid it solves. The grid is fixed; the rule checks that it reaches two
 past the longest solved length of every run, and asks for a longer grid when it does not.
