@@ -15,8 +15,8 @@ never typed in. The allowed verdicts are `VERDICTS`:
 
 `write_report` writes claims.md, claims.json and the self-contained page index.html (figures/publish.py)
 from the same rows. Every "not reproduced" and "inconclusive" row carries a paragraph with three slots:
-what we measured, the mechanism if known, what would decide it; they are filled from the record and
-the evidence, and the final prose is written after the full run.
+what we measured (from the evidence), the mechanism (from the claim's record, where this project found
+or derived one), what would decide it (from the undecided or failing parts and the seeds they need).
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def paragraph(claim: Claim, j: Judgement) -> dict[str, str]:
     judged = [p for p in j.parts if p.status != "n/a"]
     measured = f"{j.ours}. " + "; ".join(
         f"{p.name}: {fmt_interval(p)} vs {fmt_margin(p) or 'its rule'} -> {p.status}" for p in judged)
-    mechanism = claim.mechanism or "not known before the full run (to be written from its figures and curves)."
+    mechanism = claim.mechanism or "not established by this project; the curves are in the claim's figures."
     if j.verdict == "inconclusive":
         undecided = [p for p in judged if p.status == "undecided"]
         need = j.seeds_needed
@@ -72,8 +72,7 @@ def paragraph(claim: Claim, j: Judgement) -> dict[str, str]:
     else:
         failed = [p.name for p in judged if p.status == "fails"]
         decide = f"{'; '.join(failed)} fails by its test" + (f"; {claim.decide}" if claim.decide else "")
-    return {"measured": measured, "mechanism": mechanism, "decide": decide,
-            "prose": "(to be written after the full run)"}
+    return {"measured": measured, "mechanism": mechanism, "decide": decide}
 
 
 def evaluate(evidence: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:

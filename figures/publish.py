@@ -124,7 +124,7 @@ def write_markdown(path: Path, p: dict[str, Any]) -> None:
         if "paragraph" in r:
             g = r["paragraph"]
             lines += ["", f"**What we measured.** {g['measured']}", "", f"**Mechanism.** {g['mechanism']}", "",
-                      f"**What would decide it.** {g['decide']}", "", f"*{g['prose']}*"]
+                      f"**What would decide it.** {g['decide']}"]
         lines.append("")
     Path(path).write_text("\n".join(lines))
 
@@ -178,8 +178,7 @@ def write_html(path: Path, p: dict[str, Any], out: Path) -> None:
         if "paragraph" in r:
             g = r["paragraph"]
             para = (f"<div class='para'><p><b>What we measured.</b> {e(g['measured'])}</p><p><b>Mechanism.</b> "
-                    f"{e(g['mechanism'])}</p><p><b>What would decide it.</b> {e(g['decide'])}</p><p><i>{e(g['prose'])}"
-                    "</i></p></div>")
+                    f"{e(g['mechanism'])}</p><p><b>What would decide it.</b> {e(g['decide'])}</p></div>")
         other = ("<p>Reported beside the verdict (not part of it):</p>" + _parts_html(r["other_parts"])
                  if r.get("other_parts") else "")
         sections.append(

@@ -94,7 +94,7 @@ class Claim:
     rule: str
     judge: Callable[[dict[str, Any]], Judgement]
     figures: tuple[str, ...]
-    mechanism: str = ""  # known before the run (theory), else empty
+    mechanism: str = ""  # what this project found or derived to explain the result, else empty
     decide: str = ""  # what would settle a negative verdict beyond more seeds
 
     def margin(self, name: str) -> Margin:

@@ -197,10 +197,17 @@ CLAIMS = (
           judge_gac1, ("grad_cosine", "stability_map", "quadratic_gac"),
           mechanism="delayed SGD on a noisy quadratic: without delay the lag-1 autocorrelation of applied gradients "
           "is exactly -a/2; with delay it turns positive (theory/delayed_optimization.py, result 2; figure "
-          "stability_map)"),
+          "stability_map). In the async-GRPO regime the sync premise fails for another reason: the learner takes "
+          "several minibatch steps per batch, so consecutive gradients come from minibatches of one batch sampled "
+          "by one behaviour policy; their shared expected gradient outweighs their noise and they are aligned "
+          "without any staleness (figure grad_cosine, sync curves)"),
     Claim("GAC-2", "GAC matches synchronous GRPO at high staleness (s >= 8)", "2603.01501", "qualitative (s)", NAME,
           "async-GRPO regime: gac (grpo + projection) at each staleness level vs grpo at sync, paired by seed",
           (DEGRADE, MATCH), _RESCUE_RULE.format(m="gac"), judge_gac2, ("async_grpo", "quadratic_gac"),
+          mechanism="gac's signal, the cosine between consecutive gradients, is high in this regime without "
+          "staleness too (GAC-1), so it does not single out stale steps: the projection acts on fresh and stale "
+          "gradients alike, and more often under staleness, where it leaves gac above grpo rather than near "
+          "grpo's sync error (consistent with the curves; not isolated by an ablation)",
           decide="a regime in which grpo degrades (if not applicable); the projection's thresholds are a "
           "reconstruction (testbed/stabilizers/gradient.py), not the paper's"),
     Claim("AREAL-1", "naive PPO degrades with staleness, decoupled PPO recovers", "2505.24298",

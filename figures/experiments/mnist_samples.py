@@ -105,5 +105,11 @@ CLAIMS = (
           "and cross-entropy runs", (HALF, FLOOR_BEAT),
           "(a) the per-seed fraction (PG - DG) / (PG - CE) at k = 1 has its 90% interval above 0.45; (b) PG's "
           "exact expected-update (k = infinity) error exceeds DG's at k = 1 by the factor 1.167 (90% interval of "
-          "the log ratio above log 1.167).", judge_dg1, ("mnist_samples",)),
+          "the log ratio above log 1.167).", judge_dg1, ("mnist_samples",),
+          mechanism="on the embedded 4,000-image training set every method ends close to supervised CE's test "
+          "error, so part (b) has little room: even a DG equal to CE beats PG's infinite-sample floor only by "
+          "the ratio PG(k=inf) / CE, and when that ratio is itself below 1.167 part (b) cannot hold whatever DG "
+          "does (see the measured values); whether the paper's 60,000-image set leaves PG a larger gap was not "
+          "run here",
+          decide="a run on the full 60,000-image MNIST (--data-dir with its IDX files; not available offline here)"),
 )

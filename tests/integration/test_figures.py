@@ -74,7 +74,7 @@ def test_report_holds_every_claim_with_margins_and_paragraph_slots(quick_run):
         for m in row["margins"]:
             assert m["derivation"] and math.isfinite(m["value"])
         if row["verdict"] in ("not reproduced", "inconclusive"):
-            assert set(row["paragraph"]) == {"measured", "mechanism", "decide", "prose"}
+            assert set(row["paragraph"]) == {"measured", "mechanism", "decide"}
             assert all(row["paragraph"][k] for k in ("measured", "mechanism", "decide"))
     assert rows["AREAL-2"]["verdict"] == "not applicable"
     assert set(rows["GAC-1"]["variants"]) == {"grpo", "pg", "tis"}
