@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from collections import defaultdict
@@ -32,7 +31,7 @@ from typing import Any
 from figures import FIGURES, module
 from figures.common import cost_estimate, dedupe
 from testbed.runner import RunConfig, run_many
-from testbed.sweep import MAX_LOOP, group_runs
+from testbed.sweep import default_loop_size, group_runs
 
 DRAW_S = 2.0  # seconds to read back, judge and draw one figure (measured in the quick setting: 0.4 to 2.2 s)
 
@@ -45,7 +44,7 @@ def plan(workers: int, quick: bool = False) -> list[tuple[str, list[list[RunConf
         todo = [c for c in dedupe(module(name).configs(quick)) if c.run_id not in seen]
         seen.update(c.run_id for c in todo)
         todo.sort(key=cost_estimate, reverse=True)
-        loop_size = max(1, min(MAX_LOOP, math.ceil(len(todo) / workers))) if todo else 1
+        loop_size = default_loop_size(len(todo), workers)
         out.append((name, group_runs(todo, loop_size) if todo else []))
     return out
 

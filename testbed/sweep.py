@@ -350,7 +350,7 @@ def plan_sweep(configs: list[RunConfig], out: str | Path, *, workers: int = 1, f
     store = ResultStore(out)
     todo = [c for c in configs if not store.done(run_ids[id(c)])]
     if loop_size is None:
-        loop_size = max(1, min(MAX_LOOP, math.ceil(len(todo) / workers)))
+        loop_size = default_loop_size(len(todo), workers)
     groups = group_runs(todo, loop_size, {id(c): specs[run_ids[id(c)]] for c in todo})
     loops = []
     for group in groups:
@@ -367,6 +367,11 @@ def plan_sweep(configs: list[RunConfig], out: str | Path, *, workers: int = 1, f
                 _warnings(list(specs.values()), tasks))
     plan.created = limits.check_output_dir(out, create, what)
     return plan
+
+
+def default_loop_size(n_runs: int, workers: int) -> int:
+    """Runs per loop when the sweep does not say: enough loops to keep every worker busy, at most `MAX_LOOP`."""
+    return max(1, min(MAX_LOOP, math.ceil(n_runs / workers)))
 
 
 def group_runs(configs: list[RunConfig], loop_size: int, specs: dict[int, RunSpec] | None = None) -> list[list[RunConfig]]:
