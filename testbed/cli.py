@@ -50,7 +50,7 @@ def _parser_common(p: argparse.ArgumentParser) -> None:
 
 def _run_parser(task_opts: dict[str, Any] | None = None) -> argparse.ArgumentParser:
     from testbed.regimes import REGIMES
-    from testbed.runner import DEFAULTS, OPTIMIZERS, PROXIMAL
+    from testbed.runner import DEFAULTS, MINIBATCH_SPLITS, OPTIMIZERS, PROXIMAL
     from testbed.stabilizers import AGG_MODES
 
     p = ArgumentParser(prog="python -m testbed run", description="Train one config over one or more seeds.")
@@ -73,6 +73,9 @@ def _run_parser(task_opts: dict[str, Any] | None = None) -> argparse.ArgumentPar
     p.add_argument("--epochs", type=integer(1), default=None, help="passes over each batch (PPO/GRPO trainers' K)")
     p.add_argument("--minibatches", type=integer(1), default=None,
                    help="optimizer steps per pass (the batch split in N)")
+    p.add_argument("--minibatch-split", default=None, choices=MINIBATCH_SPLITS,
+                   help="how a batch is cut into minibatches: groups (whole prompt groups, in order, as verl; the "
+                        "default when group-size > 1) or random (a permutation of the samples per epoch)")
     p.add_argument("--log-every", type=integer(1), default=100, help="diagnostics interval in steps")
     p.add_argument("--agg", default=None, choices=AGG_MODES, help="loss aggregation (verl's mode names)")
     p.add_argument("--optimizer", default="adam", choices=OPTIMIZERS)
@@ -128,7 +131,8 @@ def _cmd_run(argv: list[str]) -> int:
                   steps=args.steps, batch_size=args.batch_size, lr=args.lr, n_actors=args.n_actors,
                   group_size=args.group_size, epochs=args.epochs, minibatches=args.minibatches,
                   log_every=args.log_every, agg=args.agg, optimizer=args.optimizer,
-                  proximal=args.proximal, regime=args.regime, task_args=dict(task_args))
+                  proximal=args.proximal, regime=args.regime, minibatch_split=args.minibatch_split,
+                  task_args=dict(task_args))
         for i in range(args.seeds)
     ]
     out = args.out or "runs/run"

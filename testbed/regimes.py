@@ -12,6 +12,32 @@ global ones: explicit settings > regime > task defaults > DEFAULTS (testbed/runn
   faster than the learner. The values are those of the regime search (sweeps/regime/, README), in which
   naive GRPO degrades significantly under staleness while its synchronous version learns; ``stale``
   lists the two staleness levels the search and the claims use.
+
+Selection rule of ``async_grpo`` (fixed before the search sweeps/regime/search_groups.toml was run;
+applied by sweeps/regime/select.py). A candidate is a setting of (group size G, minibatches N, lr) of
+naive GRPO (``grpo``) on MNIST with minibatches of whole prompt groups, 1,000 learner steps of 100
+samples, one epoch, seeds 0..3; "sync" is lag 0, the staleness levels are ``bounded:8,4`` and
+``bounded:32,4``.
+
+(a) Healthy at sync: in the second half of training fewer than 20% of the optimizer steps have an
+    exactly zero gradient (mean over seeds of ``zero_grad_frac_late``); the final test error (mean over
+    seeds) is at most 1.5x that of one-step PG (``pg``, one_step regime, sync, same steps and batch:
+    sweeps/regime/reference_pg.toml); and in most seeds (more than half) no test class is lost at the end
+    (``lost_classes_final == 0``).
+(b) Degrades under staleness by the earlier search's rule (sweeps/regime/summarize.py): at the higher
+    level ``bounded:32,4`` the paired difference stale - sync of the final test error exceeds both two
+    standard errors and 0.02 (and sync learns: error below 0.45).
+(c) Among the settings passing (a) and (b), the one whose fingerprint is closest to the real model's by
+    the distance d = |ln r_tb - ln r_real| + |ess_tb - ess_real| + |q95_tb - q95_real|, where r = m / B_noise
+    is the minibatch size relative to the gradient noise scale, obtained from the synchronous
+    within-batch cosine c of disjoint minibatches as r = c / (1 - c) (c clamped to [0.01, 0.99];
+    McCandlish et al. 2018: c ~ m / (m + B_noise)), ess is ESS/N of the sequence ratios and q95 the 95%
+    quantile of the token log-ratio, both at lag 8 (``bounded:8,4``). The ESS and quantile terms are used
+    only when the real fingerprint (results/llm/fingerprint/*.json) has a row at lag 8; without it, the
+    real r comes from the known measurement on SmolLM2-135M-Instruct: cosine +0.10 at 16 sequences (dense
+    reward), so r_real = 0.10 / 0.90. Ties (|d| within 0.05) go to the larger lr margin of rule (a).
+If no setting passes (a) and (b), the regime keeps the healthy setting nearest by (c) and the finding
+"GRPO at these scales does not degrade in a healthy regime" is recorded in README.md.
 """
 
 from __future__ import annotations

@@ -7,8 +7,11 @@ option) never are. Per setting: the final value of the main metric (``final_test
 ``final_test_reward``) as mean +- sample std over the ok and collapsed runs (collapsed runs ended at
 a real, finite value; diverged and failed runs have none and are counted instead), the number of runs
 of each status (testbed/outcomes.py), and the mean consecutive-gradient cosine over all logged steps
-of its runs. Settings shared by every run are listed once above the table. Every run that is not ok
-is listed by id; ``--runs`` lists all of them.
+of its runs (and, where recorded, the within-batch and across-batch cosines of testbed/health.py). Beside
+the error, the health of the setting's runs (testbed/health.py): ``health`` counts the healthy ones
+(``4/5``; ``s``: stalled, ``l``: lost a class, e.g. ``3/5 s1 l1``) and ``lost`` is the mean number of
+test classes the final policies never predict. Settings shared by every run are listed once above the
+table. Every run that is not ok, or not healthy, is listed by id; ``--runs`` lists all of them.
 
 Works on any mix of statuses (all diverged included). A directory without summary.csv, or whose
 summary lacks the ``run_id`` and ``status`` columns, is an error naming what is missing.
@@ -117,15 +120,22 @@ def report(out: Path, runs: bool = False) -> str:
         row["runs"] = len(grp)
         for s in statuses:
             row[s] = int((grp["status"] == s).sum())
+        if "health" in grp:
+            row.update(_health(grp))
         if cosine is not None:
-            values = cosine.reindex(grp["run_id"]).dropna()
-            row["grad_cos_prev"] = f"{values.mean():.3f}" if len(values) else "-"
+            for col in cosine.columns:
+                values = cosine[col].reindex(grp["run_id"]).dropna()
+                row[col] = f"{values.mean():.3f}" if len(values) else "-"
         rows.append(row)
     lines += ["", f"{metric} by setting (mean +- std over seeds of the ok and collapsed runs; diverged and failed runs "
               "have no final value and are counted):", pd.DataFrame(rows).to_string(index=False)]
     if cosine is not None:
-        lines.append("grad_cos_prev: mean consecutive-gradient cosine over all logged steps of the setting's runs")
-    bad = summary[summary["status"] != "ok"]
+        lines.append("grad_cos_*: mean consecutive-gradient cosine over all logged steps of the setting's runs "
+                     "(_within: previous step on the same batch, _across: on the previous batch)")
+    if "health" in summary:
+        lines.append("health: healthy runs / runs (s: stalled, l: lost a class); lost: mean classes never predicted")
+    unhealthy = summary["health"].fillna("healthy") != "healthy" if "health" in summary else False
+    bad = summary[(summary["status"] != "ok") | unhealthy]
     listed = summary if runs else bad
     if len(listed):
         title = "runs:" if runs else "runs not ok:"
@@ -137,7 +147,8 @@ def report(out: Path, runs: bool = False) -> str:
             final = ""
             if r["status"] in ("ok", "collapsed") and pd.notna(r[metric]):
                 final = f", {metric} {float(r[metric]):.3f}"
-            lines.append(f"  {' '.join(parts)}: {_detail(r)}{final}")
+            flag = f" [{r['health']}]" if "health" in r and pd.notna(r["health"]) and r["health"] != "healthy" else ""
+            lines.append(f"  {' '.join(parts)}: {_detail(r)}{flag}{final}")
         if not runs and len(bad) > SHOWN_NOT_OK:
             lines.append(f"  ... and {len(bad) - SHOWN_NOT_OK} more (--runs lists all)")
     if "wall_s" in summary:
@@ -146,8 +157,24 @@ def report(out: Path, runs: bool = False) -> str:
     return "\n".join(lines)
 
 
-def _cosines(out: Path, summary: pd.DataFrame) -> pd.Series | None:
-    """Mean ``grad_cos_prev`` per run id from results.csv (None when it is missing or lacks the columns)."""
+def _health(grp: pd.DataFrame) -> dict[str, str]:
+    """The health cells of one setting (module docstring)."""
+    flags = grp["health"].fillna("healthy").astype(str)
+    cell = f"{int((flags == 'healthy').sum())}/{len(grp)}"
+    for flag, letter in (("stalled", "s"), ("lost_class", "l")):
+        n = int((flags == flag).sum())
+        if n:
+            cell += f" {letter}{n}"
+    lost = pd.to_numeric(grp.get("lost_classes_final"), errors="coerce") if "lost_classes_final" in grp else None
+    return {"health": cell, "lost": "-" if lost is None or lost.isna().all() else f"{lost.mean():.1f}"}
+
+
+COSINES = ("grad_cos_prev", "grad_cos_within", "grad_cos_across")
+
+
+def _cosines(out: Path, summary: pd.DataFrame) -> pd.DataFrame | None:
+    """Mean consecutive-gradient cosines (`COSINES` present) per run id from results.csv (None when it is
+    missing or lacks the columns)."""
     path = out / "results.csv"
     if not path.is_file():
         return None
@@ -155,7 +182,8 @@ def _cosines(out: Path, summary: pd.DataFrame) -> pd.Series | None:
         table = read_frame(path)
     except (ValueError, OSError):
         return None
-    if "grad_cos_prev" not in table or "run_id" not in table:
+    cols = [c for c in COSINES if c in table]
+    if not cols or "run_id" not in table:
         return None
-    values = pd.to_numeric(table["grad_cos_prev"], errors="coerce")
+    values = table[cols].apply(pd.to_numeric, errors="coerce")
     return values.groupby(table["run_id"].astype(str), sort=False).mean()

@@ -4,6 +4,7 @@ Layout of an output directory::
 
     OUT/config.json        the sweep (or run command) and the resolved config of every run, by run id
     OUT/runs/<id>.csv      the logged rows of one finished run      (written first)
+    OUT/runs/<id>.steps.csv  one row per optimizer step: cosine and its kind, cheap diagnostics (testbed/health.py)
     OUT/runs/<id>.json     its config, status and timing            (written last: the "done" marker)
     OUT/runs/<id>.log      the traceback of a run that failed (status ``failed``)
     OUT/results.csv        all runs' rows, in the sweep's order     (+ results.parquet with --format parquet)
@@ -42,6 +43,7 @@ from testbed.runner import RunConfig, RunResult
 
 CONFIG_COLUMNS = ["run_id", *(f for f in RunConfig.field_names() if f != "task_args")]
 SUMMARY_FINALS = ("step", "test_error", "test_reward", "reward_avg")
+HEALTH_KEYS = ("health", "stalled", "lost_classes_final", "zero_grad_frac_late")  # testbed/health.py
 NA_STRINGS = ["", "nan", "NaN", "NA", "<NA>", "null", "None"]
 
 
@@ -57,7 +59,7 @@ def _kind(tp: Any) -> str | None:
 def _config_kinds() -> dict[str, str]:
     hints = typing.get_type_hints(RunConfig)
     kinds = {name: _kind(hints[name]) for name in RunConfig.field_names() if name != "task_args"}
-    return {"run_id": "text", "status": "text", "error": "text", **{k: v for k, v in kinds.items() if v}}
+    return {"run_id": "text", "status": "text", "error": "text", "health": "text", **{k: v for k, v in kinds.items() if v}}
 
 
 @functools.lru_cache(maxsize=1)
@@ -191,6 +193,8 @@ class ResultStore:
     def save(self, result: RunResult) -> None:
         run_id = result.config.run_id
         atomic_write_frame(result_frame(result), self.runs / f"{run_id}.csv")
+        if result.steps:
+            atomic_write_frame(pd.DataFrame(result.steps), self.runs / f"{run_id}.steps.csv")
         record = {"run_id": run_id, "config": result.config.to_dict(), "status": result.status, **result.info}
         atomic_write_text(self.runs / f"{run_id}.json", json.dumps(record, indent=1, sort_keys=True, default=_scalar))
         (self.runs / f"{run_id}.log").unlink(missing_ok=True)  # from an earlier failed attempt
@@ -237,7 +241,7 @@ class ResultStore:
                 for key in (*SUMMARY_FINALS, "diverged_at"):
                     if key in final.index:
                         row[f"final_{key}" if key != "diverged_at" else key] = final[key]
-            for key in ("chance_reward", "final_entropy", "error"):
+            for key in ("chance_reward", "final_entropy", "error", *HEALTH_KEYS):
                 if key in rec:
                     row[key] = rec[key]
             rows.append(row)

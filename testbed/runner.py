@@ -55,6 +55,7 @@ from torch import Tensor, nn
 from torch.func import functional_call
 
 from testbed import diagnostics as diag
+from testbed import health
 from testbed.delay import Chunk, Schedule, Staleness, parse_staleness
 from testbed.frictions import Frictions, act, parse_frictions
 from testbed.regimes import get_regime
@@ -69,6 +70,12 @@ DEFAULTS: dict[str, Any] = {"batch_size": 100, "lr": 1e-3, "n_actors": 1, "agg":
                             "group_size": 1, "epochs": 1, "minibatches": 1}
 OPTIMIZERS = ("adam", "sgd")
 PROXIMAL = ("current", "none")
+# How a batch is cut into minibatches: "groups" = contiguous runs of whole prompt groups, in order, the same
+# order every epoch (verl: ppo_mini_batch_size x n, no shuffling across groups); "random" = a fresh permutation
+# of the samples per epoch (groups split across minibatches).
+MINIBATCH_SPLITS = ("groups", "random")
+# Fields left out of the run id at these values (runs recorded before the field existed keep their ids).
+_ID_OMITTED = {"minibatch_split": "random"}
 # Fields that fix the shape of the computation: runs trained in one loop must agree on them.
 SHAPE_FIELDS = ("task", "task_args", "steps", "log_every", "batch_size", "n_actors", "epochs",
                 "minibatches")
@@ -81,6 +88,8 @@ class RunConfig:
     ``proximal="current"``: the proximal policy of decoupled PPO is the learner's policy at the start
     of the batch (AReaL's definition; with one step per batch, the current policy). ``epochs`` x
     ``minibatches`` optimizer steps per batch (PPO/GRPO trainers' regime; 1 x 1 is one step per batch).
+    ``minibatch_split`` (`MINIBATCH_SPLITS`): default ``groups`` wherever groups exist (group_size > 1),
+    else ``random``.
     """
 
     task: str = "mnist"
@@ -100,6 +109,7 @@ class RunConfig:
     optimizer: str = "adam"
     proximal: str = "current"
     regime: str = "one_step"
+    minibatch_split: str | None = None
     task_args: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -115,6 +125,8 @@ class RunConfig:
         for key, value in values.items():
             if value is None:
                 values[key] = preset.get(key, task_defaults.get(key, DEFAULTS.get(key)))
+        if values["minibatch_split"] is None:
+            values["minibatch_split"] = "groups" if values["group_size"] > 1 else "random"
         values["task_args"] = dict(sorted(values["task_args"].items()))
         return RunConfig(**values)
 
@@ -125,6 +137,9 @@ class RunConfig:
     def run_id(self) -> str:
         """Hash of the resolved config and the seed scheme: the key under which results are stored."""
         payload = {**asdict(self.resolved()), "seed_scheme": SCHEME}
+        for key, value in _ID_OMITTED.items():
+            if payload[key] == value:
+                del payload[key]
         text = json.dumps(payload, sort_keys=True, default=str)
         return hashlib.sha1(text.encode()).hexdigest()[:12]
 
@@ -144,7 +159,8 @@ class RunConfig:
             raise SpecError(f"seed must be an integer >= 0, got {cfg.seed!r}")
         if isinstance(cfg.lr, bool) or not isinstance(cfg.lr, int | float) or not 0 < cfg.lr < float("inf"):
             raise SpecError(f"lr must be a finite number > 0, got {cfg.lr!r}")
-        for name, allowed in (("agg", AGG_MODES), ("optimizer", OPTIMIZERS), ("proximal", PROXIMAL)):
+        for name, allowed in (("agg", AGG_MODES), ("optimizer", OPTIMIZERS), ("proximal", PROXIMAL),
+                              ("minibatch_split", MINIBATCH_SPLITS)):
             if getattr(cfg, name) not in allowed:
                 raise SpecError(f"{name} must be one of {', '.join(allowed)}, got {getattr(cfg, name)!r}")
         if cfg.batch_size < cfg.n_actors:
@@ -154,6 +170,10 @@ class RunConfig:
             raise SpecError(f"group_size {cfg.group_size} must divide every actor's share of the batch ({sizes})")
         if cfg.batch_size % cfg.minibatches:
             raise SpecError(f"minibatches ({cfg.minibatches}) must divide batch_size ({cfg.batch_size})")
+        if cfg.minibatch_split == "groups" and (cfg.batch_size // cfg.minibatches) % cfg.group_size:
+            raise SpecError(f"minibatch_split 'groups' needs whole groups in every minibatch: minibatches "
+                            f"({cfg.minibatches}) must divide the number of groups per batch "
+                            f"({cfg.batch_size}/{cfg.group_size}); or use minibatch_split 'random'")
         return RunSpec(cfg, build(cfg.recipe), parse_staleness(cfg.delay), parse_frictions(cfg.frictions), task_args)
 
     def validate(self) -> RunConfig:
@@ -191,6 +211,7 @@ class RunResult:
     rows: list[dict[str, Any]]
     status: str  # "ok" or "diverged"
     info: dict[str, Any]
+    steps: list[dict[str, Any]] = field(default_factory=list)  # per optimizer step (testbed/health.py)
 
 
 class Diverged(Exception):
@@ -212,6 +233,9 @@ class _Run:
     reward_sum: Tensor | float = 0.0
     reward_n: int = 0
     queue_peak: int = 0
+    steps: list[dict[str, Any]] = field(default_factory=list)  # one record per optimizer step (testbed/health.py)
+    window: int = 0  # index in ``steps`` of the current logging window's first step
+    lost_final: float = float("nan")
 
     @property
     def cfg(self) -> RunConfig:
@@ -361,7 +385,9 @@ class Runner:
         param_bytes = sum(p.numel() * p.element_size() for p in self.runs[0].params.values())
         n = len(self.runs)
         return [RunResult(r.cfg, r.rows, r.status, {"wall_s": wall / n, "loop_wall_s": wall, "loop_runs": n,
-                                                    "queue_peak_bytes": r.queue_peak, "param_bytes": param_bytes})
+                                                    "queue_peak_bytes": r.queue_peak, "param_bytes": param_bytes,
+                                                    **health.run_health(r.steps, r.cfg.steps, r.lost_final)},
+                          r.steps)
                 for r in self.runs]
 
     def publish(self, t: int) -> None:
@@ -570,7 +596,7 @@ class Runner:
                     return
                 size = cfg0.batch_size // cfg0.minibatches
                 idx = None if work.order is None else work.order[:, mb * size : (mb + 1) * size]
-                failed = self._update(work, idx, log_now and last, log_now or (last and self._logs(t + 1)))
+                failed = self._update(work, idx, log_now and last, (epoch, mb))
                 self._drop_and_filter(failed, work)
                 step += 1
 
@@ -584,20 +610,25 @@ class Runner:
             work.keep(keep)
 
     def _minibatch_order(self, t: int, epoch: int) -> Tensor:
-        """Each active run's permutation of its batch for this epoch [S, B] (from its own stream)."""
+        """Each active run's order of its batch's rows for this epoch [S, B]: with ``minibatch_split``
+        ``groups`` the batch's own order (groups are contiguous rows, so consecutive minibatches hold whole,
+        disjoint groups), with ``random`` a permutation from the run's own stream."""
         b = self.cfg0.batch_size
-        return torch.stack([torch.randperm(b, generator=generator(self.runs[r].cfg.seed, "minibatch", t, epoch))
+        return torch.stack([torch.arange(b) if self.runs[r].cfg.minibatch_split == "groups" else
+                            torch.randperm(b, generator=generator(self.runs[r].cfg.seed, "minibatch", t, epoch))
                             for r in self.active])
 
-    def _update(self, work: _Work, idx: Tensor | None, log_now: bool, keep_grad: bool) -> list[tuple[int, int]]:
-        """One optimizer step of every active run (``idx`` [S, b]: this minibatch's rows of each batch);
-        returns (slot position, step of the update that diverged) of the runs that diverged."""
+    def _update(self, work: _Work, idx: Tensor | None, log_now: bool, where: tuple[int, int]) -> list[tuple[int, int]]:
+        """One optimizer step of every active run (``idx`` [S, b]: this minibatch's rows of each batch;
+        ``where``: (epoch, minibatch)); returns (slot position, step of the update that diverged) of the runs
+        that diverged."""
         t = work.t
         params = list(self.policy.parameters())
         for p in params:
             p.grad = None
         xs, as_ = (work.x, work.a) if idx is None else (_take(work.x, idx), _take(work.a, idx))
-        logp = token_logp(self.task.logits(self.policy, xs, as_), as_)
+        logits = self.task.logits(self.policy, xs, as_)
+        logp = token_logp(logits, as_)
         losses, outs, terms_of = [], [], []
         for pos, r in enumerate(self.active):
             run, batch = self.runs[r], work.batches[pos]
@@ -630,13 +661,16 @@ class Runner:
         oracle = diag.oracle_gradients(self.task, self.policy, xs) if log_now and self.oracle else None
         entries: dict[str, list] = defaultdict(list)
         rows: dict[int, dict[str, Any]] = {}
+        records: dict[int, dict[str, Any]] = {}
         for pos in ok:
             run = self.runs[self.active[pos]]
             leaves = run.group["params"]
             for leaf, p in zip(leaves, params, strict=True):
                 # transforms edit gradients in place: give them their own memory, as a run alone has
                 leaf.grad = p.grad[pos].clone() if run.recipe.transforms else p.grad[pos]
-            grad = diag.flat_grad(leaves) if keep_grad else None
+            grad = diag.flat_grad(leaves)
+            records[pos] = self._step_record(t, where, logits[pos], logp[pos].detach(), terms_of[pos], grad,
+                                             run.prev_grad)
             if log_now:
                 rows[pos] = self._diagnostics(t, work.batches[pos], logp[pos].detach(), terms_of[pos].behavior_logp,
                                               outs[pos], grad, run.prev_grad,
@@ -646,14 +680,36 @@ class Runner:
         for kind, items in entries.items():
             metrics = Recipe.step_groups(self.optimizers[kind], [entry for _, entry in items])
             for (pos, _), m in zip(items, metrics, strict=True):
+                run = self.runs[self.active[pos]]
+                rec = records[pos]
+                rec["projected"] = float(m["projected"]) if "projected" in m else float("nan")
+                rec["skipped"] = float(m["skipped"]) if "skipped" in m else float("nan")
+                run.steps.append(rec)
                 if pos in rows:
-                    self.runs[self.active[pos]].rows.append({**{k: float(v) for k, v in m.items()}, **rows[pos]})
+                    window = health.window_summary(run.steps[run.window:])
+                    run.window = len(run.steps)
+                    run.rows.append({**{k: float(v) for k, v in m.items()}, **rows[pos], **window})
         for p in params:
             p.grad = None
         for pos in ok:
             for leaf in self.runs[self.active[pos]].group["params"]:
                 leaf.grad = None
         return diverged
+
+    @staticmethod
+    def _step_record(t: int, where: tuple[int, int], logits: Tensor, logp: Tensor, terms: PolicyTerms, grad: Tensor,
+                     prev_grad: Tensor | None) -> dict[str, Any]:
+        """The cheap per-optimizer-step record of one run (testbed/health.py)."""
+        seq_lr = sequence_log_ratio(logp, terms.behavior_logp, torch.ones_like(logp, dtype=torch.bool))
+        stats = diag.ratio_stats(logp - terms.behavior_logp, seq_lr)
+        norm = float(torch.linalg.vector_norm(grad))
+        entropy, max_prob = health.policy_sharpness(logits)
+        return {"step": t + 1, "epoch": where[0], "minibatch": where[1],
+                "kind": "within" if where != (0, 0) else "across",
+                "grad_cos": diag.cosine(grad, prev_grad) if prev_grad is not None else float("nan"),
+                "grad_norm": norm, "zero_grad": float(norm == 0.0), "ess": stats["ess"],
+                "ratio_max": float(stats["behav_ratio_max"]), "zero_adv_frac": health.zero_fraction(terms.advantages),
+                "entropy": entropy, "max_prob": max_prob}
 
     def _diagnostics(self, t: int, batch: dict, logp: Tensor, blogp: Tensor, out: Any, grad: Tensor,
                      prev_grad: Tensor | None, oracle: tuple[Tensor, Tensor] | None) -> dict[str, Any]:
@@ -681,11 +737,13 @@ class Runner:
         """Evaluate every active run at its new version and complete its row of step t."""
         with torch.no_grad():
             metrics = self.task.evaluate(self.policy, [generator(self.runs[r].cfg.seed, "eval", t) for r in self.active])
+            lost = health.count_lost_classes(self.task, self.policy, len(self.active))
         for pos, r in enumerate(self.active):
             run = self.runs[r]
             if not run.rows or run.rows[-1].get("step") != t + 1:
                 continue
             run.rows[-1].update(metrics[pos])
+            run.rows[-1]["lost_classes"] = run.lost_final = lost[pos]
             run.rows[-1]["reward_avg"] = float(run.reward_sum) / run.reward_n
             run.reward_sum, run.reward_n = 0.0, 0
 
