@@ -162,7 +162,8 @@ class GAC(GradientTransform):
     c_t is global over all parameters; dot products and norms follow the module's distributed rule
     (``sharded``: see the module docstring). State: one gradient-sized buffer (g_prev), the
     consecutive-skip count and the cosine history, in `state_dict`. The first step has no
-    reference, and a zero or non-finite gradient no direction: c = 0 then, and g is unchanged.
+    reference, and a zero or non-finite gradient no direction: c = 0 then for the decision (g is
+    unchanged), and the reported ``grad_cos_prev`` is NaN (undefined, never 0).
     Metrics: ``grad_cos_prev``, ``projected``, ``skipped``, ``damped``, ``gac_t_low``, ``gac_t_high``.
     """
 
@@ -216,13 +217,14 @@ class GAC(GradientTransform):
             self._prev = [g.detach().clone() for g in grads]
             self._run = 0
             t_low, t_high = self.bands()
-            return TransformResult(1.0, {"grad_cos_prev": 0.0, "projected": 0.0, "skipped": 0.0, "damped": 0.0,
+            return TransformResult(1.0, {"grad_cos_prev": math.nan, "projected": 0.0, "skipped": 0.0, "damped": 0.0,
                                          "gac_t_low": t_low, "gac_t_high": t_high})
         prev = [b if b.device == g.device else b.to(g.device) for b, g in zip(prev, grads)]
         self._prev = prev
         dot, g_sq, p_sq = global_dots(list(zip(grads, prev)), self.sharded)
         finite = all(map(math.isfinite, (dot, g_sq, p_sq)))  # overflowing sums: no reliable direction
-        cos = dot / math.sqrt(g_sq * p_sq) if finite and g_sq > 0 and p_sq > 0 else 0.0
+        defined = finite and g_sq > 0 and p_sq > 0
+        cos = dot / math.sqrt(g_sq * p_sq) if defined else 0.0
 
         t_low, t_high = self.bands()
         if self.thresholds == "dynamic":
@@ -249,7 +251,7 @@ class GAC(GradientTransform):
                     b.copy_(g)
         lr_scale = {"skip": 0.0, "damp": self.damp}.get(action, 1.0)
         metrics = {
-            "grad_cos_prev": cos,
+            "grad_cos_prev": cos if defined else math.nan,
             "projected": float(coef > 0),
             "skipped": float(action == "skip"),
             "damped": float(action == "damp"),
