@@ -5,6 +5,7 @@
     python -m testbed demo [--out runs/demo]
     python -m testbed report DIR [--runs]  (final test error per setting, statuses, gradient cosines)
     python -m testbed list
+    python -m testbed fingerprint --regime async_grpo  (the regime's staleness fingerprint: testbed/fingerprint.py)
     python -m testbed validate ...      (llm_scale's scorecard check: testbed/validate.py)
 
 Task options are flags too: after ``--task NAME`` every option of that task is accepted as
@@ -298,8 +299,47 @@ def _cmd_report(argv: list[str]) -> int:
     return 0
 
 
+def _cmd_fingerprint(argv: list[str]) -> int:
+    from testbed.regimes import REGIMES
+
+    p = ArgumentParser(prog="python -m testbed fingerprint",
+                       description="The staleness fingerprint of a regime (testbed/fingerprint.py), in llm_scale's schema.")
+    p.add_argument("--regime", required=True, choices=tuple(REGIMES))
+    p.add_argument("--task", default="mnist")
+    p.add_argument("--recipe", default="grpo", help="the regime's base recipe")
+    p.add_argument("--steps", type=integer(1), default=None, help="the regime's run length (default: 1000)")
+    p.add_argument("--at", type=number(0, 1, open_lo=True), default=0.5,
+                   help="measure at this fraction of the run (default 0.5)")
+    p.add_argument("--groups", type=integer(4), default=256, help="prompt groups drawn for the statistics")
+    p.add_argument("--lags", default="1,2,4,8,16,32", help="comma-separated lags (versions)")
+    p.add_argument("--seed", type=integer(0), default=0)
+    p.add_argument("--out", type=directory, default="results/fingerprint")
+    p.add_argument("--real", type=directory, default="results/llm/fingerprint",
+                   help="directory of real-model fingerprints drawn beside it")
+    args = p.parse_args(argv)
+    try:
+        lags = tuple(int(x) for x in args.lags.split(","))
+    except ValueError:
+        raise UsageError(f"--lags must be comma-separated integers >= 1, got {args.lags!r}") from None
+    if any(lag < 1 for lag in lags):
+        raise UsageError(f"--lags must be comma-separated integers >= 1, got {args.lags!r}")
+    from testbed import fingerprint as fpm
+    from testbed.results import atomic_write_text
+
+    command = "python -m testbed fingerprint " + " ".join(argv)
+    fp = fpm.fingerprint(args.regime, task=args.task, recipe=args.recipe, steps=args.steps, at=args.at,
+                         groups=args.groups, lags=lags, seed=args.seed, command=command)
+    out = Path(args.out)
+    atomic_write_text(out / f"{args.regime}.json", fp.to_json())
+    real = fpm.real_fingerprints(Path(args.real))
+    fpm.figure(fp, real, out / f"{args.regime}.png")
+    print(fpm.describe(fp, real))
+    print(f"wrote {out / (args.regime + '.json')} and {out / (args.regime + '.png')}")
+    return 0
+
+
 COMMANDS = {"run": _cmd_run, "report": _cmd_report, "sweep": _cmd_sweep, "demo": _cmd_demo, "list": _cmd_list,
-            "validate": _cmd_validate}
+            "validate": _cmd_validate, "fingerprint": _cmd_fingerprint}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
