@@ -3,6 +3,7 @@ health flags of a run (testbed/health.py)."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -68,7 +69,7 @@ def test_every_optimizer_step_is_recorded_with_its_kind():
     assert len(steps) == 4 * 2 * 2
     assert [s["kind"] for s in steps] == ["across", "within", "within", "within"] * 4
     assert math.isnan(steps[0]["grad_cos"])  # no previous step
-    for prev, s in zip(steps, steps[1:]):  # undefined (NaN) exactly when this or the previous gradient is zero
+    for prev, s in itertools.pairwise(steps):  # undefined (NaN) exactly when this or the previous gradient is zero
         assert math.isnan(s["grad_cos"]) == bool(prev["zero_grad"] or s["zero_grad"])
         assert math.isnan(s["grad_cos"]) or -1 <= s["grad_cos"] <= 1
     assert all(s["projected"] in (0.0, 1.0) and s["skipped"] in (0.0, 1.0) for s in steps)

@@ -38,7 +38,7 @@ def test_group_gradients_equal_each_groups_own_gradient_and_minibatch_cosines_ma
     task, policy, params, contexts, actions = _setup()
     recipe = build("grpo")
     out = fpm.group_gradients(task, policy, params, recipe, contexts, actions)
-    n, g = actions.shape[:2]
+    n = actions.shape[0]
     assert out["grads"].shape[0] == n
     for i in range(n):
         one = fpm.group_gradients(task, policy, params, recipe, contexts[i : i + 1], actions[i : i + 1])
