@@ -12,8 +12,9 @@ Per optimizer step (``runs/<id>.steps.csv``):
   or a later epoch), ``across`` when it used the previous batch (the first step of a batch).
 * ``grad_cos``: cos(g_t, g_{t-1}) of the raw surrogate gradients (before gradient transforms); NaN when
   either is exactly zero or there is no previous step (undefined, never 0).
-* ``grad_norm``, ``ess`` (normalised ESS of the sequence ratios), ``ratio_max`` (largest token ratio):
-  the cheap precursors of a collapse, at the step where they happen.
+* ``grad_norm``, ``ess`` (normalised ESS of the sequence ratios), ``ratio_max`` (largest token ratio),
+  ``logratio_q95`` (95% quantile of the token log-ratios log pi - log mu): the cheap precursors of a
+  collapse, at the step where they happen.
 * ``zero_adv_frac``: fraction of the minibatch's samples whose advantage is exactly 0 (under GRPO, the
   members of groups whose rewards are all equal); ``zero_grad``: 1 when the raw gradient is exactly 0.
 * ``entropy`` (nats per token) and ``max_prob`` (mean largest action probability per token) of the

@@ -708,7 +708,9 @@ class Runner:
                 "kind": "within" if where != (0, 0) else "across",
                 "grad_cos": diag.cosine(grad, prev_grad) if prev_grad is not None else float("nan"),
                 "grad_norm": norm, "zero_grad": float(norm == 0.0), "ess": stats["ess"],
-                "ratio_max": float(stats["behav_ratio_max"]), "zero_adv_frac": health.zero_fraction(terms.advantages),
+                "ratio_max": float(stats["behav_ratio_max"]),
+                "logratio_q95": float(torch.quantile((logp - terms.behavior_logp).flatten().double(), 0.95)),
+                "zero_adv_frac": health.zero_fraction(terms.advantages),
                 "entropy": entropy, "max_prob": max_prob}
 
     def _diagnostics(self, t: int, batch: dict, logp: Tensor, blogp: Tensor, out: Any, grad: Tensor,
