@@ -1,0 +1,131 @@
+"""Apply the regime selection rule of testbed/regimes.py to the whole-group search.
+
+    python sweeps/regime/choose.py runs/regime/search_groups runs/regime/reference_pg [--markdown]
+        [--real results/llm/fingerprint]
+
+One row per candidate setting (group size G, minibatches N, lr): rule (a) (health at sync against one-step
+PG), rule (b) (degradation at bounded:32,4, paired by seed, the rule of summarize.py) and the distance (c)
+to the real model's fingerprint; the selected setting is the passing one with the smallest distance.
+Columns: ``sync`` / ``pg``: final test error (mean over seeds); ``zero_grad``: zero-gradient share of the
+optimizer steps in the second half (mean over seeds); ``no_lost``: seeds that lost no class; ``cos_within``:
+synchronous within-batch cosine of disjoint whole-group minibatches (second half, mean over steps then over
+seeds) with its 90% Student-t interval over seeds; ``d8`` / ``d32``: paired stale - sync final error and
+standard error; ``ess8`` / ``q95_8``: mean per-step ESS/N and token log-ratio 95% quantile at bounded:8,4
+(second half); ``r``: m / B_noise from the cosine; ``d``: the distance (c).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from testbed.stabilizers.fingerprint import summarize_cosines
+
+REAL_COS16 = 0.10  # SmolLM2-135M-Instruct, arithmetic, dense reward, 16 sequences (ALGORITHMS.md)
+KEYS = ("group_size", "minibatches", "lr")
+HIGH, LOW = "bounded:32,4", "bounded:8,4"
+
+
+def runs(out: Path) -> pd.DataFrame:
+    """summary.csv with the per-run late-half statistics from runs/<id>.steps.csv."""
+    summary = pd.read_csv(out / "summary.csv", dtype={"run_id": str})
+    extra = []
+    for rid, steps_total in zip(summary["run_id"], summary["steps"], strict=True):
+        path = out / "runs" / f"{rid}.steps.csv"
+        row = {"run_id": rid}
+        if path.is_file():
+            st = pd.read_csv(path)
+            late = st[st["step"] > steps_total / 2]
+            within = late.loc[late["kind"] == "within", "grad_cos"].dropna()
+            row.update(cos_within=within.mean() if len(within) else math.nan, ess=late["ess"].mean(),
+                       q95=late["logratio_q95"].mean() if "logratio_q95" in late else math.nan,
+                       cos_within_q05=within.quantile(0.05) if len(within) else math.nan,
+                       cos_within_q95=within.quantile(0.95) if len(within) else math.nan)
+        extra.append(row)
+    return summary.merge(pd.DataFrame(extra), on="run_id", how="left")
+
+
+def real_target(real: Path) -> dict[str, float]:
+    """The real model's r (from its cosine at 16 sequences), ESS/N and log-ratio q95 at lag 8 when known."""
+    out = {"r": REAL_COS16 / (1 - REAL_COS16), "ess": math.nan, "q95": math.nan, "source": "ALGORITHMS.md"}
+    for path in sorted(real.glob("*.json")) if real.is_dir() else []:
+        d = json.loads(path.read_text())
+        for c in d.get("cosine_by_minibatch", []):
+            if c.get("m") == 16 and c.get("mean") is not None:
+                cos = min(max(c["mean"], 0.01), 0.99)
+                out.update(r=cos / (1 - cos), source=path.name)
+        for s in d.get("staleness", []):
+            if s.get("lag") == 8:
+                out.update(ess=s.get("ess_seq") or math.nan, q95=s.get("logratio_q95") or math.nan)
+        break
+    return out
+
+
+def select(search: Path, reference: Path, real: Path) -> tuple[pd.DataFrame, dict[str, float]]:
+    data = runs(search)
+    pg = pd.read_csv(reference / "summary.csv")["final_test_error"].mean()
+    target = real_target(real)
+    rows = []
+    for setting, grp in data.groupby(list(KEYS)):
+        sync = grp[grp["delay"] == "sync"].set_index("seed")
+        row: dict[str, object] = dict(zip(KEYS, setting, strict=True))
+        row["sync"] = sync["final_test_error"].mean()
+        row["pg"] = pg
+        row["zero_grad"] = sync["zero_grad_frac_late"].mean()
+        lost = sync["lost_classes_final"]
+        row["no_lost"] = f"{int((lost == 0).sum())}/{len(lost)}"
+        healthy = row["zero_grad"] < 0.2 and row["sync"] <= 1.5 * pg and (lost == 0).sum() > len(lost) / 2
+        row["a"] = "yes" if healthy else "no"
+        cos = summarize_cosines(0, sync["cos_within"].to_numpy(), 0.9)
+        row["cos_within"] = f"{cos.mean:+.3f} [{cos.ci_low:+.3f}, {cos.ci_high:+.3f}]"
+        for delay, name in ((LOW, "d8"), (HIGH, "d32")):
+            stale = grp[grp["delay"] == delay].set_index("seed")["final_test_error"]
+            diff = (stale - sync["final_test_error"]).dropna()
+            mean, se = diff.mean(), diff.std(ddof=1) / math.sqrt(len(diff)) if len(diff) > 1 else math.nan
+            row[name] = f"{100 * mean:+.1f} +- {100 * se:.1f}"
+            if delay == HIGH:
+                row["b"] = "yes" if mean > 2 * se and mean > 0.02 and row["sync"] < 0.45 else "no"
+        low = grp[grp["delay"] == LOW]
+        row["ess8"], row["q95_8"] = low["ess"].mean(), low["q95"].mean()
+        c = min(max(cos.mean, 0.01), 0.99) if math.isfinite(cos.mean) else math.nan
+        row["r"] = c / (1 - c)
+        d = abs(math.log(row["r"]) - math.log(target["r"]))
+        if math.isfinite(target["ess"]):
+            d += abs(row["ess8"] - target["ess"]) + abs(row["q95_8"] - target["q95"])
+        row["d"] = d
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    passing = table[(table["a"] == "yes") & (table["b"] == "yes")]
+    table["selected"] = ""
+    if len(passing):
+        table.loc[passing["d"].idxmin(), "selected"] = "<- (a)+(b), nearest"
+    else:
+        healthy = table[table["a"] == "yes"]
+        if len(healthy):
+            table.loc[healthy["d"].idxmin(), "selected"] = "<- healthy only (nothing passes (b)), nearest"
+    return table, target
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("search", type=Path)
+    p.add_argument("reference", type=Path)
+    p.add_argument("--real", type=Path, default=Path("results/llm/fingerprint"))
+    p.add_argument("--markdown", action="store_true")
+    args = p.parse_args()
+    table, target = select(args.search, args.reference, args.real)
+    print(f"real-model target: r = m / B_noise = {target['r']:.3f}, ESS/N at lag 8 = {target['ess']}, "
+          f"q95 = {target['q95']} (from {target['source']})")
+    if args.markdown:
+        print(table.to_markdown(index=False, floatfmt=".3g"))
+    else:
+        with pd.option_context("display.width", 250):
+            print(table.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+
+
+if __name__ == "__main__":
+    main()
