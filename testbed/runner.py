@@ -44,6 +44,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -316,12 +317,13 @@ class Runner:
         # one optimizer per kind, one param group (with its own lr) per run: a run's updates are those of an
         # optimizer of its own (Adam's state is per parameter), in one call for all runs
         self.optimizers: dict[str, torch.optim.Optimizer] = {}
+        _skip_dynamo_import()
         for kind in OPTIMIZERS:
             runs = [run for run in self.runs if run.cfg.optimizer == kind]
             if not runs:
                 continue
             groups = [{"params": list(run.params.values()), "lr": run.cfg.lr} for run in runs]
-            self.optimizers[kind] = (torch.optim.Adam(groups, fused=True) if kind == "adam" else torch.optim.SGD(groups))
+            self.optimizers[kind] = (_Adam(groups, fused=True) if kind == "adam" else _SGD(groups))
             for run, group in zip(runs, self.optimizers[kind].param_groups, strict=True):
                 run.group = group
         self.active = list(range(len(self.runs)))  # runs still training, in slot order
@@ -748,6 +750,40 @@ class Runner:
             run.rows[-1]["lost_classes"] = run.lost_final = lost[pos]
             run.rows[-1]["reward_avg"] = float(run.reward_sum) / run.reward_n
             run.reward_sum, run.reward_n = 0.0, 0
+
+
+class _Adam(torch.optim.Adam):
+    """torch's Adam, stepped without its compile wrapper (which imports torch._dynamo: `_skip_dynamo_import`);
+    the wrapper's only effect outside torch.compile is to run the step without autograd, done here."""
+
+    @torch.no_grad()
+    def step(self, closure: Any = None) -> Any:
+        return torch.optim.Adam.step.__wrapped__(self, closure)
+
+
+class _SGD(torch.optim.SGD):
+    """torch's SGD, stepped like `_Adam`."""
+
+    @torch.no_grad()
+    def step(self, closure: Any = None) -> Any:
+        return torch.optim.SGD.step.__wrapped__(self, closure)
+
+
+@functools.cache
+def _skip_dynamo_import() -> None:
+    """Let torch's optimizers run without importing torch._dynamo (about 2 s of CPU, most of a short run's
+    start-up). Optimizer methods such as ``add_param_group`` are wrapped by ``torch._compile._disable_dynamo``,
+    whose wrapper imports torch._dynamo on its first call only to mark the method as not to be compiled, and
+    caches the result on the method as ``__dynamo_disable``. The runner never compiles, so the method itself is
+    cached there: the same code runs, and torch._dynamo is imported only by whoever compiles."""
+    from torch import _compile
+
+    marker = _compile._disable_dynamo(lambda: None).__code__
+    for cls in (torch.optim.Optimizer, torch.optim.Adam, torch.optim.SGD):
+        for attr in vars(cls).values():
+            inner = getattr(attr, "__wrapped__", None)
+            if getattr(attr, "__code__", None) is marker and inner is not None and "torch._dynamo" not in sys.modules:
+                inner.__dynamo_disable = inner
 
 
 def _call(module: nn.Module, params: dict[str, Tensor], *args: Any, **kwargs: Any) -> Any:
