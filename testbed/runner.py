@@ -287,11 +287,16 @@ class Runner:
     with every consumed batch before the update.
     """
 
-    def __init__(self, configs: RunConfig | Sequence[RunConfig], task: Any = None) -> None:
+    def __init__(self, configs: RunConfig | Sequence[RunConfig], task: Any = None,
+                 specs: Sequence[RunSpec] | None = None) -> None:
         configs = [configs] if isinstance(configs, RunConfig) else list(configs)
         if not configs:
             raise ValueError("Runner needs at least one config")
-        specs = [c.parse() for c in configs]
+        # ``specs``: the configs already parsed (a sweep's plan parses every config once); each is used by
+        # this runner only (a recipe holds one run's state)
+        specs = [c.parse() for c in configs] if specs is None else list(specs)
+        if len(specs) != len(configs):
+            raise ValueError(f"Runner got {len(configs)} configs but {len(specs)} parsed specs")
         for spec in specs[1:]:
             for name, a, b in zip(SHAPE_FIELDS, specs[0].shape, spec.shape, strict=True):
                 if a != b:

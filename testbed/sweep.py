@@ -393,11 +393,13 @@ def group_runs(configs: list[RunConfig], loop_size: int, specs: dict[int, RunSpe
 
 
 def _train(configs: list[RunConfig], store: ResultStore, chance: dict[str, float | None],
-           progress: bool = False) -> list[str]:
+           progress: bool = False, specs: list[RunSpec] | None = None) -> list[str]:
     """Train ``configs`` in one loop and save each result with its status; an exception marks the run
-    ``failed`` (a loop of several is retried run by run first). Returns the statuses."""
+    ``failed`` (a loop of several is retried run by run first, parsed afresh). Returns the statuses.
+    ``specs``: the configs as the plan parsed them; the task is the one the plan built."""
     try:
-        runner = Runner(configs)
+        specs = specs if specs is not None else [c.parse() for c in configs]
+        runner = Runner(configs, task=build_task(specs[0]), specs=specs)
         results = runner.run(progress=progress)
     except Exception as exc:
         if len(configs) > 1:
@@ -511,7 +513,7 @@ def run_sweep(
 
                 torch.set_num_threads(threads_per_worker)
                 for group in plan.groups:
-                    _train(group, store, chance, progress=inner)
+                    _train(group, store, chance, progress=inner, specs=[plan.specs[plan.run_ids[id(c)]] for c in group])
                     bar.update(len(group))
             else:
                 _run_pool(plan, store, chance, threads_per_worker, bar)
