@@ -1,0 +1,273 @@
+"""The learner of the loop (testbed/runner.py): each run's batch of a step, its advantages, its K epochs x N
+minibatches of optimizer steps (minibatches of whole groups or random rows), the per-step records
+(testbed/health.py) and the logged diagnostics."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor
+
+from testbed import diagnostics as diag
+from testbed import health
+from testbed.delay import Chunk
+from testbed.seeding import generator
+from testbed.slots import cat, stack, take_rows
+from testbed.stabilizers import PolicyTerms, Recipe
+from testbed.stabilizers.numerics import sequence_log_ratio
+from testbed.tasks.base import token_logp
+
+if TYPE_CHECKING:
+    from testbed.runner import RunState
+
+
+@dataclass
+class Work:
+    """The learner's view of one step's batches, by slot position (filtered when a run leaves)."""
+
+    t: int
+    batches: list[dict[str, Tensor]]
+    x: Tensor  # [S, B, ...] contexts
+    a: Tensor  # [S, B, T] actions
+    start_logp: Tensor | None = None  # [S, B, T] under the policy at the start of the batch (K x N > 1)
+    score: Tensor | None = None  # [S, B] per-sample squared score norms (OPOB)
+    order: Tensor | None = None  # [S, B] this epoch's minibatch permutation
+    advantages: list[Tensor] = field(default_factory=list)
+
+    def keep(self, positions: list[int]) -> None:
+        idx = torch.tensor(positions, dtype=torch.long)
+        self.batches = [self.batches[p] for p in positions]
+        self.x, self.a = self.x.index_select(0, idx), self.a.index_select(0, idx)
+        for name in ("start_logp", "score", "order"):
+            value = getattr(self, name)
+            if value is not None:
+                setattr(self, name, value.index_select(0, idx))
+        self.advantages = [self.advantages[p] for p in positions if p < len(self.advantages)]
+
+
+class Learner:
+    """The learner half of `testbed.runner.Runner` (a mixin: it uses the loop's policy, task, runs, optimizers
+    and its divergence bookkeeping)."""
+
+    # -- learner -------------------------------------------------------------------------------------
+    def _batch(self, run: RunState, chunks: list[Chunk]) -> dict[str, Tensor]:
+        batch = {name: cat([getattr(c, name) for c in chunks]) for name in
+                 ("contexts", "actions", "behavior_logp", "versions", "rewards", "true_rewards")}
+        g = run.cfg.group_size
+        if g > 1:
+            offsets, gids = 0, []
+            for c in chunks:
+                gids.append(c.group_ids + offsets)
+                offsets += c.size // g
+            batch["group_ids"] = torch.cat(gids)
+        batch["buggy_frac"] = sum(c.size for c in chunks if c.buggy) / sum(c.size for c in chunks)  # type: ignore[assignment]
+        return batch
+
+    def learn(self, t: int) -> None:
+        """Every active run's update(s) from its batch of step t: epochs x minibatches optimizer steps."""
+        cfg0 = self.cfg0
+        log_now = self._logs(t)
+        batches = []
+        for r in self.active:
+            run = self.runs[r]
+            batch = self._batch(run, run.schedule.take(t))
+            run.reward_sum = run.reward_sum + batch["true_rewards"].mean()
+            run.reward_n += 1
+            if self.on_batch is not None:
+                self.on_batch(r, t, batch)
+            batches.append(batch)
+        work = Work(t, batches, stack([b["contexts"] for b in batches]), stack([b["actions"] for b in batches]))
+        n_steps = cfg0.epochs * cfg0.minibatches
+        with torch.no_grad():
+            if n_steps > 1:  # the policy at the start of the batch: advantages and the proximal policy
+                work.start_logp = token_logp(self.task.logits(self.policy, work.x, work.a), work.a)
+        if any(self.runs[r].recipe.needs_score_norms for r in self.active):
+            work.score = diag.score_sq_norms(self.task, self.policy, work.x, work.a)
+        step = 0
+        for epoch in range(cfg0.epochs):
+            work.order = self._minibatch_order(t, epoch) if cfg0.minibatches > 1 else None
+            for mb in range(cfg0.minibatches):
+                last = step == n_steps - 1
+                if step > 0:
+                    self._drop_and_filter([(pos, t) for pos in self._nonfinite()], work)
+                if not self.active:
+                    return
+                size = cfg0.batch_size // cfg0.minibatches
+                idx = None if work.order is None else work.order[:, mb * size : (mb + 1) * size]
+                failed = self._update(work, idx, log_now and last, (epoch, mb))
+                self._drop_and_filter(failed, work)
+                step += 1
+
+    def _drop_and_filter(self, failed: list[tuple[int, int]], work: Work) -> None:
+        if failed:
+            positions = [pos for pos, _ in failed]
+            keep = [pos for pos in range(len(self.active)) if pos not in positions]
+            for pos, step in failed:
+                self._record_divergence(self.runs[self.active[pos]], step)
+            self._remove(positions)
+            work.keep(keep)
+
+    def _minibatch_order(self, t: int, epoch: int) -> Tensor:
+        """Each active run's order of its batch's rows for this epoch [S, B]: with ``minibatch_split``
+        ``groups`` the batch's own order (groups are contiguous rows, so consecutive minibatches hold whole,
+        disjoint groups), with ``random`` a permutation from the run's own stream."""
+        b = self.cfg0.batch_size
+        return torch.stack([torch.arange(b) if self.runs[r].cfg.minibatch_split == "groups" else
+                            torch.randperm(b, generator=generator(self.runs[r].cfg.seed, "minibatch", t, epoch))
+                            for r in self.active])
+
+    def _update(self, work: Work, idx: Tensor | None, log_now: bool, where: tuple[int, int]) -> list[tuple[int, int]]:
+        """One optimizer step of every active run (``idx`` [S, b]: this minibatch's rows of each batch;
+        ``where``: (epoch, minibatch)); returns (slot position, step of the update that diverged) of the runs
+        that diverged."""
+        t = work.t
+        params = list(self.policy.parameters())
+        for p in params:
+            p.grad = None
+        xs, as_ = (work.x, work.a) if idx is None else (take_rows(work.x, idx), take_rows(work.a, idx))
+        logits = self.task.logits(self.policy, xs, as_)
+        logp = token_logp(logits, as_)
+        losses, outs, terms_of = [], [], []
+        for pos, r in enumerate(self.active):
+            run, batch = self.runs[r], work.batches[pos]
+            rows = slice(None) if idx is None else idx[pos]
+            start = logp[pos].detach() if work.start_logp is None else work.start_logp[pos]
+            if len(work.advantages) <= pos:
+                work.advantages.append(run.recipe.advantages(
+                    batch["rewards"], group_ids=batch.get("group_ids"), logp=start, behavior_logp=batch["behavior_logp"],
+                    mask=torch.ones_like(start, dtype=torch.bool), score_sq_norms=None if work.score is None else work.score[pos]))
+            group_ids = batch.get("group_ids")
+            terms = PolicyTerms(logp[pos], batch["behavior_logp"][rows], work.advantages[pos][rows],
+                                torch.ones_like(logp[pos], dtype=torch.bool),
+                                proximal_logp=start[rows] if run.cfg.proximal == "current" else None,
+                                versions=batch["versions"][rows], group_ids=None if group_ids is None else group_ids[rows],
+                                rewards=batch["rewards"][rows])
+            out = run.recipe.loss(terms, run.cfg.agg, nan_policy="ignore")  # logp and the loss are checked here
+            losses.append(out.loss)
+            outs.append(out)
+            terms_of.append(terms)
+        total = torch.stack(losses)
+        finite = (torch.isfinite(total) & torch.isfinite(logp.detach()).flatten(1).all(1)).tolist()
+        # (a version whose parameters blew up never gets here: `publish` removed it; so a non-finite loss or
+        # log-prob is this update's: finite parameters whose forward overflowed, or a surrogate's)
+        failed = [pos for pos, good in enumerate(finite) if not good]
+        diverged = [(pos, t) for pos in failed]
+        ok = [pos for pos in range(len(self.active)) if pos not in failed]
+        if not ok:
+            return diverged
+        total[ok].sum().backward()
+        oracle = diag.oracle_gradients(self.task, self.policy, xs) if log_now and self.oracle else None
+        entries: dict[str, list] = defaultdict(list)
+        rows: dict[int, dict[str, Any]] = {}
+        records: dict[int, dict[str, Any]] = {}
+        for pos in ok:
+            run = self.runs[self.active[pos]]
+            leaves = run.group["params"]
+            for leaf, p in zip(leaves, params, strict=True):
+                # transforms edit gradients in place: give them their own memory, as a run alone has
+                leaf.grad = p.grad[pos].clone() if run.recipe.transforms else p.grad[pos]
+            grad = diag.flat_grad(leaves)
+            records[pos] = self._step_record(t, where, logits[pos], logp[pos].detach(), terms_of[pos], grad,
+                                             run.prev_grad)
+            if log_now:
+                rows[pos] = self._diagnostics(t, work.batches[pos], logp[pos].detach(), terms_of[pos].behavior_logp,
+                                              outs[pos], grad, run.prev_grad,
+                                              None if oracle is None else (oracle[0][pos], oracle[1][pos]))
+            run.prev_grad = grad
+            entries[run.cfg.optimizer].append((pos, (run.recipe, run.group, terms_of[pos])))
+        for kind, items in entries.items():
+            metrics = Recipe.step_groups(self.optimizers[kind], [entry for _, entry in items])
+            for (pos, _), m in zip(items, metrics, strict=True):
+                run = self.runs[self.active[pos]]
+                rec = records[pos]
+                rec["projected"] = float(m["projected"]) if "projected" in m else float("nan")
+                rec["skipped"] = float(m["skipped"]) if "skipped" in m else float("nan")
+                run.steps.append(rec)
+                if pos in rows:
+                    window = health.window_summary(run.steps[run.window:])
+                    run.window = len(run.steps)
+                    run.rows.append({**{k: float(v) for k, v in m.items()}, **rows[pos], **window})
+        for p in params:
+            p.grad = None
+        for pos in ok:
+            for leaf in self.runs[self.active[pos]].group["params"]:
+                leaf.grad = None
+        return diverged
+
+    @staticmethod
+    def _step_record(t: int, where: tuple[int, int], logits: Tensor, logp: Tensor, terms: PolicyTerms, grad: Tensor,
+                     prev_grad: Tensor | None) -> dict[str, Any]:
+        """The cheap per-optimizer-step record of one run (testbed/health.py)."""
+        seq_lr = sequence_log_ratio(logp, terms.behavior_logp, torch.ones_like(logp, dtype=torch.bool))
+        stats = diag.ratio_stats(logp - terms.behavior_logp, seq_lr)
+        norm = float(torch.linalg.vector_norm(grad))
+        entropy, max_prob = health.policy_sharpness(logits)
+        return {"step": t + 1, "epoch": where[0], "minibatch": where[1],
+                "kind": "within" if where != (0, 0) else "across",
+                "grad_cos": diag.cosine(grad, prev_grad) if prev_grad is not None else float("nan"),
+                "grad_norm": norm, "zero_grad": float(norm == 0.0), "ess": stats["ess"],
+                "ratio_max": float(stats["behav_ratio_max"]),
+                "logratio_q95": float(torch.quantile((logp - terms.behavior_logp).flatten().double(), 0.95)),
+                "zero_adv_frac": health.zero_fraction(terms.advantages),
+                "entropy": entropy, "max_prob": max_prob}
+
+    def _diagnostics(self, t: int, batch: dict, logp: Tensor, blogp: Tensor, out: Any, grad: Tensor,
+                     prev_grad: Tensor | None, oracle: tuple[Tensor, Tensor] | None) -> dict[str, Any]:
+        lags = (t - batch["versions"]).float()
+        seq_lr = sequence_log_ratio(logp, blogp, torch.ones_like(logp, dtype=torch.bool))
+        row: dict[str, Any] = {
+            "step": t + 1,
+            "loss": float(out.loss.detach()),
+            "reward": float(batch["rewards"].mean()),
+            "true_reward": float(batch["true_rewards"].mean()),
+            "lag_mean": float(lags.mean()),
+            "lag_max": int(lags.max()),
+            "buggy_frac": batch["buggy_frac"],
+            "grad_norm": float(torch.linalg.vector_norm(grad)),
+            "grad_cos_prev": diag.cosine(grad, prev_grad) if prev_grad is not None else float("nan"),
+            **{k: float(v) for k, v in out.metrics.items()},
+            **diag.ratio_stats(logp - blogp, seq_lr),
+        }
+        if oracle is not None:
+            row["cos_true_pg"] = diag.cosine(grad, oracle[0])
+            row["cos_ce"] = diag.cosine(grad, oracle[1])
+        return row
+
+
+class NoCompileAdam(torch.optim.Adam):
+    """torch's Adam, stepped without its compile wrapper (which imports torch._dynamo: `skip_dynamo_import`);
+    the wrapper's only effect outside torch.compile is to run the step without autograd, done here."""
+
+    @torch.no_grad()
+    def step(self, closure: Any = None) -> Any:
+        return torch.optim.Adam.step.__wrapped__(self, closure)
+
+
+class NoCompileSGD(torch.optim.SGD):
+    """torch's SGD, stepped like `NoCompileAdam`."""
+
+    @torch.no_grad()
+    def step(self, closure: Any = None) -> Any:
+        return torch.optim.SGD.step.__wrapped__(self, closure)
+
+
+@functools.cache
+def skip_dynamo_import() -> None:
+    """Let torch's optimizers run without importing torch._dynamo (about 2 s of CPU, most of a short run's
+    start-up). Optimizer methods such as ``add_param_group`` are wrapped by ``torch._compile._disable_dynamo``,
+    whose wrapper imports torch._dynamo on its first call only to mark the method as not to be compiled, and
+    caches the result on the method as ``__dynamo_disable``. The runner never compiles, so the method itself is
+    cached there: the same code runs, and torch._dynamo is imported only by whoever compiles."""
+    from torch import _compile
+
+    marker = _compile._disable_dynamo(lambda: None).__code__
+    for cls in (torch.optim.Optimizer, torch.optim.Adam, torch.optim.SGD):
+        for attr in vars(cls).values():
+            inner = getattr(attr, "__wrapped__", None)
+            if getattr(attr, "__code__", None) is marker and inner is not None and "torch._dynamo" not in sys.modules:
+                inner.__dynamo_disable = inner
