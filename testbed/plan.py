@@ -1,0 +1,229 @@
+"""The plan of a sweep (testbed/sweep.py): everything checked before anything is written.
+
+Before anything is written (`plan_sweep`): every config is validated (`RunConfig.parse`, the one spec
+grammar), every task is built (a missing or corrupt data directory is an error here), the memory and
+disk the work needs are estimated and refused when they cannot fit (testbed/limits.py), and the
+output directory is checked (a directory, writable, room on its disk). Runs already finished in the
+output directory (same config hash) are skipped, so rerunning an interrupted sweep completes it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import struct
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from testbed import limits
+from testbed.results import ResultStore
+from testbed.runner import RunConfig, RunSpec
+from testbed.stabilizers.registry import DEFAULT_ADVANTAGE
+from testbed.stabilizers.spec import SpecError
+from testbed.tasks import make_task
+from testbed.usage import UsageError
+
+MAX_LOOP = 8  # runs per loop by default: past this the per-run work dominates and memory grows
+FORMATS = ("csv", "parquet")
+MAX_LAG = 2**62  # lags are int64 in the schedule
+MAX_PARAM = 1e38  # recipe parameters are used in float32 (largest finite: 3.4e38; 1 + x must not overflow)
+
+
+
+
+def parse_loop_size(value: Any) -> int | None:
+    """A sweep file's or the CLI's ``loop_size``: None (automatic) or an integer >= 1."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SpecError(f"loop_size must be an integer >= 1 (runs per loop), got {value!r}")
+    return value
+
+
+
+# -- tasks ----------------------------------------------------------------------------------------------
+
+_TASKS: dict[str, Any] = {}  # a few built tasks, by task_key (validation, estimates, chance levels)
+
+
+def task_key(spec: RunSpec) -> str:
+    return repr((spec.config.task, sorted(spec.task_args.items())))
+
+
+def build_task(spec: RunSpec) -> Any:
+    """The task of ``spec``, built once per process (a few kept); data that cannot be read -> UsageError."""
+    key = task_key(spec)
+    if key not in _TASKS:
+        name, args = spec.config.task, spec.task_args
+        try:
+            task = make_task(name, **args)
+        except (OSError, EOFError, zlib.error, struct.error) as exc:  # e.g. a corrupt .gz IDX file
+            shown = ", ".join(f"{k}={v!r}" for k, v in args.items())
+            raise UsageError(f"task {name!r} ({shown or 'default options'}) cannot load its data: "
+                             f"{type(exc).__name__}: {exc}") from None
+        except MemoryError as exc:  # e.g. a reward table of 10^12 arms: numpy's message states the size
+            shown = ", ".join(f"{k}={v!r}" for k, v in args.items())
+            raise UsageError(f"task {name!r} ({shown}) does not fit in memory: {exc or 'out of memory'}; try "
+                             "smaller task options") from None
+        while len(_TASKS) >= 4:
+            _TASKS.pop(next(iter(_TASKS)))
+        _TASKS[key] = task
+    return _TASKS[key]
+
+
+# -- the plan: everything checked before anything is written -------------------------------------------
+
+
+@dataclass
+class Plan:
+    """A validated sweep: what runs, in which loops, what it needs, and what looks pointless."""
+
+    out: Path
+    configs: list[RunConfig]
+    todo: list[RunConfig]
+    groups: list[list[RunConfig]]
+    workers: int
+    fmt: str
+    specs: dict[str, RunSpec]  # by run id
+    run_ids: dict[int, str]  # by id() of each config (a config's id is a hash, costly to recompute)
+    memory: int
+    memory_available: int | None
+    disk: int
+    disk_free: int | None
+    warnings: list[str] = field(default_factory=list)
+    created: list[Path] = field(default_factory=list)
+
+    def describe(self) -> str:
+        done = len(self.configs) - len(self.todo)
+        mem = f"at least {limits.fmt_bytes(self.memory)} of memory"
+        if self.memory_available is not None:
+            mem += f" ({limits.fmt_bytes(self.memory_available)} available)"
+        disk = f"about {limits.fmt_bytes(self.disk)} on disk"
+        if self.disk_free is not None:
+            disk += f" ({limits.fmt_bytes(self.disk_free)} free)"
+        where = "exists" if self.out.is_dir() else "would be created"
+        return (f"{len(self.configs)} run(s), {done} already finished in {str(self.out)!r} ({where}); "
+                f"{len(self.todo)} to train in {len(self.groups)} loop(s) on {self.workers} worker(s); "
+                f"needs {mem} and {disk}")
+
+
+def _warnings(specs: list[RunSpec], tasks: dict[str, Any]) -> list[str]:
+    """Legal but pointless settings, one line each (deduplicated)."""
+    out: dict[str, None] = {}
+    for spec in specs:
+        cfg, st = spec.config, spec.staleness
+        if st.kind == "fixed" and st.max_lag >= cfg.steps - 1 and cfg.steps > 1:
+            out[f"delay {cfg.delay!r} with {cfg.steps} steps: lags are clamped to the step, so every batch is "
+                f"sampled by the initial policy (version 0) and the actors never see an update"] = None
+        task = tasks[task_key(spec)]
+        if st.mix > 0 and int(task.horizon) == 1:
+            out[f"delay {cfg.delay!r}: +mixed has no effect on task {cfg.task!r} (one token per sample)"] = None
+        if cfg.group_size == 1 and _names_group_advantage(cfg.recipe) and _uses_groups(spec.recipe):
+            out[f"recipe {cfg.recipe!r} normalises advantages within prompt groups, but group_size is 1: there are "
+                "no groups, so the whole batch is one group (set --group-size G > 1 for GRPO groups)"] = None
+    return list(out)
+
+
+def _names_group_advantage(text: str) -> bool:
+    """True when the recipe spec names an advantage estimator itself (``group``, ``dr_grpo+...``), rather than
+    the default or a bundled recipe's choice (``vcpo``'s baseline is per group, else per batch, by design)."""
+    from testbed.stabilizers.registry import ADVANTAGES
+    from testbed.stabilizers.spec import parse_spec
+
+    return any(name in ADVANTAGES and name != DEFAULT_ADVANTAGE for name, _ in parse_spec(text))
+
+
+def _uses_groups(recipe: Any) -> bool:
+    """True when the recipe's advantages change with the group ids (a group-normalised estimator)."""
+    import torch
+
+    rewards = torch.tensor([0.0, 1.0, 0.25, 1.0])
+    groups = torch.tensor([0, 0, 1, 1])
+    try:
+        a = recipe.advantages(rewards, group_ids=None)
+        b = recipe.advantages(rewards, group_ids=groups)
+    except Exception:
+        return False
+    return not torch.equal(a, b)
+
+
+def _check_float32(text: str, recipe: Any) -> None:
+    """Recipe parameters enter float32 computations: a finite value beyond `MAX_PARAM` in magnitude would
+    overflow there (inf is allowed where a component allows it)."""
+    from testbed.stabilizers.base import component_params
+
+    for comp in (recipe.advantage, recipe.surrogate, *recipe.transforms):
+        for key, value in component_params(comp).items():
+            if isinstance(value, float) and math.isfinite(value) and abs(value) > MAX_PARAM:
+                raise UsageError(f"recipe {text!r}: {comp.name}.{key} = {value:g} is too large for float32 "
+                                 f"computations; finite values must be at most {MAX_PARAM:g} in magnitude")
+
+
+def plan_sweep(configs: list[RunConfig], out: str | Path, *, workers: int = 1, fmt: str = "csv",
+               loop_size: int | None = None, create: bool = False, what: str = "--out",
+               specs: dict[str, RunSpec] | None = None) -> Plan:
+    """Check everything about a sweep before anything is written (module docstring); with ``create``, make
+    the output directory last. UsageError (or SpecError) with one line naming the problem otherwise.
+    ``specs``: configs already parsed by `expand`, by run id."""
+    if fmt not in FORMATS:
+        raise UsageError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    if fmt == "parquet" and importlib.util.find_spec("pyarrow") is None and importlib.util.find_spec("fastparquet") is None:
+        raise UsageError("format 'parquet' needs pyarrow (pip install pyarrow); or use format csv")
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise UsageError(f"workers must be an integer >= 1, got {workers!r}")
+    loop_size = parse_loop_size(loop_size)
+    if not configs:
+        raise UsageError("nothing to run: the sweep has no runs")
+    parsed = dict(specs or {})
+    specs, run_ids = {}, {}
+    for cfg in configs:
+        run_id = run_ids[id(cfg)] = cfg.run_id
+        spec = parsed.get(run_id) or cfg.parse()
+        if spec.staleness.max_lag >= MAX_LAG:
+            raise UsageError(f"delay {cfg.delay!r}: the lag must be below 2^62, got {spec.staleness.max_lag}")
+        _check_float32(cfg.recipe, spec.recipe)
+        specs[run_id] = spec
+    tasks = {task_key(s): build_task(s) for s in specs.values()}
+    shapes = {k: limits.task_shape(t) for k, t in tasks.items()}
+    store = ResultStore(out)
+    todo = [c for c in configs if not store.done(run_ids[id(c)])]
+    if loop_size is None:
+        loop_size = default_loop_size(len(todo), workers)
+    groups = group_runs(todo, loop_size, {id(c): specs[run_ids[id(c)]] for c in todo})
+    loops = []
+    for group in groups:
+        est = limits.Estimate()
+        for cfg in group:
+            spec = specs[run_ids[id(cfg)]]
+            est.add(limits.estimate_run(spec, shapes[task_key(spec)]))
+        est.why["runs"] = f"{len(group)} run(s) in one loop"
+        loops.append(est)
+    disk = sum(e.disk for e in loops) * 2 + 65536  # per-run files, then results.csv and summary.csv
+    n_workers = max(1, min(workers, len(groups)))
+    need, avail, free = limits.check_fits(loops, n_workers, len(todo), disk, Path(out))
+    plan = Plan(Path(out), configs, todo, groups, n_workers, fmt, specs, run_ids, need, avail, disk, free,
+                _warnings(list(specs.values()), tasks))
+    plan.created = limits.check_output_dir(out, create, what)
+    return plan
+
+
+def default_loop_size(n_runs: int, workers: int) -> int:
+    """Runs per loop when the sweep does not say: enough loops to keep every worker busy, at most `MAX_LOOP`."""
+    return max(1, min(MAX_LOOP, math.ceil(n_runs / workers)))
+
+
+def group_runs(configs: list[RunConfig], loop_size: int, specs: dict[int, RunSpec] | None = None) -> list[list[RunConfig]]:
+    """Configs packed into loops of at most ``loop_size`` runs that share a model shape (order kept within a
+    loop; loops in order of their first config). ``specs``: the parsed configs by ``id()``, if at hand."""
+    buckets: dict[str, list[list[RunConfig]]] = {}
+    order: list[list[RunConfig]] = []
+    for cfg in configs:
+        spec = specs[id(cfg)] if specs is not None else cfg.parse()
+        bucket = buckets.setdefault(repr(spec.shape), [])
+        if not bucket or len(bucket[-1]) >= loop_size:
+            bucket.append([])
+            order.append(bucket[-1])
+        bucket[-1].append(cfg)
+    return order
