@@ -153,3 +153,13 @@ def chunk_sizes(batch_size: int, n_actors: int) -> list[int]:
     """How a batch is split among actors: as evenly as possible, the first ones one larger."""
     base, extra = divmod(batch_size, n_actors)
     return [base + (1 if a < extra else 0) for a in range(n_actors)]
+
+
+class Loop(list):
+    """The configs of one loop (a list of `RunConfig`) with what the plan already made of them: ``specs``, their
+    parsed `RunSpec` (each used by one runner only: a recipe holds one run's state), and ``task``, the built
+    task they share. `testbed.runner.Runner` takes either a plain list or a Loop."""
+
+    def __init__(self, configs: list[RunConfig], specs: list[RunSpec], task: Any) -> None:
+        super().__init__(configs)
+        self.specs, self.task = specs, task

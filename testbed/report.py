@@ -10,7 +10,8 @@ of each status (testbed/outcomes.py), and the mean consecutive-gradient cosine o
 of its runs (and, where recorded, the within-batch and across-batch cosines of testbed/health.py). Beside
 the error, the health of the setting's runs (testbed/health.py): ``health`` counts the healthy ones
 (``4/5``; ``s``: stalled, ``l``: lost a class, e.g. ``3/5 s1 l1``) and ``lost`` is the mean number of
-test classes the final policies never predict. Settings shared by every run are listed once above the
+test classes the final policies never predict, in a second table (by the same settings, with the mean
+error, the zero-gradient share and the within / across-batch cosines) below the first. Settings shared by every run are listed once above the
 table. Every run that is not ok, or not healthy, is listed by id; ``--runs`` lists all of them.
 
 Works on any mix of statuses (all diverged included). A directory without summary.csv, or whose
@@ -111,34 +112,42 @@ def report(out: Path, runs: bool = False) -> str:
     cosine = _cosines(out, summary)
     keys = varying or None
     groups = summary.groupby(keys, sort=False, dropna=False) if keys else [((), summary)]
-    rows = []
+    rows, health_rows = [], []
     for key, grp in groups:
         key = key if isinstance(key, tuple) else (key,)
         row: dict[str, Any] = dict(zip(varying, map(_fmt, key), strict=True)) if varying else {"setting": "(all runs)"}
+        hrow = dict(row)
         good = grp[grp["status"].isin(["ok", "collapsed"])]
         row[metric] = _stat(good[metric])
         row["runs"] = len(grp)
         for s in statuses:
             row[s] = int((grp["status"] == s).sum())
-        if "health" in grp:
-            row.update(_health(grp))
-        if cosine is not None:
-            for col in cosine.columns:
-                values = cosine[col].reindex(grp["run_id"]).dropna()
-                row[col] = f"{values.mean():.3f}" if len(values) else "-"
+        if cosine is not None and "grad_cos_prev" in cosine:
+            values = cosine["grad_cos_prev"].reindex(grp["run_id"]).dropna()
+            row["grad_cos_prev"] = f"{values.mean():.3f}" if len(values) else "-"
         rows.append(row)
+        if "health" in grp:
+            hrow[metric] = _fmt(float(good[metric].mean())) if len(good) else "-"
+            hrow.update(_health(grp))
+            if cosine is not None:
+                for col in ("grad_cos_within", "grad_cos_across"):
+                    values = cosine[col].reindex(grp["run_id"]).dropna() if col in cosine else pd.Series([])
+                    hrow[col] = f"{values.mean():.3f}" if len(values) else "-"
+            health_rows.append(hrow)
     lines += ["", f"{metric} by setting (mean +- std over seeds of the ok and collapsed runs; diverged and failed runs "
               "have no final value and are counted):", pd.DataFrame(rows).to_string(index=False)]
-    if cosine is not None:
-        lines.append("grad_cos_*: mean consecutive-gradient cosine over all logged steps of the setting's runs "
-                     "(_within: previous step on the same batch, _across: on the previous batch)")
-    if "health" in summary:
-        lines.append("health: healthy runs / runs (s: stalled, l: lost a class); lost: mean classes never predicted")
+    if cosine is not None and "grad_cos_prev" in cosine:
+        lines.append("grad_cos_prev: mean consecutive-gradient cosine over all logged steps of the setting's runs")
+    if health_rows:
+        lines += ["", f"health by setting ({metric}: mean; health: healthy runs / runs, s = stalled, l = lost a class; "
+                  "lost: mean test classes the final policies never predict; zero_grad: share of exactly zero "
+                  "gradients in the second half; grad_cos_within / _across: mean cosine to the previous optimizer "
+                  "step on the same / the previous batch):", pd.DataFrame(health_rows).to_string(index=False)]
     unhealthy = summary["health"].fillna("healthy") != "healthy" if "health" in summary else False
     bad = summary[(summary["status"] != "ok") | unhealthy]
     listed = summary if runs else bad
     if len(listed):
-        title = "runs:" if runs else "runs not ok:"
+        title = "runs:" if runs else "runs not ok or not healthy:"
         lines += ["", title]
         for _, r in listed.head(len(listed) if runs else SHOWN_NOT_OK).iterrows():
             parts = [str(r["run_id"]), *(f"{c}={_fmt(r[c])}" for c in varying)]
@@ -166,7 +175,9 @@ def _health(grp: pd.DataFrame) -> dict[str, str]:
         if n:
             cell += f" {letter}{n}"
     lost = pd.to_numeric(grp.get("lost_classes_final"), errors="coerce") if "lost_classes_final" in grp else None
-    return {"health": cell, "lost": "-" if lost is None or lost.isna().all() else f"{lost.mean():.1f}"}
+    zero = pd.to_numeric(grp["zero_grad_frac_late"], errors="coerce") if "zero_grad_frac_late" in grp else None
+    return {"health": cell, "lost": "-" if lost is None or lost.isna().all() else f"{lost.mean():.1f}",
+            "zero_grad": "-" if zero is None or zero.isna().all() else f"{zero.mean():.2f}"}
 
 
 COSINES = ("grad_cos_prev", "grad_cos_within", "grad_cos_across")

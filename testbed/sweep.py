@@ -41,7 +41,7 @@ from testbed.plan import (  # noqa: F401  (re-exported: the sweep's public names
 )
 from testbed.progress import Progress, interactive
 from testbed.results import ResultStore
-from testbed.runner import RunConfig, Runner, RunSpec
+from testbed.runner import Loop, RunConfig, Runner, RunSpec
 from testbed.sweep_file import TOP_KEYS, expand, file_settings, load_file, parse_loop_size  # noqa: F401
 from testbed.usage import RunFailed, UsageError
 
@@ -55,7 +55,7 @@ def _train(configs: list[RunConfig], store: ResultStore, chance: dict[str, float
     ``specs``: the configs as the plan parsed them; the task is the one the plan built."""
     try:
         specs = specs if specs is not None else [c.parse() for c in configs]
-        runner = Runner(configs, task=build_task(specs[0]), specs=specs)
+        runner = Runner(Loop(configs, specs, build_task(specs[0])))
         results = runner.run(progress=progress)
     except Exception as exc:
         if len(configs) > 1:

@@ -52,7 +52,7 @@ def test_run_ids_of_every_dangerous_shape_round_trip(tmp_path, dangerous_ids, ca
         final = summary.loc[seed, "final_test_error"]
         assert lines[run_id].endswith(f"seed={seed}: ok, final_test_error {final:.3f}")
 
-    monkeypatch.setattr(sweep_mod, "Runner", lambda cfgs, **kw: pytest.fail("a finished run was trained again"))
+    monkeypatch.setattr(sweep_mod, "Runner", lambda cfgs: pytest.fail("a finished run was trained again"))
     assert main(["run", "--task", "bandit", "--steps", "4", "--log-every", "2", "--seeds", str(n), "--no-progress",
                  "--out", str(out)]) == 0  # every run is recognised as done by its id
     assert read_frame(out / "summary.csv")["run_id"].tolist() == dangerous_ids
@@ -98,10 +98,10 @@ def test_report_never_pools_two_learning_rates_as_seeds(tmp_path):
 def test_report_on_a_mix_of_ok_collapsed_diverged_and_failed_runs(tmp_path, monkeypatch):
     real = sweep_mod.Runner
 
-    def fail_sgd(cfgs, **kwargs):
+    def fail_sgd(cfgs):
         if any(c.optimizer == "sgd" for c in cfgs):
             raise MemoryError("simulated")
-        return real(cfgs, **kwargs)
+        return real(cfgs)
 
     monkeypatch.setattr(sweep_mod, "Runner", fail_sgd)
     configs = expand({"base": {"task": "mnist", "steps": 20, "log_every": 10},

@@ -98,11 +98,11 @@ def test_interrupted_sweep_resumes_to_the_same_table(tmp_path, monkeypatch):
 
     real_runner, calls, crash = sweep_mod.Runner, [], [True]
 
-    def flaky(cfgs, **kwargs):
+    def flaky(cfgs):
         calls.extend(c.run_id for c in cfgs)
         if len(calls) == 6 and crash and crash.pop():
             raise KeyboardInterrupt  # an interruption (Ctrl-C) in the middle of the 6th run
-        return real_runner(cfgs, **kwargs)
+        return real_runner(cfgs)
 
     monkeypatch.setattr(sweep_mod, "Runner", flaky)
     out = tmp_path / "resumed"
@@ -129,10 +129,10 @@ def test_a_run_that_raises_is_failed_not_fatal_and_is_retried(tmp_path, monkeypa
     reference = sweep_file(path, out=tmp_path / "full", progress=False)
     real_runner = sweep_mod.Runner
 
-    def broken(cfgs, **kwargs):
+    def broken(cfgs):
         if any(c.recipe == "dg" and c.seed == 1 for c in cfgs):
             raise RuntimeError("boom in the learner")
-        return real_runner(cfgs, **kwargs)
+        return real_runner(cfgs)
 
     monkeypatch.setattr(sweep_mod, "Runner", broken)
     from testbed.cli import main
@@ -156,7 +156,7 @@ def test_a_run_that_raises_is_failed_not_fatal_and_is_retried(tmp_path, monkeypa
 
     monkeypatch.setattr(sweep_mod, "Runner", real_runner)  # the bug is fixed: rerun retries the failed runs only
     calls = []
-    monkeypatch.setattr(sweep_mod, "Runner", lambda cfgs, **kw: calls.extend(c.run_id for c in cfgs) or real_runner(cfgs, **kw))
+    monkeypatch.setattr(sweep_mod, "Runner", lambda cfgs: calls.extend(c.run_id for c in cfgs) or real_runner(cfgs))
     assert main(["sweep", str(path), "--out", str(out), "--no-progress"]) == 0
     assert sorted(calls) == sorted(failed["run_id"])
     assert (out / "results.csv").read_bytes() == (tmp_path / "full" / "results.csv").read_bytes()
