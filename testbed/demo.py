@@ -35,6 +35,10 @@ def caption(summary: pd.DataFrame) -> str:
             f"batch was sampled by the policy of D updates ago), one line per recipe.{chance_text}")
 
 
+STYLES = ("-", "--", "-.", ":")
+MARKERS = ("o", "s", "^", "v")
+
+
 def plot_demo(table: pd.DataFrame, summary: pd.DataFrame, path: Path) -> str:
     """Test error against step: one panel per delay, one line per recipe (mean over seeds), with its caption
     under the panels (also written to ``demo.caption.txt``). Returns the caption."""
@@ -49,9 +53,14 @@ def plot_demo(table: pd.DataFrame, summary: pd.DataFrame, path: Path) -> str:
     chance = pd.to_numeric(summary.get("chance_reward", pd.Series(dtype=float)), errors="coerce").dropna()
     for ax, delay in zip(axes[0], delays, strict=True):
         sub = table[(table["delay"] == delay) & table["test_error"].notna()] if "test_error" in table else table.iloc[0:0]
+        curves: dict[tuple, list[str]] = {}  # recipes with identical curves (e.g. pg, tis, ppo at sync: ratio 1)
         for recipe, grp in sub.groupby("recipe", sort=False):
             curve = grp.groupby("step")["test_error"].mean()
-            ax.plot(curve.index.to_numpy(dtype=float), curve.to_numpy(dtype=float), label=recipe)
+            key = (tuple(curve.index.to_numpy(dtype=float)), tuple(curve.to_numpy(dtype=float)))
+            curves.setdefault(key, []).append(str(recipe))
+        for k, ((x, y), names) in enumerate(curves.items()):  # one line per distinct curve, each drawn differently
+            ax.plot(x, y, label=" = ".join(names), linestyle=STYLES[k % len(STYLES)], marker=MARKERS[k % len(MARKERS)],
+                    markersize=3, color=f"C{list(dict.fromkeys(sub['recipe'])).index(names[0])}")
         if len(chance):
             ax.axhline(1 - float(chance.iloc[0]), color="grey", linestyle=":", linewidth=1)
         ax.set_title(f"delay {delay}")
@@ -59,8 +68,9 @@ def plot_demo(table: pd.DataFrame, summary: pd.DataFrame, path: Path) -> str:
         ax.set_ylim(0, 1)
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("MNIST test error")
-    if axes[0][-1].get_legend_handles_labels()[0]:
-        axes[0][-1].legend(fontsize=8)
+    for ax in axes[0]:  # every panel has its own legend: a panel may merge recipes whose curves coincide
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
     wrapped = textwrap.fill(text, width=int(40 * len(delays) + 20))
     n_lines = wrapped.count("\n") + 1
     fig.tight_layout(rect=(0, 0.04 * n_lines + 0.02, 1, 1))
