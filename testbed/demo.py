@@ -58,9 +58,11 @@ def plot_demo(table: pd.DataFrame, summary: pd.DataFrame, path: Path) -> str:
             curve = grp.groupby("step")["test_error"].mean()
             key = (tuple(curve.index.to_numpy(dtype=float)), tuple(curve.to_numpy(dtype=float)))
             curves.setdefault(key, []).append(str(recipe))
-        for k, ((x, y), names) in enumerate(curves.items()):  # one line per distinct curve, each drawn differently
+        order = list(dict.fromkeys(summary["recipe"]))
+        for (x, y), names in curves.items():  # one line per distinct curve; a recipe keeps its colour and style
+            k = order.index(names[0])
             ax.plot(x, y, label=" = ".join(names), linestyle=STYLES[k % len(STYLES)], marker=MARKERS[k % len(MARKERS)],
-                    markersize=3, color=f"C{list(dict.fromkeys(sub['recipe'])).index(names[0])}")
+                    markersize=3, color=f"C{k}")
         if len(chance):
             ax.axhline(1 - float(chance.iloc[0]), color="grey", linestyle=":", linewidth=1)
         ax.set_title(f"delay {delay}")
