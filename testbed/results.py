@@ -182,20 +182,36 @@ class ResultStore:
         return (self.runs / f"{run_id}.json").is_file()
 
     def done(self, run_id: str) -> bool:
-        """True when the run finished (any status but ``failed``, which is retried)."""
+        """True when the run finished (any status but ``failed``, which is retried) and its rows file is whole:
+        it holds the number of rows its record counts (a rows file cut short, e.g. by a copy that ran out of
+        disk, makes the run count as not finished, so it is trained again)."""
         if not self.has_record(run_id):
             return False
         try:
-            return self.record(run_id).get("status") != "failed"
+            record = self.record(run_id)
+            if record.get("status") == "failed":
+                return False
+            return "rows" not in record or self._row_count(run_id) == record["rows"]
         except (OSError, ValueError):
             return False
+
+    def _row_count(self, run_id: str) -> int:
+        """Data lines of runs/<id>.csv (-1 when it is missing or lacks its header or its final newline)."""
+        path = self.runs / f"{run_id}.csv"
+        if not path.is_file():
+            return -1
+        data = path.read_bytes()
+        if not data.endswith(b"\n"):
+            return -1
+        return data.count(b"\n") - 1
 
     def save(self, result: RunResult) -> None:
         run_id = result.config.run_id
         atomic_write_frame(result_frame(result), self.runs / f"{run_id}.csv")
         if result.steps:
             atomic_write_frame(pd.DataFrame(result.steps), self.runs / f"{run_id}.steps.csv")
-        record = {"run_id": run_id, "config": result.config.to_dict(), "status": result.status, **result.info}
+        record = {"run_id": run_id, "config": result.config.to_dict(), "status": result.status, **result.info,
+                  "rows": len(result.rows)}
         atomic_write_text(self.runs / f"{run_id}.json", json.dumps(record, indent=1, sort_keys=True, default=_scalar))
         (self.runs / f"{run_id}.log").unlink(missing_ok=True)  # from an earlier failed attempt
 

@@ -196,3 +196,20 @@ def test_diverged_run_is_a_status_not_nan_rows(tmp_path):
     record = json.loads((tmp_path / "runs" / f"{configs[1].run_id}.json").read_text())
     assert record["status"] == "diverged" and record["config"]["lr"] == 1e38
     assert ResultStore(tmp_path).done(configs[0].run_id)
+
+
+def test_a_run_whose_rows_file_was_cut_short_is_trained_again(tmp_path):
+    configs = expand({"base": {"task": "contextual_bandit", "steps": 12, "log_every": 4, "batch_size": 8, "seeds": 2}})
+    reference = run_sweep(configs, tmp_path, progress=False)
+    store = ResultStore(tmp_path)
+    victim = configs[1].run_id
+    assert all(store.done(c.run_id) for c in configs) and store.record(victim)["rows"] == 3
+    rows = store.runs / f"{victim}.csv"
+    text = rows.read_text()
+    rows.write_text(text[: len(text) - 10])  # the last row cut in the middle
+    assert store.done(configs[0].run_id) and not store.done(victim)
+    rows.write_text("".join(text.splitlines(keepends=True)[:-1]))  # the last row missing, file otherwise whole
+    assert not store.done(victim)
+    again = run_sweep(configs, tmp_path, progress=False)  # retrains the victim only, to the same table
+    pd.testing.assert_frame_equal(again, reference)
+    assert store.done(victim)
