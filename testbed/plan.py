@@ -10,6 +10,7 @@ output directory (same config hash) are skipped, so rerunning an interrupted swe
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 import struct
 import zlib
@@ -188,6 +189,7 @@ def plan_sweep(configs: list[RunConfig], out: str | Path, *, workers: int = 1, f
     tasks = {task_key(s): build_task(s) for s in specs.values()}
     shapes = {k: limits.task_shape(t) for k, t in tasks.items()}
     store = ResultStore(out)
+    _check_other_runs(Path(out), set(run_ids.values()), what)
     todo = [c for c in configs if not store.done(run_ids[id(c)])]
     if loop_size is None:
         loop_size = default_loop_size(len(todo), workers)
@@ -207,6 +209,24 @@ def plan_sweep(configs: list[RunConfig], out: str | Path, *, workers: int = 1, f
                 _warnings(list(specs.values()), tasks))
     plan.created = limits.check_output_dir(out, create, what)
     return plan
+
+
+def _check_other_runs(out: Path, run_ids: set[str], what: str) -> None:
+    """Refuse an output directory whose tables hold runs this command does not (another sweep's or run's): its
+    results.csv and summary.csv would be rewritten without them. The same command, or one that adds runs,
+    resumes there."""
+    path = out / "config.json"
+    if not path.is_file():
+        return
+    try:
+        recorded = json.loads(path.read_text()).get("runs", {})
+    except (OSError, ValueError, AttributeError):
+        return  # not ours to judge: the directory check reports what is wrong with it
+    others = [rid for rid in recorded if rid not in run_ids]
+    if others:
+        raise UsageError(f"{str(out)!r} holds the results of {len(others)} run(s) that this command does not run (written "
+                         f"by another sweep or run); its tables would lose them: give another {what}, or rerun the "
+                         "command that wrote it")
 
 
 def default_loop_size(n_runs: int, workers: int) -> int:

@@ -213,3 +213,17 @@ def test_a_run_whose_rows_file_was_cut_short_is_trained_again(tmp_path):
     again = run_sweep(configs, tmp_path, progress=False)  # retrains the victim only, to the same table
     pd.testing.assert_frame_equal(again, reference)
     assert store.done(victim)
+
+
+def test_a_command_into_a_directory_holding_other_runs_is_refused(tmp_path, capsys):
+    from testbed.cli import main
+
+    out = str(tmp_path / "out")
+    argv = ["run", "--task", "bandit", "--steps", "4", "--log-every", "2", "--no-progress", "--out", out]
+    assert main(argv) == 0
+    assert main([*argv, "--seeds", "2"]) == 0  # adds a run: resumes there, both runs in the tables
+    assert len(read_frame(tmp_path / "out" / "summary.csv")) == 2
+    before = (tmp_path / "out" / "results.csv").read_bytes()
+    assert main([*argv[:4], "6", *argv[5:]]) == 2  # other runs (6 steps): refused, nothing rewritten
+    assert "holds the results of 2 run(s) that this command does not run" in capsys.readouterr().err
+    assert (tmp_path / "out" / "results.csv").read_bytes() == before
