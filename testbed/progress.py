@@ -63,7 +63,8 @@ class Progress:
     def _line(self) -> None:
         elapsed = time.monotonic() - self.t0
         pct = f" ({100 * self.n / self.total:.0f}%)" if self.total else ""
-        text = f"{self.desc}: {self.n}/{self.total}{pct}, {_clock(elapsed)} elapsed"
+        n = f"{self.n:.1f}" if self.n != int(self.n) else str(int(self.n))  # workers report fractions of runs
+        text = f"{self.desc}: {n}/{self.total}{pct}, {_clock(elapsed)} elapsed"
         done_here = self.n - self.initial
         if done_here > 0 and self.n < self.total:
             text += f", about {_clock(elapsed / done_here * (self.total - self.n))} left"

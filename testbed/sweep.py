@@ -20,7 +20,7 @@ import multiprocessing
 import os
 import sys
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,13 +49,17 @@ from testbed.usage import RunFailed, UsageError
 
 
 def _train(configs: list[RunConfig], store: ResultStore, chance: dict[str, float | None],
-           progress: bool = False, specs: list[RunSpec] | None = None) -> list[str]:
+           progress: bool = False, specs: list[RunSpec] | None = None,
+           on_version: Callable[[int, int, Any], None] | None = None) -> list[str]:
     """Train ``configs`` in one loop and save each result with its status; an exception marks the run
     ``failed`` (a loop of several is retried run by run first, parsed afresh). Returns the statuses.
-    ``specs``: the configs as the plan parsed them; the task is the one the plan built."""
+    ``specs``: the configs as the plan parsed them; the task is the one the plan built. ``on_version``:
+    the runner's hook (every new version of every run)."""
     try:
         specs = specs if specs is not None else [c.parse() for c in configs]
         runner = Runner(Loop(configs, specs, build_task(specs[0])))
+        if on_version is not None:
+            runner.on_version = on_version
         results = runner.run(progress=progress)
     except Exception as exc:
         if len(configs) > 1:
@@ -74,17 +78,40 @@ def _train(configs: list[RunConfig], store: ResultStore, chance: dict[str, float
     return statuses
 
 
-def _worker_init(threads: int, parent: int) -> None:
+_DONE: Any = None  # in a worker process: the sweep's shared count of runs done, fractions of runs included
+
+
+def _worker_init(threads: int, parent: int, done: Any = None) -> None:
     import torch
 
     from testbed.workers import die_with_parent
 
+    global _DONE
+    _DONE = done
     die_with_parent(parent)
     torch.set_num_threads(threads)
 
 
 def _execute(configs: list[dict[str, Any]], out: str, chance: dict[str, float | None]) -> list[str]:
-    return _train([RunConfig(**c) for c in configs], ResultStore(out), chance)
+    """A worker's loop. Every new version of a run adds 1 / steps to the shared count of runs done, so the
+    parent's bar moves while a loop trains; at the end the loop's share is made exactly its number of runs
+    (a run that diverged early, or a loop retried run by run)."""
+    cfgs = [RunConfig(**c) for c in configs]
+    added = [0.0]
+
+    def advance(run: int, version: int, params: Any) -> None:
+        if _DONE is not None and version > 0:
+            share = 1.0 / cfgs[run].steps
+            with _DONE.get_lock():
+                _DONE.value += share
+            added[0] += share
+
+    try:
+        return _train(cfgs, ResultStore(out), chance, on_version=advance)
+    finally:
+        if _DONE is not None:
+            with _DONE.get_lock():
+                _DONE.value += len(cfgs) - added[0]
 
 
 @contextlib.contextmanager
@@ -180,14 +207,23 @@ def run_sweep(
 
 def _run_pool(plan: Plan, store: ResultStore, chance: dict[str, float | None], threads: int, bar: Progress) -> None:
     ctx = multiprocessing.get_context("spawn")
+    done = ctx.Value("d", 0.0)  # runs done in the workers, fractions of runs included (`_execute`)
     with cf.ProcessPoolExecutor(plan.workers, mp_context=ctx, initializer=_worker_init,
-                                initargs=(threads, os.getpid())) as pool:
+                                initargs=(threads, os.getpid(), done)) as pool:
         futures = [pool.submit(_execute, [c.to_dict() for c in g], str(store.out),
                                {plan.run_ids[id(c)]: chance.get(plan.run_ids[id(c)]) for c in g})
                    for g in plan.groups]
+        shown = 0.0
         try:
-            for fut in cf.as_completed(futures):
-                bar.update(len(fut.result()))
+            pending = set(futures)
+            while pending:
+                finished, pending = cf.wait(pending, timeout=1.0, return_when=cf.FIRST_COMPLETED)
+                for fut in finished:
+                    fut.result()  # a worker's exception surfaces here
+                value = min(float(done.value), float(len(plan.todo)))
+                if value > shown:
+                    bar.update(value - shown)
+                    shown = value
         except cf.process.BrokenProcessPool:
             raise RunFailed(f"a worker process died unexpectedly (killed, or out of memory?); finished runs are "
                             f"saved in {str(store.out)!r}; rerun the same command to resume") from None
