@@ -129,8 +129,8 @@ class Runner(Actor, Learner):
 
     def __init__(self, configs: RunConfig | Sequence[RunConfig], task: Any = None,
                  specs: Sequence[RunSpec] | None = None) -> None:
-        if specs is None:  # a `Loop` carries the plan's parsed specs and built task
-            specs, task = getattr(configs, "specs", None), task if task is not None else getattr(configs, "task", None)
+        if specs is None and isinstance(configs, Loop):  # a Loop carries the plan's parsed specs and built task
+            specs, task = configs.specs, task if task is not None else configs.task
         configs = [configs] if isinstance(configs, RunConfig) else list(configs)
         if not configs:
             raise ValueError("Runner needs at least one config")
