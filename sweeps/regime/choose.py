@@ -1,7 +1,7 @@
 """Apply the regime selection rule of testbed/regimes.py to the whole-group search.
 
-    python sweeps/regime/choose.py runs/regime/search_groups runs/regime/reference_pg [--markdown]
-        [--real results/llm/fingerprint]
+    python sweeps/regime/choose.py runs/regime/search_groups/lr1e-3 runs/regime/search_groups/lr3e-3 \
+        --reference runs/regime/reference_pg [--markdown] [--real results/llm/fingerprint]
 
 One row per candidate setting (group size G, minibatches N, lr): rule (a) (health at sync against one-step
 PG), rule (b) (degradation at bounded:32,4, paired by seed, the rule of summarize.py) and the distance (c)
@@ -65,8 +65,8 @@ def real_target(real: Path) -> dict[str, float]:
     return out
 
 
-def select(search: Path, reference: Path, real: Path) -> tuple[pd.DataFrame, dict[str, float]]:
-    data = runs(search)
+def select(search: list[Path], reference: Path, real: Path) -> tuple[pd.DataFrame, dict[str, float]]:
+    data = pd.concat([runs(out) for out in search], ignore_index=True)
     pg = pd.read_csv(reference / "summary.csv")["final_test_error"].mean()
     target = real_target(real)
     rows = []
@@ -112,8 +112,8 @@ def select(search: Path, reference: Path, real: Path) -> tuple[pd.DataFrame, dic
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("search", type=Path)
-    p.add_argument("reference", type=Path)
+    p.add_argument("search", type=Path, nargs="+", help="output directories of the search")
+    p.add_argument("--reference", type=Path, required=True, help="output directory of one-step PG")
     p.add_argument("--real", type=Path, default=Path("results/llm/fingerprint"))
     p.add_argument("--markdown", action="store_true")
     args = p.parse_args()
