@@ -55,6 +55,9 @@ from testbed.tasks.base import token_logp
 
 DEFAULT_LAGS = (1, 2, 4, 8, 16, 32)
 REAL_DIR = Path("results/llm/fingerprint")
+# The real model's measured cosines between disjoint minibatches (m sequences, cosine), from ALGORITHMS.md:
+# SmolLM2-135M-Instruct on arithmetic, dense reward at 16 and 64, sparse reward at 8.
+REAL_KNOWN = ((8, -0.01), (16, 0.10), (64, 0.27))
 
 
 def _view(policy: torch.nn.Module, params: dict[str, Tensor], n: int) -> Any:
@@ -214,6 +217,9 @@ def figure(fp: Fingerprint, others: list[Fingerprint], path: Path) -> None:
         st = [s for s in f.staleness if math.isfinite(s.ess_seq)]
         if st:
             ax2.plot([s.lag for s in st], [s.ess_seq for s in st], "o-", color=color, label=label)
+    if not others:  # no real fingerprint file yet: the measured points of ALGORITHMS.md
+        ax1.plot([m for m, _ in REAL_KNOWN], [c for _, c in REAL_KNOWN], "k*", markersize=9,
+                 label="SmolLM2-135M-Instruct, arithmetic (ALGORITHMS.md)")
     ax1.set(xscale="log", xlabel="minibatch size m (sequences)", ylabel="cosine of disjoint minibatches",
             title="gradient cosine (90% interval)")
     ax1.axhline(0, color="grey", lw=0.5)
