@@ -16,7 +16,7 @@ global ones: explicit settings > regime > task defaults > DEFAULTS (testbed/runn
 Selection rule of ``async_grpo`` (fixed before the search sweeps/regime/search_groups_*.toml was run;
 applied by sweeps/regime/choose.py). A candidate is a setting of (group size G, minibatches N, lr) of
 naive GRPO (``grpo``) on MNIST with minibatches of whole prompt groups, 1,000 learner steps of 100
-samples, one epoch, seeds 0..3; "sync" is lag 0, the staleness levels are ``bounded:8,4`` and
+samples, one epoch, seeds 0..2; "sync" is lag 0, the staleness levels are ``bounded:8,4`` and
 ``bounded:32,4``.
 
 (a) Healthy at sync: in the second half of training fewer than 20% of the optimizer steps have an
