@@ -16,8 +16,7 @@ global ones: explicit settings > regime > task defaults > DEFAULTS (testbed/runn
 Selection rule of ``async_grpo`` (fixed before the search sweeps/regime/search_groups_*.toml was run;
 applied by sweeps/regime/choose.py). A candidate is a setting of (group size G, minibatches N, lr) of
 naive GRPO (``grpo``) on MNIST with minibatches of whole prompt groups, 1,000 learner steps of 100
-samples, one epoch, seeds 0..2; "sync" is lag 0, the staleness levels are ``bounded:8,4`` and
-``bounded:32,4``.
+samples, one epoch, seeds 0..2, at sync (lag 0) and at the higher staleness level ``bounded:32,4``.
 
 (a) Healthy at sync: in the second half of training fewer than 20% of the optimizer steps have an
     exactly zero gradient (mean over seeds of ``zero_grad_frac_late``); the final test error (mean over
@@ -32,10 +31,11 @@ samples, one epoch, seeds 0..2; "sync" is lag 0, the staleness levels are ``boun
     is the minibatch size relative to the gradient noise scale, obtained from the synchronous
     within-batch cosine c of disjoint minibatches as r = c / (1 - c) (c clamped to [0.01, 0.99];
     McCandlish et al. 2018: c ~ m / (m + B_noise)), ess is ESS/N of the sequence ratios and q95 the 95%
-    quantile of the token log-ratio, both at lag 8 (``bounded:8,4``). The ESS and quantile terms are used
-    only when the real fingerprint (results/llm/fingerprint/*.json) has a row at lag 8; without it, the
-    real r comes from the known measurement on SmolLM2-135M-Instruct: cosine +0.10 at 16 sequences (dense
-    reward), so r_real = 0.10 / 0.90. Ties (|d| within 0.05) go to the larger lr margin of rule (a).
+    quantile of the token log-ratio, the testbed's as the mean over the second half's optimizer steps at
+    ``bounded:32,4``, the real model's at lag 32. The ESS and quantile terms are used only when a real
+    fingerprint (results/llm/fingerprint/*.json) has a row at lag 32, and r_real is its cosine at 16
+    sequences when it has one; without it, r_real comes from the known measurement on
+    SmolLM2-135M-Instruct: cosine +0.10 at 16 sequences (dense reward), so r_real = 0.10 / 0.90.
 If no setting passes (a) and (b), the regime keeps the healthy setting nearest by (c) and the finding
 "GRPO at these scales does not degrade in a healthy regime" is recorded in README.md.
 """

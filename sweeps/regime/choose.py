@@ -10,8 +10,8 @@ Columns: ``sync`` / ``pg``: final test error (mean over seeds); ``zero_grad``: z
 optimizer steps in the second half (mean over seeds); ``no_lost``: seeds that lost no class; ``cos_within``:
 synchronous within-batch cosine of disjoint whole-group minibatches (second half, mean over steps then over
 seeds) with its 90% Student-t interval over seeds; ``d8`` / ``d32``: paired stale - sync final error and
-standard error; ``ess8`` / ``q95_8``: mean per-step ESS/N and token log-ratio 95% quantile at bounded:8,4
-(second half); ``r``: m / B_noise from the cosine; ``d``: the distance (c).
+standard error; ``ess32`` / ``q95_32``: mean per-step ESS/N and token log-ratio 95% quantile at
+bounded:32,4 (second half); ``r``: m / B_noise from the cosine; ``d``: the distance (c).
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def runs(out: Path) -> pd.DataFrame:
 
 
 def real_target(real: Path) -> dict[str, float]:
-    """The real model's r (from its cosine at 16 sequences), ESS/N and log-ratio q95 at lag 8 when known."""
+    """The real model's r (from its cosine at 16 sequences), ESS/N and log-ratio q95 at lag 32 when known."""
     out = {"r": REAL_COS16 / (1 - REAL_COS16), "ess": math.nan, "q95": math.nan, "source": "ALGORITHMS.md"}
     for path in sorted(real.glob("*.json")) if real.is_dir() else []:
         d = json.loads(path.read_text())
@@ -59,7 +59,7 @@ def real_target(real: Path) -> dict[str, float]:
                 cos = min(max(c["mean"], 0.01), 0.99)
                 out.update(r=cos / (1 - cos), source=path.name)
         for s in d.get("staleness", []):
-            if s.get("lag") == 8:
+            if s.get("lag") == 32:
                 out.update(ess=s.get("ess_seq") or math.nan, q95=s.get("logratio_q95") or math.nan)
         break
     return out
@@ -85,17 +85,20 @@ def select(search: list[Path], reference: Path, real: Path) -> tuple[pd.DataFram
         for delay, name in ((LOW, "d8"), (HIGH, "d32")):
             stale = grp[grp["delay"] == delay].set_index("seed")["final_test_error"]
             diff = (stale - sync["final_test_error"]).dropna()
+            if not len(diff):
+                row[name] = "-"
+                continue
             mean, se = diff.mean(), diff.std(ddof=1) / math.sqrt(len(diff)) if len(diff) > 1 else math.nan
             row[name] = f"{100 * mean:+.1f} +- {100 * se:.1f}"
             if delay == HIGH:
                 row["b"] = "yes" if mean > 2 * se and mean > 0.02 and row["sync"] < 0.45 else "no"
-        low = grp[grp["delay"] == LOW]
-        row["ess8"], row["q95_8"] = low["ess"].mean(), low["q95"].mean()
+        high = grp[grp["delay"] == HIGH]
+        row["ess32"], row["q95_32"] = high["ess"].mean(), high["q95"].mean()
         c = min(max(cos.mean, 0.01), 0.99) if math.isfinite(cos.mean) else math.nan
         row["r"] = c / (1 - c)
         d = abs(math.log(row["r"]) - math.log(target["r"]))
-        if math.isfinite(target["ess"]):
-            d += abs(row["ess8"] - target["ess"]) + abs(row["q95_8"] - target["q95"])
+        if all(math.isfinite(float(v)) for v in (target["ess"], target["q95"], row["ess32"], row["q95_32"])):
+            d += abs(row["ess32"] - target["ess"]) + abs(row["q95_32"] - target["q95"])
         row["d"] = d
         rows.append(row)
     table = pd.DataFrame(rows)
@@ -118,7 +121,7 @@ def main() -> None:
     p.add_argument("--markdown", action="store_true")
     args = p.parse_args()
     table, target = select(args.search, args.reference, args.real)
-    print(f"real-model target: r = m / B_noise = {target['r']:.3f}, ESS/N at lag 8 = {target['ess']}, "
+    print(f"real-model target: r = m / B_noise = {target['r']:.3f}, ESS/N at lag 32 = {target['ess']}, "
           f"q95 = {target['q95']} (from {target['source']})")
     if args.markdown:
         print(table.to_markdown(index=False, floatfmt=".3g"))
