@@ -313,6 +313,9 @@ def _cmd_fingerprint(argv: list[str]) -> int:
     p.add_argument("--groups", type=integer(4), default=256, help="prompt groups drawn for the statistics")
     p.add_argument("--lags", default="1,2,4,8,16,32", help="comma-separated lags (versions)")
     p.add_argument("--seed", type=integer(0), default=0)
+    p.add_argument("--group-size", type=integer(1), default=None, help="override the regime's")
+    p.add_argument("--minibatches", type=integer(1), default=None, help="override the regime's")
+    p.add_argument("--lr", type=number(0, open_lo=True), default=None, help="override the regime's")
     p.add_argument("--out", type=directory, default="results/fingerprint")
     p.add_argument("--real", type=directory, default="results/llm/fingerprint",
                    help="directory of real-model fingerprints drawn beside it")
@@ -328,7 +331,9 @@ def _cmd_fingerprint(argv: list[str]) -> int:
 
     command = "python -m testbed fingerprint " + " ".join(argv)
     fp = fpm.fingerprint(args.regime, task=args.task, recipe=args.recipe, steps=args.steps, at=args.at,
-                         groups=args.groups, lags=lags, seed=args.seed, command=command)
+                         groups=args.groups, lags=lags, seed=args.seed, command=command,
+                         settings={k: v for k in ("group_size", "minibatches", "lr")
+                                   if (v := getattr(args, k)) is not None})
     out = Path(args.out)
     atomic_write_text(out / f"{args.regime}.json", fp.to_json())
     real = fpm.real_fingerprints(Path(args.real))

@@ -120,11 +120,12 @@ def _commit() -> str:
 
 def fingerprint(regime: str, task: str = "mnist", recipe: str = "grpo", steps: int | None = None, at: float = 0.5,
                 groups: int = 256, lags: tuple[int, ...] = DEFAULT_LAGS, seed: int = 0,
-                command: str = "") -> Fingerprint:
-    """The fingerprint of ``regime`` (module docstring)."""
+                command: str = "", settings: dict[str, Any] | None = None) -> Fingerprint:
+    """The fingerprint of ``regime`` (module docstring); ``settings``: run fields that override the regime's
+    (e.g. a candidate's group_size, minibatches, lr)."""
     t0 = time.perf_counter()
     base = RunConfig(task=task, recipe=recipe, regime=regime, delay="sync", seed=seed,
-                     **({} if steps is None else {"steps": steps})).resolved()
+                     **({} if steps is None else {"steps": steps}), **(settings or {})).resolved()
     version = max(1, round(at * base.steps))
     cfg = RunConfig(**{**base.to_dict(), "steps": version, "log_every": version})
     runner = Runner(cfg)
