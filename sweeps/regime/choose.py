@@ -108,8 +108,11 @@ def select(search: list[Path], reference: Path, real: Path) -> tuple[pd.DataFram
         table.loc[passing["d"].idxmin(), "selected"] = "<- (a)+(b), nearest"
     else:
         healthy = table[table["a"] == "yes"]
+        learns = table[table["sync"] <= 1.5 * table["pg"]]
         if len(healthy):
             table.loc[healthy["d"].idxmin(), "selected"] = "<- healthy only (nothing passes (b)), nearest"
+        elif len(learns):  # nothing healthy: the least stalled setting that learns, to measure (not a regime)
+            table.loc[learns["zero_grad"].idxmin(), "selected"] = "<- nothing healthy: least stalled that learns"
     return table, target
 
 
