@@ -34,7 +34,7 @@ def main() -> None:
     lost = data["lost_classes_final"]
     ok = zero < 0.2 and err <= 1.5 * pg and (lost == 0).sum() > len(lost) / 2
     print(f"{len(data)} runs; final test error {err:.4f} (1.5 x PG = {1.5 * pg:.4f}); zero-gradient steps in the "
-          f"second half {zero:.4f} (< 0.2); seeds with no lost class {(lost == 0).sum()}/{len(lost)}; "
+          f"second half {zero:.4f} (rule (a) needs < 0.2); seeds with no lost class {(lost == 0).sum()}/{len(lost)}; "
           f"health {', '.join(data['health'].astype(str))}; rule (a): {'healthy' if ok else 'NOT healthy'}")
     cos = summarize_cosines(0, data["cos_within"].to_numpy(), 0.9)
     print(f"within-batch cosine (second half): mean {cos.mean:+.4f}, 90% interval over {cos.pairs} seeds "
