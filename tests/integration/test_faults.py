@@ -97,7 +97,7 @@ def test_disk_filling_up_while_working_is_exit_1_and_resumable(tmp_path, capsys,
 
     def filling(path, text):
         calls.append(path)
-        if len(calls) > 5:  # config.json, then two files per run: the third run cannot be saved
+        if len(calls) > 7:  # config.json, then three files per run: the third run cannot be saved
             raise OSError(errno.ENOSPC, "No space left on device", str(path))
         return real(path, text)
 
