@@ -42,7 +42,7 @@ from torch import Tensor
 from testbed import seeding
 from testbed.stabilizers import BatchStats, PolicyTerms, Recipe, aggregate
 
-from .rollout import RolloutBatch, position_ids
+from .generation import RolloutBatch, position_ids
 
 
 @dataclass

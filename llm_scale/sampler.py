@@ -2,7 +2,7 @@
 
 ``Sampler.batch(model, k, version)`` is rollout batch k: ``prompts_per_step`` problems drawn from
 the task with a stream that depends only on (seed, k), each encoded ``group_size`` times, completed
-by ``model`` (`rollout.sample_completions`, with the recorded behaviour log-probs and versions),
+by ``model`` (`generation.sample_completions`, with the recorded behaviour log-probs and versions),
 decoded and scored. The learner never calls into it: a `Sampler` is handed to the rollout side
 (the learner's thread in sync mode, a worker thread, or a separate process, which receives it
 pickled) and batches flow back. The learner keeps its own `Sampler` for greedy evaluation only.
@@ -20,7 +20,7 @@ from torch import Tensor
 
 from testbed import seeding
 
-from .rollout import Refresh, RolloutBatch, sample_completions
+from .generation import Refresh, RolloutBatch, sample_completions
 from .tasks import Problem, Task
 
 

@@ -31,10 +31,11 @@ import torch
 from testbed.stabilizers import build
 
 from .config import TrainConfig, UsageError, check_device, check_paths, check_space
+from .generation import NonFiniteRollout, RolloutBatch
 from .learner import Learner, LearnerSettings, lr_multiplier
 from .metrics import CsvLog, Progress, add_scalars, tensorboard_writer
 from .models import ModelLoadError, load_policy, n_params
-from .rollout import NonFiniteRollout, Plan, RolloutBatch, make_rollouts
+from .rollout import Plan, make_rollouts
 from .sampler import Sampler
 from .tasks import build_task
 

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 import torch
 
-from llm_scale.rollout import sample_completions
+from llm_scale.generation import sample_completions
 from llm_scale.trainer import Trainer
 
 from .conftest import tiny_config
