@@ -24,9 +24,12 @@ is trained on. Which weights the worker uses:
 
 Weight versions kept: ONE published copy (the `WeightSlot`) plus the rollout side's working copy,
 whatever eta. Under ``latest`` the slot is simply overwritten. Under ``fixed`` the learner, before
-publishing version v, waits until the worker has taken version v - 1 (when some batch still needs
-it); the worker takes v - 1 when it starts batch v - 1 + eta, which admission already allows, so
-this never deadlocks and the learner waits only when the worker is the bottleneck anyway.
+publishing version v, waits until the worker has taken version v - 1 when a batch not yet
+generated still needs it (`Plan.still_needs`); the worker takes v - 1 when it starts batch
+v - 1 + eta, which admission already allows, so this never deadlocks and the learner waits only
+when the worker is the bottleneck anyway. A resumed run may start with eta + 1 batches already
+generated (the checkpoint holds what was in flight, up to batch start + eta): their versions are
+taken by no one, and the learner does not wait for them.
 
 With ``partial_chunk = n > 0`` (latest only) the worker checks for newer weights every n tokens
 and switches mid-sequence (re-encoding the prefix under the new weights), so one sequence spans
@@ -164,6 +167,19 @@ class Plan:
     lag_policy: str = "latest"
     partial_chunk: int = 0
 
+    def version_for(self, k: int) -> int:
+        """Under ``fixed``: the version batch k is generated with, max(start, k - eta)."""
+        return max(self.start, k - self.eta)
+
+    def still_needs(self, version: int) -> bool:
+        """Under ``fixed``: whether a batch not yet generated (index >= next_index) is generated with ``version``.
+
+        The batches of version v are k = v + eta (and, for v = start, every k <= start + eta).
+        A resumed run's checkpoint may already hold them all: then nobody will take that version.
+        """
+        low = self.start if version == self.start else version + self.eta
+        return max(low, self.next_index) <= min(version + self.eta, self.total - 1)
+
 
 def rollout_loop(
     sampler: Sampler, model: torch.nn.Module, slot: WeightSlot, plan: Plan, emit: Callable[[RolloutBatch], None],
@@ -183,7 +199,7 @@ def rollout_loop(
         if not slot.wait_admission(k, plan.eta, alive):
             return
         if plan.lag_policy == "fixed":
-            want = max(k - plan.eta, plan.start)
+            want = plan.version_for(k)
             if want != current:
                 current = slot.read_into(model)
                 if current != want:  # the publication protocol guarantees it; fail loudly if broken
@@ -257,7 +273,8 @@ class _Async(Rollouts):
         return self.ready.pop(k).to(self.device), time.perf_counter() - t0
 
     def publish(self, model: torch.nn.Module, version: int) -> None:
-        needed = self.plan.lag_policy == "fixed" and version - 1 + self.plan.eta < self.plan.total
+        # fixed lag: version - 1 must reach the worker before the slot is overwritten, if a batch still needs it
+        needed = self.plan.lag_policy == "fixed" and self.plan.still_needs(version - 1)
         self.slot.write(model, version, after_taken=version - 1 if needed else None, reader_failed=self._failed)
 
     def pending(self, k: int) -> dict[int, RolloutBatch]:

@@ -14,7 +14,9 @@ run fails.
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import errno
 import json
 import os
 import random
@@ -244,9 +246,12 @@ class Trainer:
             shutil.rmtree(final, ignore_errors=True)
             tmp.rename(final)
             _write_text(root / "latest", final.name)
-        except OSError as exc:
+        except Exception as exc:  # safetensors reports a full disk as its own error type
             shutil.rmtree(tmp, ignore_errors=True)
-            raise OSError(exc.errno, f"cannot write checkpoint {final}: {exc.strerror or exc}") from exc
+            code = getattr(exc, "errno", None) or (errno.ENOSPC if "No space left" in str(exc) else None)
+            if code is None:
+                raise
+            raise OSError(code, f"cannot write checkpoint {final}: {os.strerror(code)}") from exc
         kept = sorted(p for p in root.glob("step_*") if p.is_dir())
         for old in kept[: -self.cfg.keep_checkpoints]:
             shutil.rmtree(old, ignore_errors=True)
@@ -285,11 +290,12 @@ class Trainer:
     def run(self) -> dict[str, Any]:
         cfg = self.cfg
         self.out.mkdir(parents=True, exist_ok=True)
+        reserve_for_failure(self.out)
         _write_text(self.out / "config.json", json.dumps(asdict(cfg), indent=2, default=str))
         start = self.step
         metrics = CsvLog(self.out / "metrics.csv", keep_below=start)
         evals = CsvLog(self.out / "eval.csv", key="version", keep_below=start) if cfg.eval_every else None
-        writer = tensorboard_writer(self.out / "tensorboard", cfg.tensorboard)
+        writer = tensorboard_writer(self.out / "tensorboard", cfg.tensorboard, purge_step=start)
         learner_threads, rollout_threads = cfg.threads()
         saved_threads = torch.get_num_threads()
         if self.device.type == "cpu":
@@ -316,6 +322,7 @@ class Trainer:
             add_scalars(writer, {"eval_reward": value}, version)
             return value
 
+        failing: BaseException | None = None
         try:
             if cfg.eval_every and start % cfg.eval_every == 0:
                 evaluate(start)  # version `start`: the untrained baseline on a fresh run
@@ -355,12 +362,22 @@ class Trainer:
                     self.save_checkpoint(rollouts.pending(self.step))
             if status == "finished" and self.step < cfg.steps:
                 status = "stopped"
+        except BaseException as exc:
+            failing = exc
+            raise
         finally:
             rollouts.close()
             progress.close()
-            if writer is not None:
-                writer.close()
-            torch.set_num_threads(saved_threads)
+            try:
+                if writer is not None:
+                    writer.close()
+            except OSError:
+                if failing is None:
+                    raise  # the first failure is the one to report, not the writer's echo of it
+            finally:
+                torch.set_num_threads(saved_threads)
+                if not isinstance(failing, Exception):  # write_failure uses the reserve after an error
+                    release_reserve(self.out)
         wall = time.perf_counter() - t_start
         if status in ("finished", "stopped") and cfg.save_final:
             from transformers.utils import logging as hf_logging
@@ -406,13 +423,46 @@ def _tail_column(path: Path, column: str, n: int) -> list[float]:
     return [float(v) for v in values[-n:] if v not in ("", None)]
 
 
+RESERVE_NAME, RESERVE_BYTES = ".error_report_reserve", 256 * 1024
+
+
+def reserve_for_failure(out: Path) -> None:
+    """Write a small file in ``out`` that `write_failure` deletes to make room for the error report.
+
+    On a disk that fills during the run, the report (error.log, summary.json) would otherwise be
+    empty or cut off: deleting the reserve frees the blocks it needs.
+    """
+    try:
+        (out / RESERVE_NAME).write_bytes(b"\0" * RESERVE_BYTES)
+    except OSError:  # already full: the report then gets what the disk allows
+        release_reserve(out)
+
+
+def release_reserve(out: Path) -> None:
+    (out / RESERVE_NAME).unlink(missing_ok=True)
+
+
 def write_failure(out: Path, exc: BaseException) -> Path:
-    """Record an internal failure: the traceback in OUT/error.log and status 'failed' in OUT/summary.json."""
-    out.mkdir(parents=True, exist_ok=True)
+    """Record an internal failure: the traceback in OUT/error.log and status 'failed' in OUT/summary.json.
+
+    Never raises: on a full disk it first frees the run's reserve, then writes what fits (the
+    traceback, else its last line).
+    """
     log = out / "error.log"
     detail = getattr(exc, "detail", "")
-    log.write_text("".join(traceback.format_exception(exc)) + (f"\n-- rollout side --\n{detail}" if detail else ""))
-    summary_path = out / "summary.json"
+    text = "".join(traceback.format_exception(exc)) + (f"\n-- rollout side --\n{detail}" if detail else "")
     summary = {"status": "failed", "reason": f"{type(exc).__name__}: {exc}", "error_log": str(log)}
-    _write_text(summary_path, json.dumps(summary, indent=2))
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return log
+    release_reserve(out)
+    for body in (text, f"{summary['reason']}\n"):
+        try:
+            log.write_text(body)
+            break
+        except OSError:
+            continue
+    with contextlib.suppress(OSError):
+        _write_text(out / "summary.json", json.dumps(summary, indent=2))
     return log
