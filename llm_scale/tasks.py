@@ -13,6 +13,20 @@ Task specs use the recipe grammar: ``"arithmetic"``, ``"arithmetic(max_operand=2
 
 Answer extraction (`extract_answer`): the text after the last ``####`` marker if there is one,
 else the content of the last ``\\boxed{...}``, else the last number in the text.
+
+Instruct models (qa and chat styles) answer in sentences, so these styles get:
+
+* a completion budget measured from the reference answer's tokenisation (`completion_budget`): the longest
+  tokenised `Task.reference_completion` over a fixed sample of problems, plus the end token and
+  `Task.budget_slack` tokens for the phrasing around it (never below the task's own ``max_new_tokens``);
+  compact prompts keep ``max_new_tokens``;
+* a strict answer format that the prompt asks for. Arithmetic asks for "the equation and its result" and
+  scores the first occurrence of the asked equation ``a op b = N`` (`equation_answer`), or a completion that
+  is just the number, so that "3 + 18 = 21 or 1." earns the reward and a truncated echo "17 + 2" does not
+  (`Arithmetic.reward`); GSM8K asks for ``#### N``. ``Task.reward(problem, completion, style)`` takes the
+  prompt style; without it, a completion with no letter and no whitespace is scored as compact;
+* `truncation_warning`: the ``warning:`` line a trainer prints when more than `TRUNCATION_WARN_FRAC` of a
+  batch's completions hit the budget (their rewards may be wrong).
 """
 
 from __future__ import annotations
@@ -68,18 +82,28 @@ def extract_answer(text: str) -> str | None:
     return _clean_number(numbers[-1]) if numbers else None
 
 
+TRUNCATION_WARN_FRAC = 0.25  # warn when more than this fraction of a batch's completions hit the budget
+BUDGET_PROBLEMS = 64  # problems whose reference completions set the budget (a fixed seeded sample)
+
+
 class Task:
     """Base class: subclasses are dataclasses whose fields are the spec parameters."""
 
     name: ClassVar[str]
     alphabet: ClassVar[str] = string.digits  # characters of compact prompts and answers (tiny tokenizer)
     max_new_tokens: ClassVar[int] = 8  # a sensible default completion budget (compact style)
+    budget_slack: ClassVar[int] = 12  # tokens beyond the reference completion for an instruct model's phrasing
+
+    def reference_completion(self, problem: Problem, style: str) -> str:
+        """A correct completion written in the format the ``style``'s prompt asks for (sets the budget)."""
+        return problem.answer if style == "compact" else f"#### {problem.answer}"
 
     def sample(self, rng: random.Random) -> Problem:
         raise NotImplementedError
 
-    def reward(self, problem: Problem, completion: str) -> float:
-        """1.0 when the extracted answer equals the reference, else 0.0."""
+    def reward(self, problem: Problem, completion: str, style: str | None = None) -> float:
+        """1.0 when the extracted answer equals the reference, else 0.0 (``style``: the prompt style, for tasks
+        whose rule depends on it)."""
         got = extract_answer(completion)
         return float(got is not None and got == _clean_number(problem.answer))
 
@@ -141,7 +165,45 @@ class Arithmetic(Task):
         b = rng.randint(self.min_operand, self.max_operand)
         op = rng.choice(self.ops)
         ans = _OPS[op](a, b)
-        return Problem(f"What is {a} {op} {b}? Answer with just the number.", f"{a}{op}{b}=", str(ans))
+        question = f"What is {a} {op} {b}? Reply with one line: the equation and its result."
+        return Problem(question, f"{a}{op}{b}=", str(ans), {"a": a, "op": op, "b": b})
+
+    def reference_completion(self, problem: Problem, style: str) -> str:
+        m = problem.meta
+        return problem.answer if style == "compact" else f"{m['a']} {m['op']} {m['b']} = {problem.answer}"
+
+    def reward(self, problem: Problem, completion: str, style: str | None = None) -> float:
+        """Prose (qa and chat styles: the strict format their prompt asks for): 1 when `equation_answer` of the
+        asked equation equals the answer, or the whole completion is just that number ("21", "21."). Compact:
+        the last number equals the answer (`extract_answer`). ``style`` None: compact when the completion
+        holds no letter and no whitespace (what the compact alphabet can produce), else prose."""
+        if style is None:
+            style = "compact" if not re.search(r"[A-Za-z\s]", completion) else "chat"
+        if style == "compact" or "a" not in problem.meta:
+            return super().reward(problem, completion)
+        m = problem.meta
+        got = equation_answer(completion, m["a"], m["op"], m["b"])
+        if got is None and re.fullmatch(r"\s*-?\d[\d,]*\.?\s*", completion):
+            got = _clean_number(completion)
+        return float(got is not None and got == problem.answer)
+
+
+_OP_SPELLINGS = {"+": r"\+", "-": r"[-−–]", "*": r"[*×x·]"}
+
+
+def equation_answer(text: str, a: int, op: str, b: int) -> str | None:
+    """The result N of the first occurrence of the equation ``a op b = N`` in ``text``, normalised as by
+    `extract_answer`, or None when the text never writes that equation with a result.
+
+    The rule: operands exactly ``a`` and ``b`` in that order (not part of a longer number), the operator
+    ``op`` (``*`` also written ``×``, ``x`` or ``·``; ``-`` also ``−`` or ``–``), any spaces, ``=``, then a
+    signed integer (commas allowed). The first occurrence counts: a model that writes the equation twice with
+    different results is scored on the first. "3 + 18 = 21 or 1." gives 21; "17 + 2" (a truncated echo)
+    gives None; "The answer is 21." gives None (no equation).
+    """
+    pattern = rf"(?<![\d.,]){a}\s*{_OP_SPELLINGS[op]}\s*{b}\s*=\s*(-?\s?\d[\d,]*)"
+    match = re.search(pattern, text)
+    return None if match is None else _clean_number(match.group(1).replace(" ", ""))
 
 
 class _SafeEval:
@@ -274,7 +336,7 @@ class Countdown(Task):
                 return Problem(question, f"{nums}:{target}=", expr, {"numbers": numbers, "target": target})
         raise RuntimeError("countdown: could not generate a problem; raise max_target")  # pragma: no cover
 
-    def reward(self, problem: Problem, completion: str) -> float:
+    def reward(self, problem: Problem, completion: str, style: str | None = None) -> float:
         text = completion.rsplit("####", 1)[1] if "####" in completion else completion
         text = text.split("=", 1)[0]
         runs = [r for r in _EXPR_RUN.findall(text) if any(c.isdigit() for c in r)]
@@ -342,6 +404,32 @@ class GSM8K(Task):
 
 
 TASKS: dict[str, type[Task]] = {cls.name: cls for cls in (Copy, Arithmetic, Countdown, GSM8K)}
+
+
+def completion_budget(task: Task, style: str, tokenizer: Any, seed: int = 0) -> int:
+    """Completion budget (new tokens) for ``task`` prompted in ``style``.
+
+    compact: ``task.max_new_tokens``. qa and chat: max(``task.max_new_tokens``, L + 1 + ``task.budget_slack``),
+    L the longest tokenisation (no special tokens) of `Task.reference_completion` over `BUDGET_PROBLEMS`
+    problems drawn with ``random.Random(seed)``, + 1 for the end token.
+    """
+    if style == "compact":
+        return task.max_new_tokens
+    if style not in STYLES:
+        raise ValueError(f"unknown prompt style {style!r}; allowed: {', '.join(STYLES)}")
+    rng = random.Random(seed)
+    texts = [task.reference_completion(task.sample(rng), style) for _ in range(BUDGET_PROBLEMS)]
+    longest = max(len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"])
+    return max(task.max_new_tokens, longest + 1 + task.budget_slack)
+
+
+def truncation_warning(truncated: int, total: int, budget: int, limit: float = TRUNCATION_WARN_FRAC) -> str | None:
+    """The ``warning:`` line to print when more than ``limit`` of ``total`` completions were cut by the
+    ``budget`` of new tokens (None otherwise): their answers may be missing, so their rewards may be wrong."""
+    if total <= 0 or truncated / total <= limit:
+        return None
+    return (f"warning: {truncated} of {total} completions ({truncated / total:.0%}) hit the {budget}-token budget "
+            f"(more than {limit:.0%}); their rewards may be wrong: raise --max-new-tokens")
 
 
 def build_task(spec: str, *, data: str | None = None) -> Task:
