@@ -111,11 +111,14 @@ def load_sweep(path: str | Path) -> Sweep:
         raise UsageError(f"study: {path}: [search] eta must list staleness bounds >= 1, got {list(sweep.etas)}")
     if len(sweep.search_seeds) < 2 or len(sweep.compare_seeds) < 2:
         raise UsageError(f"study: {path}: the rule needs a standard error: at least 2 seeds in [search] and [compare]")
+    from testbed.stabilizers import build
+
     for spec in (sweep.base, *sweep.recipes):
         try:
+            build(spec)
             _cfg(sweep, spec, "thread", 1, sweep.lrs[0], 0, "x").validate()
-        except UsageError as exc:
-            raise UsageError(f"study: {path}: {exc}") from None
+        except (ValueError, TypeError) as exc:
+            raise UsageError(f"study: {path}: recipe {spec!r}: {str(exc).splitlines()[0]}") from None
     return sweep
 
 
