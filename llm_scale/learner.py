@@ -14,6 +14,24 @@
    rollout's, up to eta versions old), proximal (start of this batch) and current (moves with
    every optimizer step); with 1 x 1 steps current = proximal at the only step.
 
+What an update logs, each named for what it measures:
+
+* ``staleness_ess`` / ``staleness_ess_token``: normalised ESS of pi_prox / mu per sequence / per
+  token (behaviour vs the policy at the start of the batch: staleness, plus any sampler mismatch);
+  ``mismatch_abs_max`` / ``mismatch_abs_mean``: |log pi_prox - log mu| over the tokens sampled by the
+  very weights the learner holds (NaN when there are none): the sampler / learner numerical gap;
+* ``drift_ess`` (mean over the optimizer steps) and ``drift_ess_min``: the same ESS of pi_current /
+  pi_prox on each step's minibatch, i.e. how far the K x N steps move the policy within the batch;
+* the recipe's own metrics under their own names (e.g. ``ess`` of a transform such as ess_lr is the
+  ESS of current vs behaviour on its minibatch);
+* per optimizer step (``Learner.steps``, written to grad_steps.csv): the raw gradient norm and its
+  cosine to the previous step's raw gradient, with the kind of pair (``within`` the batch,
+  ``across`` batches, ``none`` for the first step); NaN when a gradient is zero. Per update:
+  ``grad_cos_within`` / ``grad_cos_across`` (NaN-aware means), ``zero_grad_frac``;
+* ``zero_adv_frac``: fraction of prompt groups whose rewards are all equal (`fingerprint.zero_advantage_frac`);
+  with ``dynamic_sampling`` those groups are dropped before the update (DAPO, arXiv 2503.14476) and
+  ``dropped_seq_frac`` says how many sequences went.
+
 KL to a frozen reference (the initial weights), per token with r = log pi_ref - log pi_theta on the
 sampled tokens (Schulman's estimators, "Approximating KL divergence", 2020): ``k1`` = -r (unbiased,
 can be negative), ``k3`` = exp(r) - r - 1 (unbiased, >= 0, GRPO's choice). Entropy: of the full
@@ -22,7 +40,8 @@ sampling temperature (the behaviour log-probs record the top-k / top-p distribut
 sampled, so the ratio corrects for the truncation).
 
 Mixed precision: ``autocast="bf16"`` runs the learner's forwards under ``torch.autocast`` in
-bfloat16 (weights, gradients and AdamW state stay float32; log-softmax in float32).
+bfloat16 (weights, gradients and AdamW state stay float32; log-softmax in float32); the trainer's
+`Sampler` generates under the same autocast, so both sides compute in the same precision.
 ``grad_checkpointing`` recomputes each decoder layer in the backward pass (transformers'
 activation checkpointing; the model is put in train mode for those forwards, so configs with
 dropout > 0 are refused by the trainer).

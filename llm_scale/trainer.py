@@ -7,9 +7,10 @@ anything is written; `Trainer.run` is the loop: take batch k from the rollout si
 rollout side to the learner and weights the other way; nothing calls back.
 
 The recipe is ``testbed.stabilizers.build(spec)``: the very objects the testbed validates.
-Outputs under ``--out``: metrics.csv (one row per update), eval.csv (greedy evaluation by policy
-version, from version 0), summary.json, tensorboard/, checkpoints/, final/, and error.log when a
-run fails.
+Outputs under ``--out``: metrics.csv (one row per update), grad_steps.csv (one row per optimizer
+step: gradient norm, cosine to the previous step and the kind of pair), eval.csv (greedy
+evaluation by policy version, from version 0), summary.json (with the device it ran on),
+tensorboard/, checkpoints/, final/, and error.log when a run fails.
 """
 
 from __future__ import annotations
