@@ -190,6 +190,9 @@ def run_result(directory: Path, last_evals: int = 1) -> dict[str, Any] | None:
     """The finished run's record (accuracy, device, wall time), or None when it is not finished."""
     try:
         summary = json.loads((directory / "summary.json").read_text())
+        if summary.get("status") == "diverged":  # a result, not a failure: its accuracy is undefined (NaN)
+            return {"accuracy": math.nan, "diverged": True, "device": summary.get("device", ""),
+                    "device_name": summary.get("device_name", ""), "wall_seconds": math.nan}  # fmt: skip
         if summary.get("status") != "finished":
             return None
         import csv
@@ -203,7 +206,7 @@ def run_result(directory: Path, last_evals: int = 1) -> dict[str, Any] | None:
     tail = [v for _, v in evals[-last_evals:]]
     metrics = _metrics_means(directory / "metrics.csv")
     return {
-        "accuracy": sum(tail) / len(tail), "accuracy_v0": evals[0][1] if evals[0][0] == 0 else math.nan,
+        "accuracy": sum(tail) / len(tail), "diverged": False, "accuracy_v0": evals[0][1] if evals[0][0] == 0 else math.nan,
         "device": summary.get("device", ""), "device_name": summary.get("device_name", ""),
         "wall_seconds": float(summary.get("wall_seconds", math.nan)), "resumed_from_step": summary.get("resumed_from_step"),
         **metrics,
@@ -289,7 +292,11 @@ def execute(
 
 # -- verdicts ---------------------------------------------------------------------------------------
 def mean_se(values: list[float]) -> tuple[float, float, int]:
-    """(mean, standard error of the mean, n); SE NaN below 2 values."""
+    """(mean, standard error of the mean, n); SE NaN below 2 values; a diverged seed (NaN) makes both NaN.
+
+    A recipe arm with a diverged seed therefore gets promotion score 0 (`cell_score` of a non-finite
+    value), and a search cell with one never counts as degrading: the rule asks for accuracies.
+    """
     n = len(values)
     if n == 0:
         return math.nan, math.nan, 0

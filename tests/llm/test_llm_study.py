@@ -82,6 +82,10 @@ def test_a_run_counts_as_done_only_when_finished_through_its_last_version(tmp_pa
     assert study.run_result(run, last_evals=2)["accuracy"] == pytest.approx(0.3)
     (run / "summary.json").write_text(json.dumps({"status": "stopped", "of_steps": 4}))
     assert study.run_result(run) is None
+    (run / "summary.json").write_text(json.dumps({"status": "diverged", "of_steps": 4}))
+    diverged = study.run_result(run)
+    assert diverged["diverged"] and math.isnan(diverged["accuracy"])  # done, and never rerun, but no accuracy
+    assert math.isnan(study.mean_se([0.5, math.nan, 0.4])[0])
 
 
 @pytest.mark.slow
