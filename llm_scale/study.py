@@ -6,8 +6,9 @@ Two stages, both fixed by the sweep file before any run:
    (``--mode sync``) and naive GRPO under bounded staleness (the base recipe, fixed lag eta, K x N
    optimizer steps per batch), each over the search seeds. The score of a run is its greedy
    accuracy on held-out problems at the end (the mean of its last ``last_evals`` evaluations). A
-   cell *degrades* when sync - stale >= ``min_drop`` and >= ``min_se`` standard errors of that
-   difference (SE = sqrt(s_sync^2 / n + s_stale^2 / n), seeds' sample variances). The chosen cell
+   cell *degrades* when the mean paired difference sync - stale (paired by seed: a seed fixes the
+   prompts and the held-out problems) is >= ``min_drop`` and >= ``min_se`` standard errors of that
+   mean (`degrades`; the SE never below the evaluation's own binomial noise). The chosen cell
    is the first degrading one in the file's order; if none degrades, the comparison is
    "not testable" in this grid and is not run (``--force-cell`` runs it anyway, labelled so).
 2. **Comparison.** In the chosen cell: sync, stale naive GRPO, and stale + each recipe, over the
@@ -307,14 +308,27 @@ def mean_se(values: list[float]) -> tuple[float, float, int]:
     return m, math.sqrt(var / n), n
 
 
-def degrades(sync: list[float], stale: list[float], min_drop: float, min_se: float) -> dict[str, Any]:
-    """The search rule on one cell: drop = mean(sync) - mean(stale) >= min_drop and >= min_se x SE(drop)."""
-    ms, ss, ns = mean_se(sync)
-    mt, st, nt = mean_se(stale)
-    drop = ms - mt
-    se = math.sqrt(ss**2 + st**2) if ns >= 2 and nt >= 2 else math.nan
-    ok = ns >= 2 and nt >= 2 and drop >= min_drop and math.isfinite(se) and drop >= min_se * se
-    return {"sync_acc": ms, "stale_acc": mt, "drop": drop, "drop_se": se, "n_sync": ns, "n_stale": nt, "degrades": ok}
+def degrades(
+    sync: dict[int, float], stale: dict[int, float], min_drop: float, min_se: float, eval_problems: int = 0
+) -> dict[str, Any]:  # fmt: skip
+    """The search rule on one cell, paired by seed (same seed: same prompts and held-out problems in both arms).
+
+    drop = mean_s (sync_s - stale_s) over the seeds both arms finished; the cell degrades when
+    drop >= ``min_drop`` and drop >= ``min_se`` x SE(drop), SE = sd of the paired differences / sqrt(n),
+    but never below the binomial floor of the evaluation itself, sqrt(p_1 (1 - p_1) / E + p_2 (1 - p_2) / E)
+    / sqrt(n) with E = ``eval_problems`` scored per run: a few seeds whose differences happen to be equal
+    (accuracies on E problems move in steps of 1 / E) would otherwise give SE 0.
+    """
+    ms, ss, ns = mean_se(list(sync.values()))
+    mt, st, nt = mean_se(list(stale.values()))
+    pairs = sorted(set(sync) & set(stale))
+    drop, se, n = mean_se([sync[k] - stale[k] for k in pairs])
+    if eval_problems and n >= 2 and math.isfinite(ms + mt):
+        floor = math.sqrt((ms * (1 - ms) + mt * (1 - mt)) / eval_problems / n)
+        se = max(se, floor)
+    ok = n >= 2 and math.isfinite(se) and drop >= min_drop and drop >= min_se * se
+    return {"sync_acc": ms, "sync_se": ss, "stale_acc": mt, "stale_se": st, "drop": drop, "drop_se": se, "pairs": n,
+            "n_sync": ns, "n_stale": nt, "degrades": ok}  # fmt: skip
 
 
 @dataclass
@@ -339,13 +353,14 @@ def collect(sweep: Sweep, root: Path, force: tuple[int, float] | None = None) ->
     complete = True
     for eta in sweep.etas:
         for lr in sweep.lrs:
-            accs: dict[str, list[float]] = {SYNC: [], STALE: []}
+            accs: dict[str, dict[int, float]] = {SYNC: {}, STALE: {}}
             for seed in sweep.search_seeds:
                 for arm in (SYNC, STALE):
                     r = result(make_run(sweep, "search", arm, eta, lr, seed))
                     if r is not None:
-                        accs[arm].append(r["accuracy"])
-            row = {"eta": eta, "lr": lr, **degrades(accs[SYNC], accs[STALE], sweep.min_drop, sweep.min_se)}
+                        accs[arm][seed] = r["accuracy"]
+            problems = int(sweep.train.get("eval_size", TrainConfig.eval_size)) * sweep.last_evals
+            row = {"eta": eta, "lr": lr, **degrades(accs[SYNC], accs[STALE], sweep.min_drop, sweep.min_se, problems)}
             row["complete"] = row["n_sync"] == row["n_stale"] == len(sweep.search_seeds)
             complete &= row["complete"]
             rep.search.append(row)
@@ -422,18 +437,22 @@ def _figure(rep: Report, out: Path) -> None:
     ax = axes[0]
     labels = [f"eta {r['eta']}\nlr {r['lr']:g}" for r in rep.search]
     x = range(len(rep.search))
-    ax.errorbar([i - 0.1 for i in x], [r["sync_acc"] for r in rep.search], fmt="o", label="sync", capsize=3)
-    ax.errorbar([i + 0.1 for i in x], [r["stale_acc"] for r in rep.search], fmt="s", label="stale grpo", capsize=3)
+    for shift, arm, fmt, label in ((-0.1, "sync", "o", "sync"), (0.1, "stale", "s", "stale naive GRPO")):
+        ax.errorbar([i + shift for i in x], [r[f"{arm}_acc"] for r in rep.search], fmt=fmt, label=label, capsize=3,
+                    yerr=[_finite(r[f"{arm}_se"]) for r in rep.search])  # fmt: skip
     ax.set_xticks(list(x), labels, fontsize=8)
-    ax.set_ylabel("greedy accuracy (held out)")
+    ax.set_xlim(-0.5, len(rep.search) - 0.5)
+    ax.set_ylabel("greedy accuracy (held out, mean +- SE)")
     ax.set_title("regime search")
     ax.legend(fontsize=8)
     ax = axes[1]
     if rep.compare:
         arms = [r["arm"] for r in rep.compare]
         ax.bar(range(len(arms)), [r["accuracy"] for r in rep.compare],
-               yerr=[0 if not math.isfinite(r["se"]) else r["se"] for r in rep.compare], capsize=3, color="tab:gray")  # fmt: skip
-        ax.set_xticks(range(len(arms)), arms, rotation=30, ha="right", fontsize=8)
+               yerr=[_finite(r["se"]) for r in rep.compare], capsize=3, color="tab:gray")  # fmt: skip
+        ticks = [f"{r['arm']}\n(n={r['n']}/{r['of']})" for r in rep.compare]
+        ax.set_xticks(range(len(arms)), ticks, rotation=30, ha="right", fontsize=8)
+        ax.set_ylabel("greedy accuracy (mean +- SE over seeds)")
         ax.set_title("comparison" + (" (FORCED cell)" if rep.forced else ""))
     else:
         ax.text(0.5, 0.5, "no comparison: no cell chosen", ha="center", va="center", transform=ax.transAxes)
@@ -442,6 +461,10 @@ def _figure(rep: Report, out: Path) -> None:
     for ext in ("png", "pdf"):
         fig.savefig(out / f"study.{ext}", dpi=120)
     plt.close(fig)
+
+
+def _finite(x: float) -> float:
+    return x if math.isfinite(x) else 0.0
 
 
 def format_report(rep: Report) -> str:

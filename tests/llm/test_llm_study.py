@@ -46,16 +46,23 @@ def test_bad_sweep_files_are_one_line_errors(tmp_path, capsys, text, message):
     assert len(err.splitlines()) == 1 and message in err
 
 
-def test_the_search_rule_needs_both_the_drop_and_two_standard_errors():
-    # drop 0.10, SE sqrt(2) * 0.01 / sqrt(3) * ... : a clear degradation
-    clear = study.degrades([0.50, 0.52, 0.48], [0.40, 0.42, 0.38], 0.03, 2.0)
-    assert clear["degrades"] and clear["drop"] == pytest.approx(0.10)
-    assert clear["drop_se"] == pytest.approx(math.sqrt(2 * (0.02**2 / 3)))
-    noisy = study.degrades([0.70, 0.30, 0.50], [0.40, 0.42, 0.38], 0.03, 2.0)  # drop 0.10 but SE 0.115
+def test_the_search_rule_needs_both_the_drop_and_two_standard_errors_of_the_paired_difference():
+    def seeds(*values):
+        return dict(enumerate(values))
+
+    clear = study.degrades(seeds(0.50, 0.62, 0.38), seeds(0.40, 0.53, 0.27), 0.03, 2.0)  # differences .10 .09 .11
+    assert clear["degrades"] and clear["drop"] == pytest.approx(0.10) and clear["pairs"] == 3
+    assert clear["drop_se"] == pytest.approx(0.01 / math.sqrt(3))  # sd of the differences 0.01
+    noisy = study.degrades(seeds(0.70, 0.30, 0.50), seeds(0.40, 0.42, 0.38), 0.03, 2.0)  # drop 0.10, SE 0.12
     assert not noisy["degrades"]
-    small = study.degrades([0.50, 0.501, 0.499], [0.48, 0.481, 0.479], 0.03, 2.0)  # many SEs, but 0.02 < 0.03
+    small = study.degrades(seeds(0.50, 0.52, 0.48), seeds(0.48, 0.50, 0.46), 0.03, 2.0)  # exact, but 0.02 < 0.03
     assert not small["degrades"]
-    assert not study.degrades([0.5], [0.1], 0.03, 2.0)["degrades"]  # one seed: no standard error, no verdict
+    assert not study.degrades(seeds(0.5), seeds(0.1), 0.03, 2.0)["degrades"]  # one pair: no standard error
+    unpaired = study.degrades({0: 0.5, 1: 0.6}, {1: 0.4, 2: 0.3}, 0.03, 2.0)  # only seed 1 in both arms
+    assert unpaired["pairs"] == 1 and not unpaired["degrades"]
+    # equal differences of one problem in 16 (SE 0) are not a degradation: the evaluation's binomial noise is the floor
+    steps = study.degrades(seeds(0.5625, 0.625), seeds(0.5, 0.5625), 0.03, 2.0, eval_problems=16)
+    assert not steps["degrades"] and steps["drop_se"] == pytest.approx(math.sqrt((0.59375 * 0.40625 + 0.53125 * 0.46875) / 32))
 
 
 def test_runs_are_keyed_by_their_configuration():
