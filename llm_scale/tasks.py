@@ -202,12 +202,12 @@ def equation_answer(text: str, a: int, op: str, b: int) -> str | None:
     `extract_answer`, or None when the text never writes that equation with a result.
 
     The rule: operands exactly ``a`` and ``b`` in that order (not part of a longer number), the operator
-    ``op`` (``*`` also written ``×``, ``x`` or ``·``; ``-`` also ``−`` or ``–``), any spaces, ``=``, then a
-    signed integer (commas allowed). The first occurrence counts: a model that writes the equation twice with
+    ``op`` (``*`` also written ``×``, ``x`` or ``·``; ``-`` also ``−`` or ``–``), any spaces, ``=`` (or the
+    words "is", "equals", "is equal to", as in "6 + 9 is 15"), then a signed integer (commas allowed). The first occurrence counts: a model that writes the equation twice with
     different results is scored on the first. "3 + 18 = 21 or 1." gives 21; "17 + 2" (a truncated echo)
     gives None; "The answer is 21." gives None (no equation).
     """
-    pattern = rf"(?<![\d.,]){a}\s*{_OP_SPELLINGS[op]}\s*{b}\s*=\s*(-?\s?\d[\d,]*)"
+    pattern = rf"(?<![\d.,]){a}\s*{_OP_SPELLINGS[op]}\s*{b}\s*(?:=|is equal to|equals|is)\s*(-?\s?\d[\d,]*)"
     match = re.search(pattern, text)
     return None if match is None else _clean_number(match.group(1).replace(" ", ""))
 
