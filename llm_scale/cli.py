@@ -192,8 +192,12 @@ def main(argv: list[str] | None = None) -> int:
 
             return fingerprint_main(rest)
         if command == "study":
-            from .study import main as study_main
-
+            try:
+                from .study import main as study_main
+            except ModuleNotFoundError as exc:
+                if exc.name != f"{__package__}.study":
+                    raise
+                raise UsageError("the study command is not part of this installation (llm_scale/study.py is missing)") from None
             return study_main(rest)
         if command in ("recipes", "tasks"):
             if rest:

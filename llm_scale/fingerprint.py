@@ -322,7 +322,8 @@ def plot(f: fp.Fingerprint, path: Path) -> None:
         hi = [r.ci_high - r.mean if math.isfinite(r.ci_high) else 0 for r in rows]
         ax[0].errorbar(ms, mean, yerr=[lo, hi], fmt="o", color=color, capsize=3, label=f"{label} (90% t interval)")
         if b is not None and math.isfinite(b):
-            grid = torch.logspace(math.log10(min(ms)), math.log10(max(ms)), 50).tolist()
+            sizes = [r.m for r in all_rows]
+            grid = torch.logspace(math.log10(min(sizes)), math.log10(max(sizes)), 50).tolist()
             ax[0].plot(grid, [x / (x + b) for x in grid], color=color, lw=1, label=f"m / (m + {b:.0f})")
     ax[0].axhline(0, color="grey", lw=0.5)
     if plotted:
@@ -337,6 +338,9 @@ def plot(f: fp.Fingerprint, path: Path) -> None:
     ax[1].plot(lags, [s.ess_token for s in f.staleness], "s-", label="per token")
     ax[1].set_xlabel("lag (updates)")
     ax[1].set_ylabel("ESS / N")
+    low = min([s.ess_seq for s in f.staleness if math.isfinite(s.ess_seq)] or [1.0])
+    ax[1].set_ylim(min(low - 0.1 * (1 - low), 0.999), 1.0 + 0.05 * max(1 - low, 0.001))
+    ax[1].ticklabel_format(axis="y", useOffset=False)
     ax[1].legend(fontsize=7)
     for key, style in (("logratio_q05", "v-"), ("logratio_q50", "o-"), ("logratio_q95", "^-"), ("logratio_max", "x--")):
         ax[2].plot(lags, [getattr(s, key) for s in f.staleness], style, label=key.replace("logratio_", "log-ratio "))

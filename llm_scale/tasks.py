@@ -9,7 +9,13 @@ the policy generated after the prompt) with a reward in [0, 1]. Prompts come in 
   applies the template).
 
 Task specs use the recipe grammar: ``"arithmetic"``, ``"arithmetic(max_operand=20, ops='+-*')"``,
-``"countdown(n_numbers=3)"``, ``"copy(digits=2)"``, ``"gsm8k(path=data/train.jsonl)"``.
+``"countdown(n_numbers=3)"``, ``"copy(digits=2)"``, ``"gsm8k(path='data/train.jsonl')"``,
+``"prompts(path='train.parquet')"`` (prompts and answers from a parquet or JSONL file, verl's layout by
+default: `PromptFile`). A user's own task: ``"package.module:factory"`` or
+``"package.module:factory(key=value, ...)"`` imports ``package.module`` and calls ``factory(**params)``,
+which must return an object with the protocol of `Task` (``name``, ``alphabet``, ``max_new_tokens``,
+``sample(rng) -> Problem``, ``prompt(problem, style) -> str``, ``reward(problem, completion) -> float``);
+`build_task` checks it (and draws and scores one problem) before any work.
 
 Answer extraction (`extract_answer`): the text after the last ``####`` marker if there is one,
 else the content of the last ``\\boxed{...}``, else the last number in the text.
@@ -196,12 +202,12 @@ def equation_answer(text: str, a: int, op: str, b: int) -> str | None:
     `extract_answer`, or None when the text never writes that equation with a result.
 
     The rule: operands exactly ``a`` and ``b`` in that order (not part of a longer number), the operator
-    ``op`` (``*`` also written ``×``, ``x`` or ``·``; ``-`` also ``−`` or ``–``), any spaces, ``=``, then a
-    signed integer (commas allowed). The first occurrence counts: a model that writes the equation twice with
+    ``op`` (``*`` also written ``×``, ``x`` or ``·``; ``-`` also ``−`` or ``–``), any spaces, ``=`` (or the
+    words "is", "equals", "is equal to", as in "6 + 9 is 15"), then a signed integer (commas allowed). The first occurrence counts: a model that writes the equation twice with
     different results is scored on the first. "3 + 18 = 21 or 1." gives 21; "17 + 2" (a truncated echo)
     gives None; "The answer is 21." gives None (no equation).
     """
-    pattern = rf"(?<![\d.,]){a}\s*{_OP_SPELLINGS[op]}\s*{b}\s*=\s*(-?\s?\d[\d,]*)"
+    pattern = rf"(?<![\d.,]){a}\s*{_OP_SPELLINGS[op]}\s*{b}\s*(?:=|is equal to|equals|is)\s*(-?\s?\d[\d,]*)"
     match = re.search(pattern, text)
     return None if match is None else _clean_number(match.group(1).replace(" ", ""))
 
@@ -403,7 +409,130 @@ class GSM8K(Task):
         return self.rows[rng.randrange(len(self.rows))]
 
 
-TASKS: dict[str, type[Task]] = {cls.name: cls for cls in (Copy, Arithmetic, Countdown, GSM8K)}
+def _dotted(row: dict[str, Any], key: str) -> Any:
+    """``row["a"]["b"]`` for key ``"a.b"`` (a column of nested records, as verl's ``reward_model.ground_truth``)."""
+    value: Any = row
+    for part in key.split("."):
+        if not isinstance(value, dict) or part not in value:
+            raise KeyError(key)
+        value = value[part]
+    return value
+
+
+@dataclass
+class PromptFile(Task):
+    """Prompts and reference answers from a parquet or JSONL file, read with the ``datasets`` package.
+
+    Columns are named by ``prompt_key`` and ``answer_key``; a dotted key reads inside a nested column.
+    The defaults are verl's layout (``data.train_files``): ``prompt`` holds a list of chat messages (the
+    last user message is the question) or plain text, and ``reward_model.ground_truth`` the answer. The
+    reward: numeric answers compare `extract_answer` of the completion with the answer (``####``, else the
+    last ``\\boxed{}``, else the last number); other answers compare the stripped text after the last
+    ``####`` (else the whole stripped completion) with the answer, exactly. The prompt asks for ``#### ANSWER``.
+    """
+
+    name: ClassVar[str] = "prompts"
+    alphabet: ClassVar[str] = string.printable
+    max_new_tokens: ClassVar[int] = 256
+    path: str = ""
+    prompt_key: str = "prompt"
+    answer_key: str = "reward_model.ground_truth"
+
+    def __post_init__(self) -> None:
+        file = Path(str(self.path)).expanduser()
+        if not self.path or not file.is_file():
+            raise FileNotFoundError(f"prompts: data file {str(self.path)!r} not found; give path='FILE.parquet' or "
+                                    f"path='FILE.jsonl'")  # fmt: skip
+        kind = {".parquet": "parquet", ".jsonl": "json", ".json": "json"}.get(file.suffix.lower())
+        if kind is None:
+            raise ValueError(f"prompts: {file.name!r} is neither .parquet nor .jsonl")
+        try:
+            import datasets
+        except ImportError:
+            raise ValueError("prompts: reading data files needs the datasets package (pip install datasets)") from None
+        quiet = datasets.are_progress_bars_disabled()
+        datasets.disable_progress_bars()  # errors are one line; no bars on stderr
+        try:
+            data = datasets.Dataset.from_parquet(str(file)) if kind == "parquet" else datasets.Dataset.from_json(str(file))
+        except Exception as exc:
+            raise ValueError(f"prompts: cannot read {str(file)!r}: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}") from None
+        finally:
+            if not quiet:
+                datasets.enable_progress_bars()
+        self.rows: list[Problem] = []
+        for i, row in enumerate(data):
+            try:
+                prompt, answer = _dotted(row, self.prompt_key), _dotted(row, self.answer_key)
+            except KeyError as exc:
+                raise ValueError(f"prompts: row {i} of {file.name} has no column {exc.args[0]!r}; columns: "
+                                 f"{', '.join(data.column_names)} (set prompt_key= / answer_key=)") from None  # fmt: skip
+            if isinstance(prompt, list):
+                users = [m.get("content") for m in prompt if isinstance(m, dict) and m.get("role") == "user"]
+                prompt = users[-1] if users else None
+            if not isinstance(prompt, str) or not prompt.strip() or answer is None:
+                raise ValueError(f"prompts: row {i} of {file.name}: the prompt must be text or chat messages with a "
+                                 f"user turn, and the answer present; got {str(prompt)[:60]!r}, {answer!r}")  # fmt: skip
+            answer = str(answer).strip()
+            question = prompt if "####" in prompt else f"{prompt}\nGive the final answer after '####'."
+            self.rows.append(Problem(question, prompt, answer))
+        if not self.rows:
+            raise ValueError(f"prompts: {file} holds no rows")
+
+    def sample(self, rng: random.Random) -> Problem:
+        return self.rows[rng.randrange(len(self.rows))]
+
+    def reward(self, problem: Problem, completion: str, style: str | None = None) -> float:
+        want = _clean_number(problem.answer) if re.fullmatch(r"\s*-?[\d,]+(\.\d+)?\s*", problem.answer) else None
+        if want is not None:
+            return float(extract_answer(completion) == want)
+        text = completion.rsplit("####", 1)[1] if "####" in completion else completion
+        return float(text.strip() == problem.answer)
+
+
+TASKS: dict[str, type[Task]] = {cls.name: cls for cls in (Copy, Arithmetic, Countdown, GSM8K, PromptFile)}
+PROTOCOL = ("name", "alphabet", "max_new_tokens", "sample", "prompt", "reward")
+
+
+def _user_task(spec: str) -> Any:
+    """``package.module:factory[(params)]``: import, call, and check the result against the task protocol."""
+    import importlib
+
+    head, paren, rest = spec.partition("(")
+    module_name, _, factory_name = head.strip().rpartition(":")
+    if not re.fullmatch(r"[A-Za-z_][\w.]*", module_name) or not re.fullmatch(r"[A-Za-z_]\w*", factory_name):
+        raise ValueError(f"task {spec!r}: a user task is package.module:factory or package.module:factory(key=value, ...)")
+    params = parse_spec(f"factory({rest}")[0][1] if paren else {}
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:
+        raise ValueError(f"task {spec!r}: cannot import module {module_name!r}: {type(exc).__name__}: {exc}") from None
+    factory = getattr(module, factory_name, None)
+    if not callable(factory):
+        raise ValueError(f"task {spec!r}: module {module_name!r} has no callable {factory_name!r}")
+    try:
+        task = factory(**params)
+    except Exception as exc:
+        raise ValueError(f"task {spec!r}: {factory_name}({', '.join(f'{k}={v!r}' for k, v in params.items())}) failed: "
+                         f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None  # fmt: skip
+    missing = [a for a in PROTOCOL if not hasattr(task, a)]
+    if missing:
+        raise ValueError(f"task {spec!r}: the factory's result lacks {', '.join(missing)} (a task needs {', '.join(PROTOCOL)})")
+    if not isinstance(task.alphabet, str) or isinstance(task.max_new_tokens, bool) or not isinstance(task.max_new_tokens, int) \
+            or task.max_new_tokens < 1:
+        raise ValueError(f"task {spec!r}: alphabet must be a string and max_new_tokens a positive integer, got "
+                         f"{task.alphabet!r}, {task.max_new_tokens!r}")  # fmt: skip
+    try:
+        problem = task.sample(random.Random(0))
+        prompts = [task.prompt(problem, style) for style in STYLES]
+        score = task.reward(problem, problem.answer)
+    except Exception as exc:
+        raise ValueError(f"task {spec!r}: drawing and scoring a first problem failed: {type(exc).__name__}: {exc}") from None
+    if not isinstance(problem, Problem) or not all(isinstance(p, str) for p in prompts):
+        raise ValueError(f"task {spec!r}: sample() must return a llm_scale.tasks.Problem and prompt() a string, got "
+                         f"{type(problem).__name__}")  # fmt: skip
+    if isinstance(score, bool) or not isinstance(score, int | float) or not 0.0 <= float(score) <= 1.0:
+        raise ValueError(f"task {spec!r}: reward() must return a number in [0, 1], got {score!r}")
+    return task
 
 
 def completion_budget(task: Task, style: str, tokenizer: Any, seed: int = 0) -> int:
@@ -433,7 +562,10 @@ def truncation_warning(truncated: int, total: int, budget: int, limit: float = T
 
 
 def build_task(spec: str, *, data: str | None = None) -> Task:
-    """A task from a spec such as ``"arithmetic(max_operand=20)"``; ``data`` fills gsm8k's ``path``."""
+    """A task from a spec such as ``"arithmetic(max_operand=20)"`` or ``"package.module:factory(...)"``; ``data``
+    fills the ``path`` of gsm8k and prompts."""
+    if isinstance(spec, str) and ":" in spec.partition("(")[0]:
+        return _user_task(spec)
     terms = parse_spec(spec) if isinstance(spec, str) and spec.strip() else []
     if len(terms) != 1:
         raise ValueError(f"task spec must name one task, got {spec!r}; allowed: {', '.join(TASKS)}")

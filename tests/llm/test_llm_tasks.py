@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
 
 import pytest
 
@@ -113,6 +114,9 @@ def test_missing_hub_model_fails_fast_offline(tmp_path, capsys, monkeypatch):
         ("3 + 18 = 2", 0.0),
         ("3 + 18 = 211", 0.0),
         ("The answer is 21.", 0.0),  # no equation: the format the prompt asks for is missing
+        ("The equation 3 + 18 is 21.", 1.0),
+        ("3 + 18 equals 21", 1.0),
+        ("The equation and its result are 3 + 18.", 0.0),  # an echo without a result
         ("3 + 18 = 22\n3 + 18 = 21", 0.0),  # the first statement counts
     ],
 )
@@ -165,3 +169,27 @@ def test_truncation_warning_threshold():
     assert line == ("warning: 17 of 64 completions (27%) hit the 23-token budget (more than 25%); their rewards may be "
                     "wrong: raise --max-new-tokens")
     assert truncation_warning(0, 0, 23) is None
+
+
+FIXTURE = Path(__file__).with_name("fixtures") / "smollm2_arithmetic_completions.jsonl"
+
+
+def _fixture_rows() -> list[dict]:
+    return [json.loads(line) for line in FIXTURE.read_text().splitlines() if line.strip()]
+
+
+def test_strict_rule_agrees_with_hand_labels_on_real_completions():
+    """Real completions of SmolLM2-135M-Instruct (greedy and sampled; tests/llm/fixtures/make_smollm2_arithmetic.py),
+    each labelled by hand: 1 when it states the correct result of the asked equation as its answer."""
+    rows = _fixture_rows()
+    assert len(rows) >= 30 and {r["decoding"] for r in rows} == {"greedy", "sampled"}
+    task = Arithmetic(max_operand=20)
+    disagree_strict, disagree_last = [], []
+    for r in rows:
+        p = Problem(r["question"], f"{r['a']}{r['op']}{r['b']}=", r["answer"], {"a": r["a"], "op": r["op"], "b": r["b"]})
+        if task.reward(p, r["completion"], style="chat") != r["label"]:
+            disagree_strict.append(r["completion"])
+        if float(extract_answer(r["completion"]) == r["answer"]) != r["label"]:
+            disagree_last.append(r["completion"])
+    assert disagree_strict == []
+    assert len(disagree_last) >= 1  # the last-number rule mis-scores some of these real completions
