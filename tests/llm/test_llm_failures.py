@@ -14,7 +14,7 @@ pytestmark = pytest.mark.integration
 
 
 def test_a_disk_that_fills_mid_run_gives_one_line_and_a_non_empty_error_log(tmp_path, monkeypatch, capsys):
-    """Writes fail with ENOSPC from the third metrics row on, until the run's reserve is freed (a full disk)."""
+    """Writes fail with ENOSPC from the third CSV row on, until the run's reserve is freed (a full disk)."""
     out = tmp_path / "run"
     rows = {"n": 0}
     log_row = metrics.CsvLog.log
@@ -43,7 +43,7 @@ def test_a_disk_that_fills_mid_run_gives_one_line_and_a_non_empty_error_log(tmp_
     err = capsys.readouterr().err
     assert "Traceback" not in err
     errors = [line for line in err.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and "No space left on device" in errors[0] and "update 3" in errors[0]
+    assert len(errors) == 1 and "No space left on device" in errors[0] and "training failed at update" in errors[0]
     log = (out / "error.log").read_text()
     assert "OSError" in log and "No space left on device" in log
     assert json.loads((out / "summary.json").read_text())["status"] == "failed"
@@ -54,4 +54,4 @@ def test_a_finished_run_leaves_no_reserve(tmp_path):
     argv = ["train", "--model", "tiny", "--task", "copy", "--steps", "2", "--prompts-per-step", "2", "--group-size", "2",
             "--tensorboard", "off", "--no-progress", "--no-save-final", "--out", str(tmp_path / "ok")]  # fmt: skip
     assert cli.main(argv) == 0
-    assert sorted(p.name for p in (tmp_path / "ok").iterdir()) == ["config.json", "metrics.csv", "summary.json"]
+    assert sorted(p.name for p in (tmp_path / "ok").iterdir()) == ["config.json", "grad_steps.csv", "metrics.csv", "summary.json"]
