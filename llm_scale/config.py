@@ -121,7 +121,9 @@ class TrainConfig:
     nan_policy: Literal["mask", "raise"] = "mask"
     """non-finite log-probs in the loss: mask those tokens, or raise"""
     grad_cosine: bool = True
-    """log cos(g_t, g_{t-1}) (one gradient-sized buffer)"""
+    """log cos(g_t, g_{t-1}) per optimizer step in grad_steps.csv (one gradient-sized buffer, in memory and in checkpoints)"""
+    dynamic_sampling: bool = False
+    """drop the prompt groups whose rewards are all equal (zero advantage) before the update, as DAPO does"""
 
     # -- precision and devices --------------------------------------------------------------------
     device: str = "auto"
@@ -227,12 +229,24 @@ class TrainConfig:
         return self.resolved_device() if self.rollout_device == "same" else self.rollout_device
 
     def threads(self) -> tuple[int, int]:
-        """(learner, rollout) CPU threads: explicit values, else the cores split between the two sides."""
-        cores = os.cpu_count() or 1
+        """(learner, rollout) CPU threads: explicit values, else the `cpu_budget` split between the two sides."""
+        cores = cpu_budget()
         if self.mode == "sync":
             return self.learner_threads or cores, self.rollout_threads or cores
         rollout = self.rollout_threads or max(1, cores // 2)
         return self.learner_threads or max(1, cores - rollout), rollout
+
+
+def cpu_budget() -> int:
+    """CPU threads this process may use: the cores it is allowed to run on (its affinity), capped by OMP_NUM_THREADS."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        cores = os.cpu_count() or 1
+    omp = os.environ.get("OMP_NUM_THREADS", "").strip()
+    if omp.isdigit() and int(omp) > 0:
+        cores = min(cores, int(omp))
+    return max(1, cores)
 
 
 def _flag(name: str) -> str:

@@ -14,6 +14,24 @@
    rollout's, up to eta versions old), proximal (start of this batch) and current (moves with
    every optimizer step); with 1 x 1 steps current = proximal at the only step.
 
+What an update logs, each named for what it measures:
+
+* ``staleness_ess`` / ``staleness_ess_token``: normalised ESS of pi_prox / mu per sequence / per
+  token (behaviour vs the policy at the start of the batch: staleness, plus any sampler mismatch);
+  ``mismatch_abs_max`` / ``mismatch_abs_mean``: |log pi_prox - log mu| over the tokens sampled by the
+  very weights the learner holds (NaN when there are none): the sampler / learner numerical gap;
+* ``drift_ess`` (mean over the optimizer steps) and ``drift_ess_min``: the same ESS of pi_current /
+  pi_prox on each step's minibatch, i.e. how far the K x N steps move the policy within the batch;
+* the recipe's own metrics under their own names (e.g. ``ess`` of a transform such as ess_lr is the
+  ESS of current vs behaviour on its minibatch);
+* per optimizer step (``Learner.steps``, written to grad_steps.csv): the raw gradient norm and its
+  cosine to the previous step's raw gradient, with the kind of pair (``within`` the batch,
+  ``across`` batches, ``none`` for the first step); NaN when a gradient is zero. Per update:
+  ``grad_cos_within`` / ``grad_cos_across`` (NaN-aware means), ``zero_grad_frac``;
+* ``zero_adv_frac``: fraction of prompt groups whose rewards are all equal (`fingerprint.zero_advantage_frac`);
+  with ``dynamic_sampling`` those groups are dropped before the update (DAPO, arXiv 2503.14476) and
+  ``dropped_seq_frac`` says how many sequences went.
+
 KL to a frozen reference (the initial weights), per token with r = log pi_ref - log pi_theta on the
 sampled tokens (Schulman's estimators, "Approximating KL divergence", 2020): ``k1`` = -r (unbiased,
 can be negative), ``k3`` = exp(r) - r - 1 (unbiased, >= 0, GRPO's choice). Entropy: of the full
@@ -22,7 +40,8 @@ sampling temperature (the behaviour log-probs record the top-k / top-p distribut
 sampled, so the ratio corrects for the truncation).
 
 Mixed precision: ``autocast="bf16"`` runs the learner's forwards under ``torch.autocast`` in
-bfloat16 (weights, gradients and AdamW state stay float32; log-softmax in float32).
+bfloat16 (weights, gradients and AdamW state stay float32; log-softmax in float32); the trainer's
+`Sampler` generates under the same autocast, so both sides compute in the same precision.
 ``grad_checkpointing`` recomputes each decoder layer in the backward pass (transformers'
 activation checkpointing; the model is put in train mode for those forwards, so configs with
 dropout > 0 are refused by the trainer).
@@ -40,9 +59,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from testbed import seeding
-from testbed.stabilizers import BatchStats, PolicyTerms, Recipe, aggregate
+from testbed.stabilizers import PolicyTerms, Recipe, aggregate
+from testbed.stabilizers import fingerprint as fp
 
-from .rollout import RolloutBatch, position_ids
+from .generation import RolloutBatch, position_ids
 
 
 @dataclass
@@ -61,6 +81,7 @@ class LearnerSettings:
     grad_checkpointing: bool = False
     grad_cosine: bool = True
     seed: int = 0
+    dynamic_sampling: bool = False  # drop the prompt groups whose rewards are all equal (DAPO)
 
 
 def kl_penalty(logp: Tensor, ref_logp: Tensor, estimator: str = "k3") -> Tensor:
@@ -105,6 +126,7 @@ class Learner:
         self.eos_ids = eos_ids or []
         self.device = next(model.parameters()).device
         self.prev_grad: list[Tensor] | None = None
+        self.steps: list[dict[str, Any]] = []  # the last update's optimizer steps (gradient norm, cosine, kind)
         if settings.grad_checkpointing:
             if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.20
                 model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
@@ -168,27 +190,50 @@ class Learner:
             batch.completion_mask.to(torch.float32), method="loop",
         ).to(self.device)  # fmt: skip
 
-    def _grad_stats(self) -> dict[str, float]:
-        """Norm of the raw gradient and its cosine with the previous optimizer step's raw gradient."""
+    def _grad_stats(self, same_batch: bool) -> dict[str, float]:
+        """Norm of the raw gradient and its cosine with the previous optimizer step's raw gradient.
+
+        The pair's kind is ``within`` when the previous step was taken on the same rollout batch,
+        ``across`` when it was the last step on the previous batch. The cosine is NaN when either
+        gradient is zero (undefined, as `fingerprint.cosine`) or there is no previous step.
+        """
         grads = [p.grad for p in self.model.parameters() if p.grad is not None]
-        sq = sum(float(g.float().pow(2).sum()) for g in grads)
+        sq = sum(float(g.double().pow(2).sum()) for g in grads)
         out = {"grad_norm_raw": math.sqrt(sq)}
         if not self.s.grad_cosine:
             return out
+        cos = float("nan")
         if self.prev_grad is not None and len(self.prev_grad) == len(grads):
-            dot = sum(float((g.float() * h).sum()) for g, h in zip(grads, self.prev_grad, strict=True))
-            prev_sq = sum(float(h.pow(2).sum()) for h in self.prev_grad)
-            out["grad_cos_prev"] = dot / math.sqrt(sq * prev_sq) if sq > 0 and prev_sq > 0 else 0.0
+            dot = sum(float((g.double() * h).sum()) for g, h in zip(grads, self.prev_grad, strict=True))
+            prev_sq = sum(float(h.double().pow(2).sum()) for h in self.prev_grad)
+            if sq > 0 and prev_sq > 0 and math.isfinite(dot):
+                cos = dot / math.sqrt(sq * prev_sq)
             for h, g in zip(self.prev_grad, grads, strict=True):
                 h.copy_(g)
+            kind = "within" if same_batch else "across"
         else:
             self.prev_grad = [g.detach().float().clone() for g in grads]
+            kind = "none"
+        out["grad_cos_prev"] = cos
+        out["grad_cos_kind"] = kind  # type: ignore[assignment]  # popped by update()
         return out
 
     # -- the update -------------------------------------------------------------------------------
     def update(self, batch: RolloutBatch, step: int) -> dict[str, float]:
         """Learner update ``step`` on ``batch``: epochs x minibatches optimizer steps; returns the update's metrics."""
         s, recipe = self.s, self.recipe
+        zero_adv = fp.zero_advantage_frac(batch.rewards, batch.group_ids)
+        health: dict[str, float] = {"zero_adv_frac": zero_adv}
+        if s.dynamic_sampling:
+            keep = informative_rows(batch.rewards, batch.group_ids)
+            health["dropped_seq_frac"] = 1.0 - float(keep.float().mean())
+            if not bool(keep.any()):  # nothing to learn from: no optimizer step, the schedule still advances
+                self.steps = []
+                self.scheduler.step()
+                return {**health, "optimizer_steps": 0.0, **self._batch_metrics(batch, step)}
+            full, batch = batch, select_rows(batch, keep)
+        else:
+            full = batch
         n = batch.completion_ids.shape[0]
         mask, blogp = batch.completion_mask, batch.behavior_logp
         micro = s.micro_batch_size or n
@@ -204,17 +249,18 @@ class Learner:
         adv = recipe.advantages(
             batch.rewards, group_ids=batch.group_ids, logp=proximal, behavior_logp=blogp, mask=mask, score_sq_norms=norms
         )
-        ess = BatchStats.from_terms(PolicyTerms(proximal, blogp, adv, mask)).ess
-        metrics: dict[str, float] = {"ess": float("nan") if ess is None else float(ess)}
+        metrics: dict[str, float] = {**health, **self._staleness(batch, proximal, step)}
         pooled: list[tuple[dict[str, float], float]] = []
-        size = n // s.minibatches
+        self.steps = []
         for epoch in range(s.epochs):
             order = (
                 torch.randperm(n, generator=seeding.generator(s.seed, "llm", "minibatch", step, epoch)).to(self.device)
                 if s.minibatches > 1 else torch.arange(n, device=self.device)
             )  # fmt: skip
-            for mb in range(s.minibatches):
-                rows = order[mb * size : (mb + 1) * size]
+            for mb, rows in enumerate(torch.tensor_split(order, s.minibatches)):
+                size = rows.numel()
+                if size == 0:  # dynamic sampling left fewer sequences than minibatches
+                    continue
                 self.optimizer.zero_grad(set_to_none=True)
                 n_tok = float(mask[rows].sum())
                 n_seq = float(mask[rows].any(-1).sum())
@@ -246,16 +292,41 @@ class Learner:
                     loss_total += float(loss.detach())
                     pooled.append((part, float(mask[sub].sum())))
                     detached.append(logp.detach())
-                grad = self._grad_stats()
-                stats = PolicyTerms(torch.cat(detached), blogp[rows], adv[rows], mask[rows])
+                grad = self._grad_stats(same_batch=bool(self.steps))
+                kind = grad.pop("grad_cos_kind", "none")
+                current = torch.cat(detached)
+                drift = fp.staleness_stats(current, proximal[rows], mask[rows], lag=0).ess_seq
+                stats = PolicyTerms(current, blogp[rows], adv[rows], mask[rows])
                 step_metrics = {k: float(v) for k, v in recipe.step(self.model, self.optimizer, stats).items()}
-                pooled.append(({**grad, **step_metrics, "loss": loss_total}, 1.0))
+                pooled.append(({**step_metrics, "loss": loss_total, "drift_ess": drift, "drift_ess_min": drift}, 1.0))
+                self.steps.append({"update": step, "epoch": epoch, "minibatch": mb, "kind": kind, **grad})
         metrics.update(pool(pooled))
+        metrics.update(step_summary(self.steps))
         metrics["lr"] = float(self.optimizer.param_groups[0]["lr"])
         metrics["optimizer_steps"] = float(s.epochs * s.minibatches)
         self.scheduler.step()
-        metrics.update(self._batch_metrics(batch, step))
+        metrics.update(self._batch_metrics(full, step))
         return metrics
+
+    def _staleness(self, batch: RolloutBatch, proximal: Tensor, step: int) -> dict[str, float]:
+        """Behaviour vs proximal (the policy at the start of this batch): staleness plus any sampler mismatch.
+
+        ``staleness_ess`` / ``staleness_ess_token``: normalised ESS of the sequence / token ratios
+        pi_prox / mu (`fingerprint.staleness_stats`). ``mismatch_abs_max`` / ``mismatch_abs_mean``:
+        |log pi_prox - log mu| over the tokens sampled by the very weights the learner holds (lag
+        0), where the two must agree up to numerics; NaN when no token has lag 0.
+        """
+        mask = batch.completion_mask
+        stats = fp.staleness_stats(proximal, batch.behavior_logp, mask, lag=0)
+        same = mask & (batch.versions == step)
+        gap = (proximal - batch.behavior_logp).abs()[same]
+        nan = float("nan")
+        return {
+            "staleness_ess": stats.ess_seq,
+            "staleness_ess_token": stats.ess_token,
+            "mismatch_abs_max": float(gap.max()) if gap.numel() else nan,
+            "mismatch_abs_mean": float(gap.mean()) if gap.numel() else nan,
+        }
 
     def _batch_metrics(self, batch: RolloutBatch, step: int) -> dict[str, float]:
         mask = batch.completion_mask
@@ -277,6 +348,46 @@ class Learner:
     def finite(self) -> bool:
         """True while every parameter is finite."""
         return all(bool(torch.isfinite(p.detach()).all()) for p in self.model.parameters())
+
+
+def informative_rows(rewards: Tensor, group_ids: Tensor) -> Tensor:
+    """[B] bool: the sequences whose prompt group has rewards that are not all equal.
+
+    DAPO's dynamic sampling (arXiv 2503.14476) drops the other groups: their group-normalised
+    advantages are all zero, so they cost a forward and backward and add no gradient.
+    """
+    _, inv = torch.unique(group_ids, return_inverse=True)
+    n = int(inv.max()) + 1 if inv.numel() else 0
+    r = rewards.detach().double()
+    hi = torch.full((n,), -math.inf, dtype=torch.float64, device=r.device).scatter_reduce(0, inv, r, "amax")
+    lo = torch.full((n,), math.inf, dtype=torch.float64, device=r.device).scatter_reduce(0, inv, r, "amin")
+    return (hi > lo)[inv]
+
+
+def select_rows(batch: RolloutBatch, rows: Tensor) -> RolloutBatch:
+    """The sub-batch of ``rows`` (a [B] bool mask or indices): every per-sequence tensor sliced alike."""
+    from dataclasses import fields
+
+    values = {f.name: getattr(batch, f.name) for f in fields(batch)}
+    return type(batch)(**{k: v[rows] if isinstance(v, Tensor) and v.dim() >= 1 else v for k, v in values.items()})
+
+
+def step_summary(steps: list[dict[str, Any]]) -> dict[str, float]:
+    """Per update: NaN-aware means of the optimizer steps' gradient cosines, by the kind of pair.
+
+    ``grad_cos_within``: mean cosine to the previous step's raw gradient over the steps whose previous
+    step was on the same batch; ``grad_cos_across``: over the (at most one) step whose previous step
+    was on the previous batch. NaN cosines (a zero gradient) are left out; no defined cosine: NaN.
+    """
+    out: dict[str, float] = {}
+    for kind in ("within", "across"):
+        values = [r["grad_cos_prev"] for r in steps if r.get("kind") == kind and math.isfinite(r.get("grad_cos_prev", math.nan))]
+        out[f"grad_cos_{kind}"] = sum(values) / len(values) if values else math.nan
+    norms = [r["grad_norm_raw"] for r in steps if "grad_norm_raw" in r]
+    if norms:
+        out["grad_norm_raw"] = sum(norms) / len(norms)
+        out["zero_grad_frac"] = sum(v == 0.0 for v in norms) / len(norms)
+    return out
 
 
 def distinct_per_row(versions: Tensor, mask: Tensor) -> Tensor:

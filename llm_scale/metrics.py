@@ -52,8 +52,33 @@ class CsvLog:
             csv.DictWriter(handle, fieldnames=self.columns).writerow(row)
 
 
-def tensorboard_writer(logdir: Path, mode: str, warn: TextIO | None = None) -> Any:
-    """A ``SummaryWriter`` (mode on, or auto when tensorboard is installed), else None."""
+def _quiet_writer_threads() -> None:
+    """Keep TensorBoard's writer thread from printing a traceback when a write fails (a full disk).
+
+    The writer keeps the exception and raises it in the training thread at its next write, flush or
+    close, where the run reports it in one line; printed here too it would be a second, raw report.
+    """
+    import threading
+
+    previous = threading.excepthook
+    if getattr(previous, "_llm_scale_quiet", False):
+        return
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        if type(args.thread).__name__ == "_AsyncWriterThread" and isinstance(args.exc_value, OSError):
+            return
+        previous(args)
+
+    hook._llm_scale_quiet = True  # type: ignore[attr-defined]
+    threading.excepthook = hook
+
+
+def tensorboard_writer(logdir: Path, mode: str, warn: TextIO | None = None, purge_step: int | None = None) -> Any:
+    """A ``SummaryWriter`` (mode on, or auto when tensorboard is installed), else None.
+
+    ``purge_step`` (a resumed run's first step): TensorBoard discards the earlier events at steps
+    >= it, so the steps a killed run logged after its last checkpoint are not shown twice.
+    """
     if mode == "off":
         return None
     try:
@@ -64,7 +89,8 @@ def tensorboard_writer(logdir: Path, mode: str, warn: TextIO | None = None) -> A
         print("note: tensorboard is not installed (pip install -e '.[llm]'): metrics go to metrics.csv only",
               file=warn or sys.stderr)  # fmt: skip
         return None
-    return SummaryWriter(str(logdir))
+    _quiet_writer_threads()
+    return SummaryWriter(str(logdir), purge_step=purge_step or None)
 
 
 def add_scalars(writer: Any, row: dict[str, Any], step: int, prefix: str = "") -> None:

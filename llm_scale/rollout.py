@@ -1,16 +1,9 @@
-"""Sampling with recorded behaviour log-probs, and the rollout side that runs ahead of the learner.
-
-`sample_completions` draws each token from the sampling distribution mu = softmax of the logits
-at ``temperature``, restricted to the ``top_k`` most likely tokens and then to the smallest
-top set of probability mass >= ``top_p`` (the order Hugging Face's generate uses), renormalised,
-and records log mu(token): the behaviour log-prob is that of the distribution actually sampled,
-from the same logits. The learner's log-prob is that of the full tempered softmax, so with top-k /
-top-p the importance ratio pi / mu is the kept mass (<= 1) at each token. Each token also records
-the policy version of the weights that produced it. Non-finite logits raise `NonFiniteRollout`.
+"""The rollout side that runs ahead of the learner: weights in flight, admission, and the three modes.
 
 The data flow is one way. The learner asks for batch k (`Rollouts.get`) and publishes its weights
 after each update (`Rollouts.publish`); the rollout side owns a `Sampler` (task, tokenizer,
-sampling, rewards) and never calls back. Three modes:
+sampling, rewards; `sampler.Sampler`, which draws tokens with `generation.sample_completions`)
+and never calls back. Three modes:
 
 * ``sync``: batch k is generated on demand with the learner's own model (version k);
 * ``thread``: a worker thread with its own copy of the weights generates ahead (exact,
@@ -31,9 +24,12 @@ is trained on. Which weights the worker uses:
 
 Weight versions kept: ONE published copy (the `WeightSlot`) plus the rollout side's working copy,
 whatever eta. Under ``latest`` the slot is simply overwritten. Under ``fixed`` the learner, before
-publishing version v, waits until the worker has taken version v - 1 (when some batch still needs
-it); the worker takes v - 1 when it starts batch v - 1 + eta, which admission already allows, so
-this never deadlocks and the learner waits only when the worker is the bottleneck anyway.
+publishing version v, waits until the worker has taken version v - 1 when a batch not yet
+generated still needs it (`Plan.still_needs`); the worker takes v - 1 when it starts batch
+v - 1 + eta, which admission already allows, so this never deadlocks and the learner waits only
+when the worker is the bottleneck anyway. A resumed run may start with eta + 1 batches already
+generated (the checkpoint holds what was in flight, up to batch start + eta): their versions are
+taken by no one, and the learner does not wait for them.
 
 With ``partial_chunk = n > 0`` (latest only) the worker checks for newer weights every n tokens
 and switches mid-sequence (re-encoding the prefix under the new weights), so one sequence spans
@@ -49,147 +45,17 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
-if TYPE_CHECKING:
-    from .sampler import Sampler
+from .generation import NonFiniteRollout, RolloutBatch
+from .sampler import Sampler
 
 LAG_POLICIES = ("latest", "fixed")
 MODES = ("sync", "thread", "process")
-Refresh = Callable[[], "int | None"]
-
-
-class NonFiniteRollout(RuntimeError):
-    """The rollout policy produced NaN or inf logits (its weights have diverged)."""
-
-
-@dataclass
-class RolloutBatch:
-    """One batch of B = prompts x group_size trajectories, with everything the learner needs."""
-
-    index: int  # batch k, consumed by learner update k
-    prompt_ids: Tensor  # [B, P] left-padded
-    prompt_mask: Tensor  # [B, P] 1 for real prompt tokens
-    completion_ids: Tensor  # [B, T] right-padded
-    completion_mask: Tensor  # [B, T] bool: generated tokens up to and including eos
-    behavior_logp: Tensor  # [B, T] float32, log mu(token) of the distribution sampled
-    versions: Tensor  # [B, T] int64, policy version that produced each token
-    rewards: Tensor  # [B] float32
-    group_ids: Tensor  # [B] int64, prompt group
-    gen_seconds: float = 0.0
-
-    @property
-    def n_tokens(self) -> int:
-        return int(self.completion_mask.sum())
-
-    def to(self, device: torch.device | str) -> RolloutBatch:
-        moved = {f.name: getattr(self, f.name) for f in fields(self)}
-        for key, value in moved.items():
-            if isinstance(value, Tensor):
-                moved[key] = value.to(device)
-        return RolloutBatch(**moved)
-
-    def state(self) -> dict[str, Any]:
-        return self.to("cpu").__dict__.copy()
-
-
-def position_ids(mask: Tensor) -> Tensor:
-    """Positions counted over real tokens only (left padding gets position 0)."""
-    return (mask.long().cumsum(-1) - 1).clamp(min=0)
-
-
-def sampling_logprobs(logits: Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0) -> Tensor:
-    """log mu over the vocabulary: tempered softmax, then top-k, then top-p, renormalised (-inf outside).
-
-    top-k keeps the k largest logits (0: all); top-p keeps the smallest set of most likely tokens
-    whose probability reaches ``top_p`` (1: all), always at least one token.
-    """
-    scaled = logits.float() / temperature
-    if top_k and top_k < scaled.shape[-1]:
-        kth = torch.topk(scaled, top_k, dim=-1).values[..., -1:]
-        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
-    if top_p < 1.0:
-        probs, order = torch.sort(F.softmax(scaled, dim=-1), dim=-1, descending=True)
-        before = probs.cumsum(-1) - probs  # mass of the more likely tokens
-        drop = before >= top_p
-        drop[..., 0] = False
-        scaled = scaled.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
-    return F.log_softmax(scaled, dim=-1)
-
-
-def _forward(model: torch.nn.Module, ids: Tensor, attn: Tensor, pos: Tensor, past: Any) -> tuple[Tensor, Any]:
-    out = model(input_ids=ids, attention_mask=attn, position_ids=pos, past_key_values=past, use_cache=True)
-    return out.logits[:, -1].float(), out.past_key_values
-
-
-@torch.no_grad()
-def sample_completions(
-    model: torch.nn.Module,
-    prompt_ids: Tensor,
-    prompt_mask: Tensor,
-    *,
-    max_new_tokens: int,
-    temperature: float,
-    eos_ids: list[int],
-    pad_id: int,
-    top_k: int = 0,
-    top_p: float = 1.0,
-    generator: torch.Generator | None = None,
-    version: int = 0,
-    refresh: Refresh | None = None,
-    chunk: int = 0,
-) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Sample up to ``max_new_tokens`` per row; return (ids, mask, behaviour log-probs, versions), each [B, T].
-
-    ``temperature == 0`` decodes greedily (log-probs then of the untempered softmax). ``refresh``
-    (called every ``chunk`` tokens when both are given) may swap the model's weights and returns
-    the new version, or None for no change; the cache is then rebuilt under the new weights.
-    """
-    if max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    batch = prompt_ids.shape[0]
-    device = prompt_ids.device
-    attn = prompt_mask.long()
-    logits, past = _forward(model, prompt_ids, attn, position_ids(attn), None)
-    next_pos = position_ids(attn)[:, -1:] + 1
-    eos = torch.tensor(sorted(set(eos_ids)), device=device, dtype=torch.long)
-    done = torch.zeros(batch, dtype=torch.bool, device=device)
-    toks, lps, vers, keep = [], [], [], []
-    for t in range(max_new_tokens):
-        if refresh is not None and chunk > 0 and t > 0 and t % chunk == 0:
-            new_version = refresh()
-            if new_version is not None and new_version != version:
-                version = new_version
-                ids = torch.cat([prompt_ids, *toks], dim=1)
-                logits, past = _forward(model, ids, attn, position_ids(attn), None)
-        live = ~done
-        logp_all = sampling_logprobs(logits, temperature, top_k, top_p) if temperature > 0 else F.log_softmax(logits, dim=-1)
-        # NaN anywhere, or +inf (from logits too large for float32), means the weights have diverged
-        if bool((torch.isnan(logp_all) | (logp_all == float("inf"))).any()):
-            raise NonFiniteRollout(
-                f"the rollout policy (version {version}) produced non-finite logits at completion token {t}"
-            )
-        if temperature > 0:
-            tok = torch.multinomial(logp_all.exp(), 1, generator=generator)
-        else:
-            tok = logp_all.argmax(dim=-1, keepdim=True)
-        tok = torch.where(live[:, None], tok, torch.full_like(tok, pad_id))
-        toks.append(tok)
-        lps.append(torch.where(live[:, None], logp_all.gather(-1, tok), torch.zeros_like(tok, dtype=torch.float32)))
-        vers.append(torch.full_like(tok, version))
-        keep.append(live[:, None])
-        done = done | torch.isin(tok[:, 0], eos)
-        if bool(done.all()) or t == max_new_tokens - 1:
-            break
-        attn = torch.cat([attn, torch.ones_like(tok)], dim=1)
-        logits, past = _forward(model, tok, attn, next_pos, past)
-        next_pos = next_pos + 1
-    return torch.cat(toks, 1), torch.cat(keep, 1), torch.cat(lps, 1), torch.cat(vers, 1)
 
 
 # -- weights ------------------------------------------------------------------------------------------
@@ -301,6 +167,19 @@ class Plan:
     lag_policy: str = "latest"
     partial_chunk: int = 0
 
+    def version_for(self, k: int) -> int:
+        """Under ``fixed``: the version batch k is generated with, max(start, k - eta)."""
+        return max(self.start, k - self.eta)
+
+    def still_needs(self, version: int) -> bool:
+        """Under ``fixed``: whether a batch not yet generated (index >= next_index) is generated with ``version``.
+
+        The batches of version v are k = v + eta (and, for v = start, every k <= start + eta).
+        A resumed run's checkpoint may already hold them all: then nobody will take that version.
+        """
+        low = self.start if version == self.start else version + self.eta
+        return max(low, self.next_index) <= min(version + self.eta, self.total - 1)
+
 
 def rollout_loop(
     sampler: Sampler, model: torch.nn.Module, slot: WeightSlot, plan: Plan, emit: Callable[[RolloutBatch], None],
@@ -320,7 +199,7 @@ def rollout_loop(
         if not slot.wait_admission(k, plan.eta, alive):
             return
         if plan.lag_policy == "fixed":
-            want = max(k - plan.eta, plan.start)
+            want = plan.version_for(k)
             if want != current:
                 current = slot.read_into(model)
                 if current != want:  # the publication protocol guarantees it; fail loudly if broken
@@ -394,7 +273,8 @@ class _Async(Rollouts):
         return self.ready.pop(k).to(self.device), time.perf_counter() - t0
 
     def publish(self, model: torch.nn.Module, version: int) -> None:
-        needed = self.plan.lag_policy == "fixed" and version - 1 + self.plan.eta < self.plan.total
+        # fixed lag: version - 1 must reach the worker before the slot is overwritten, if a batch still needs it
+        needed = self.plan.lag_policy == "fixed" and self.plan.still_needs(version - 1)
         self.slot.write(model, version, after_taken=version - 1 if needed else None, reader_failed=self._failed)
 
     def pending(self, k: int) -> dict[int, RolloutBatch]:

@@ -2,14 +2,20 @@
 
 ``Sampler.batch(model, k, version)`` is rollout batch k: ``prompts_per_step`` problems drawn from
 the task with a stream that depends only on (seed, k), each encoded ``group_size`` times, completed
-by ``model`` (`rollout.sample_completions`, with the recorded behaviour log-probs and versions),
+by ``model`` (`generation.sample_completions`, with the recorded behaviour log-probs and versions),
 decoded and scored. The learner never calls into it: a `Sampler` is handed to the rollout side
 (the learner's thread in sync mode, a worker thread, or a separate process, which receives it
-pickled) and batches flow back. The learner keeps its own `Sampler` for greedy evaluation only.
+pickled) and batches flow back. The learner keeps its own `Sampler` for greedy evaluation only
+(`Sampler.replica`: the two never share a tokenizer). With ``autocast="bf16"`` generation runs under
+the same autocast as the learner's forwards, so behaviour and learner log-probs come from the same
+precision (the trainer logs what difference remains, ``mismatch_abs_max``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import dataclasses
 import random
 import time
 from dataclasses import dataclass, field
@@ -20,7 +26,7 @@ from torch import Tensor
 
 from testbed import seeding
 
-from .rollout import Refresh, RolloutBatch, sample_completions
+from .generation import Refresh, RolloutBatch, sample_completions
 from .tasks import Problem, Task
 
 
@@ -39,10 +45,20 @@ class Sampler:
     top_k: int = 0
     top_p: float = 1.0
     eos_ids: list[int] = field(default_factory=list)
+    autocast: str = "off"  # off | bf16: generate under the learner's autocast, so both sides compute alike
 
     @property
     def pad_id(self) -> int:
         return int(self.tokenizer.pad_token_id)
+
+    def replica(self) -> Sampler:
+        """The same sampler with its own tokenizer (a fast tokenizer may not be used by two threads at once)."""
+        return dataclasses.replace(self, tokenizer=copy.deepcopy(self.tokenizer))
+
+    def _precision(self, device: torch.device) -> Any:
+        if self.autocast == "bf16":
+            return torch.autocast(device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
 
     def problems(self, k: int) -> list[Problem]:
         """The prompts of batch k (a stream keyed by the seed and k alone)."""
@@ -81,11 +97,12 @@ class Sampler:
         prompt_ids, prompt_mask = self.encode(problems, self.group_size, device)
         generator = torch.Generator(device=device).manual_seed(seeding.derive(self.seed, "llm", "sample", k))
         t0 = time.perf_counter()
-        ids, mask, logp, versions = sample_completions(
-            model, prompt_ids, prompt_mask, max_new_tokens=self.max_new_tokens, temperature=self.temperature,
-            top_k=self.top_k, top_p=self.top_p, eos_ids=self.eos_ids, pad_id=self.pad_id, generator=generator,
-            version=version, refresh=refresh, chunk=chunk,
-        )  # fmt: skip
+        with self._precision(device):
+            ids, mask, logp, versions = sample_completions(
+                model, prompt_ids, prompt_mask, max_new_tokens=self.max_new_tokens, temperature=self.temperature,
+                top_k=self.top_k, top_p=self.top_p, eos_ids=self.eos_ids, pad_id=self.pad_id, generator=generator,
+                version=version, refresh=refresh, chunk=chunk,
+            )  # fmt: skip
         gen_seconds = time.perf_counter() - t0
         rewards = self.rewards(problems, self.group_size, ids, mask).to(device)
         groups = torch.arange(self.prompts_per_step, device=device).repeat_interleave(self.group_size)
@@ -99,9 +116,10 @@ class Sampler:
         for i in range(0, len(problems), micro):
             chunk = problems[i : i + micro]
             prompt_ids, prompt_mask = self.encode(chunk, 1, device)
-            ids, mask, _, _ = sample_completions(
-                model, prompt_ids, prompt_mask, max_new_tokens=self.max_new_tokens, temperature=0.0,
-                eos_ids=self.eos_ids, pad_id=self.pad_id,
-            )  # fmt: skip
+            with self._precision(device):
+                ids, mask, _, _ = sample_completions(
+                    model, prompt_ids, prompt_mask, max_new_tokens=self.max_new_tokens, temperature=0.0,
+                    eos_ids=self.eos_ids, pad_id=self.pad_id,
+                )  # fmt: skip
             rewards.append(self.rewards(chunk, 1, ids, mask))
         return float(torch.cat(rewards).mean())

@@ -9,10 +9,30 @@ the policy generated after the prompt) with a reward in [0, 1]. Prompts come in 
   applies the template).
 
 Task specs use the recipe grammar: ``"arithmetic"``, ``"arithmetic(max_operand=20, ops='+-*')"``,
-``"countdown(n_numbers=3)"``, ``"copy(digits=2)"``, ``"gsm8k(path=data/train.jsonl)"``.
+``"countdown(n_numbers=3)"``, ``"copy(digits=2)"``, ``"gsm8k(path='data/train.jsonl')"``,
+``"prompts(path='train.parquet')"`` (prompts and answers from a parquet or JSONL file, verl's layout by
+default: `PromptFile`). A user's own task: ``"package.module:factory"`` or
+``"package.module:factory(key=value, ...)"`` imports ``package.module`` and calls ``factory(**params)``,
+which must return an object with the protocol of `Task` (``name``, ``alphabet``, ``max_new_tokens``,
+``sample(rng) -> Problem``, ``prompt(problem, style) -> str``, ``reward(problem, completion) -> float``);
+`build_task` checks it (and draws and scores one problem) before any work.
 
 Answer extraction (`extract_answer`): the text after the last ``####`` marker if there is one,
 else the content of the last ``\\boxed{...}``, else the last number in the text.
+
+Instruct models (qa and chat styles) answer in sentences, so these styles get:
+
+* a completion budget measured from the reference answer's tokenisation (`completion_budget`): the longest
+  tokenised `Task.reference_completion` over a fixed sample of problems, plus the end token and
+  `Task.budget_slack` tokens for the phrasing around it (never below the task's own ``max_new_tokens``);
+  compact prompts keep ``max_new_tokens``;
+* a strict answer format that the prompt asks for. Arithmetic asks for "the equation and its result" and
+  scores the first occurrence of the asked equation ``a op b = N`` (`equation_answer`), or a completion that
+  is just the number, so that "3 + 18 = 21 or 1." earns the reward and a truncated echo "17 + 2" does not
+  (`Arithmetic.reward`); GSM8K asks for ``#### N``. ``Task.reward(problem, completion, style)`` takes the
+  prompt style; without it, a completion with no letter and no whitespace is scored as compact;
+* `truncation_warning`: the ``warning:`` line a trainer prints when more than `TRUNCATION_WARN_FRAC` of a
+  batch's completions hit the budget (their rewards may be wrong).
 """
 
 from __future__ import annotations
@@ -68,18 +88,28 @@ def extract_answer(text: str) -> str | None:
     return _clean_number(numbers[-1]) if numbers else None
 
 
+TRUNCATION_WARN_FRAC = 0.25  # warn when more than this fraction of a batch's completions hit the budget
+BUDGET_PROBLEMS = 64  # problems whose reference completions set the budget (a fixed seeded sample)
+
+
 class Task:
     """Base class: subclasses are dataclasses whose fields are the spec parameters."""
 
     name: ClassVar[str]
     alphabet: ClassVar[str] = string.digits  # characters of compact prompts and answers (tiny tokenizer)
     max_new_tokens: ClassVar[int] = 8  # a sensible default completion budget (compact style)
+    budget_slack: ClassVar[int] = 12  # tokens beyond the reference completion for an instruct model's phrasing
+
+    def reference_completion(self, problem: Problem, style: str) -> str:
+        """A correct completion written in the format the ``style``'s prompt asks for (sets the budget)."""
+        return problem.answer if style == "compact" else f"#### {problem.answer}"
 
     def sample(self, rng: random.Random) -> Problem:
         raise NotImplementedError
 
-    def reward(self, problem: Problem, completion: str) -> float:
-        """1.0 when the extracted answer equals the reference, else 0.0."""
+    def reward(self, problem: Problem, completion: str, style: str | None = None) -> float:
+        """1.0 when the extracted answer equals the reference, else 0.0 (``style``: the prompt style, for tasks
+        whose rule depends on it)."""
         got = extract_answer(completion)
         return float(got is not None and got == _clean_number(problem.answer))
 
@@ -141,7 +171,45 @@ class Arithmetic(Task):
         b = rng.randint(self.min_operand, self.max_operand)
         op = rng.choice(self.ops)
         ans = _OPS[op](a, b)
-        return Problem(f"What is {a} {op} {b}? Answer with just the number.", f"{a}{op}{b}=", str(ans))
+        question = f"What is {a} {op} {b}? Reply with one line: the equation and its result."
+        return Problem(question, f"{a}{op}{b}=", str(ans), {"a": a, "op": op, "b": b})
+
+    def reference_completion(self, problem: Problem, style: str) -> str:
+        m = problem.meta
+        return problem.answer if style == "compact" else f"{m['a']} {m['op']} {m['b']} = {problem.answer}"
+
+    def reward(self, problem: Problem, completion: str, style: str | None = None) -> float:
+        """Prose (qa and chat styles: the strict format their prompt asks for): 1 when `equation_answer` of the
+        asked equation equals the answer, or the whole completion is just that number ("21", "21."). Compact:
+        the last number equals the answer (`extract_answer`). ``style`` None: compact when the completion
+        holds no letter and no whitespace (what the compact alphabet can produce), else prose."""
+        if style is None:
+            style = "compact" if not re.search(r"[A-Za-z\s]", completion) else "chat"
+        if style == "compact" or "a" not in problem.meta:
+            return super().reward(problem, completion)
+        m = problem.meta
+        got = equation_answer(completion, m["a"], m["op"], m["b"])
+        if got is None and re.fullmatch(r"\s*-?\d[\d,]*\.?\s*", completion):
+            got = _clean_number(completion)
+        return float(got is not None and got == problem.answer)
+
+
+_OP_SPELLINGS = {"+": r"\+", "-": r"[-−–]", "*": r"[*×x·]"}
+
+
+def equation_answer(text: str, a: int, op: str, b: int) -> str | None:
+    """The result N of the first occurrence of the equation ``a op b = N`` in ``text``, normalised as by
+    `extract_answer`, or None when the text never writes that equation with a result.
+
+    The rule: operands exactly ``a`` and ``b`` in that order (not part of a longer number), the operator
+    ``op`` (``*`` also written ``×``, ``x`` or ``·``; ``-`` also ``−`` or ``–``), any spaces, ``=`` (or the
+    words "is", "equals", "is equal to", as in "6 + 9 is 15"), then a signed integer (commas allowed). The first occurrence counts: a model that writes the equation twice with
+    different results is scored on the first. "3 + 18 = 21 or 1." gives 21; "17 + 2" (a truncated echo)
+    gives None; "The answer is 21." gives None (no equation).
+    """
+    pattern = rf"(?<![\d.,]){a}\s*{_OP_SPELLINGS[op]}\s*{b}\s*(?:=|is equal to|equals|is)\s*(-?\s?\d[\d,]*)"
+    match = re.search(pattern, text)
+    return None if match is None else _clean_number(match.group(1).replace(" ", ""))
 
 
 class _SafeEval:
@@ -274,7 +342,7 @@ class Countdown(Task):
                 return Problem(question, f"{nums}:{target}=", expr, {"numbers": numbers, "target": target})
         raise RuntimeError("countdown: could not generate a problem; raise max_target")  # pragma: no cover
 
-    def reward(self, problem: Problem, completion: str) -> float:
+    def reward(self, problem: Problem, completion: str, style: str | None = None) -> float:
         text = completion.rsplit("####", 1)[1] if "####" in completion else completion
         text = text.split("=", 1)[0]
         runs = [r for r in _EXPR_RUN.findall(text) if any(c.isdigit() for c in r)]
@@ -341,11 +409,163 @@ class GSM8K(Task):
         return self.rows[rng.randrange(len(self.rows))]
 
 
-TASKS: dict[str, type[Task]] = {cls.name: cls for cls in (Copy, Arithmetic, Countdown, GSM8K)}
+def _dotted(row: dict[str, Any], key: str) -> Any:
+    """``row["a"]["b"]`` for key ``"a.b"`` (a column of nested records, as verl's ``reward_model.ground_truth``)."""
+    value: Any = row
+    for part in key.split("."):
+        if not isinstance(value, dict) or part not in value:
+            raise KeyError(key)
+        value = value[part]
+    return value
+
+
+@dataclass
+class PromptFile(Task):
+    """Prompts and reference answers from a parquet or JSONL file, read with the ``datasets`` package.
+
+    Columns are named by ``prompt_key`` and ``answer_key``; a dotted key reads inside a nested column.
+    The defaults are verl's layout (``data.train_files``): ``prompt`` holds a list of chat messages (the
+    last user message is the question) or plain text, and ``reward_model.ground_truth`` the answer. The
+    reward: numeric answers compare `extract_answer` of the completion with the answer (``####``, else the
+    last ``\\boxed{}``, else the last number); other answers compare the stripped text after the last
+    ``####`` (else the whole stripped completion) with the answer, exactly. The prompt asks for ``#### ANSWER``.
+    """
+
+    name: ClassVar[str] = "prompts"
+    alphabet: ClassVar[str] = string.printable
+    max_new_tokens: ClassVar[int] = 256
+    path: str = ""
+    prompt_key: str = "prompt"
+    answer_key: str = "reward_model.ground_truth"
+
+    def __post_init__(self) -> None:
+        file = Path(str(self.path)).expanduser()
+        if not self.path or not file.is_file():
+            raise FileNotFoundError(f"prompts: data file {str(self.path)!r} not found; give path='FILE.parquet' or "
+                                    f"path='FILE.jsonl'")  # fmt: skip
+        kind = {".parquet": "parquet", ".jsonl": "json", ".json": "json"}.get(file.suffix.lower())
+        if kind is None:
+            raise ValueError(f"prompts: {file.name!r} is neither .parquet nor .jsonl")
+        try:
+            import datasets
+        except ImportError:
+            raise ValueError("prompts: reading data files needs the datasets package (pip install datasets)") from None
+        quiet = datasets.are_progress_bars_disabled()
+        datasets.disable_progress_bars()  # errors are one line; no bars on stderr
+        try:
+            data = datasets.Dataset.from_parquet(str(file)) if kind == "parquet" else datasets.Dataset.from_json(str(file))
+        except Exception as exc:
+            raise ValueError(f"prompts: cannot read {str(file)!r}: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}") from None
+        finally:
+            if not quiet:
+                datasets.enable_progress_bars()
+        self.rows: list[Problem] = []
+        for i, row in enumerate(data):
+            try:
+                prompt, answer = _dotted(row, self.prompt_key), _dotted(row, self.answer_key)
+            except KeyError as exc:
+                raise ValueError(f"prompts: row {i} of {file.name} has no column {exc.args[0]!r}; columns: "
+                                 f"{', '.join(data.column_names)} (set prompt_key= / answer_key=)") from None  # fmt: skip
+            if isinstance(prompt, list):
+                users = [m.get("content") for m in prompt if isinstance(m, dict) and m.get("role") == "user"]
+                prompt = users[-1] if users else None
+            if not isinstance(prompt, str) or not prompt.strip() or answer is None:
+                raise ValueError(f"prompts: row {i} of {file.name}: the prompt must be text or chat messages with a "
+                                 f"user turn, and the answer present; got {str(prompt)[:60]!r}, {answer!r}")  # fmt: skip
+            answer = str(answer).strip()
+            question = prompt if "####" in prompt else f"{prompt}\nGive the final answer after '####'."
+            self.rows.append(Problem(question, prompt, answer))
+        if not self.rows:
+            raise ValueError(f"prompts: {file} holds no rows")
+
+    def sample(self, rng: random.Random) -> Problem:
+        return self.rows[rng.randrange(len(self.rows))]
+
+    def reward(self, problem: Problem, completion: str, style: str | None = None) -> float:
+        want = _clean_number(problem.answer) if re.fullmatch(r"\s*-?[\d,]+(\.\d+)?\s*", problem.answer) else None
+        if want is not None:
+            return float(extract_answer(completion) == want)
+        text = completion.rsplit("####", 1)[1] if "####" in completion else completion
+        return float(text.strip() == problem.answer)
+
+
+TASKS: dict[str, type[Task]] = {cls.name: cls for cls in (Copy, Arithmetic, Countdown, GSM8K, PromptFile)}
+PROTOCOL = ("name", "alphabet", "max_new_tokens", "sample", "prompt", "reward")
+
+
+def _user_task(spec: str) -> Any:
+    """``package.module:factory[(params)]``: import, call, and check the result against the task protocol."""
+    import importlib
+
+    head, paren, rest = spec.partition("(")
+    module_name, _, factory_name = head.strip().rpartition(":")
+    if not re.fullmatch(r"[A-Za-z_][\w.]*", module_name) or not re.fullmatch(r"[A-Za-z_]\w*", factory_name):
+        raise ValueError(f"task {spec!r}: a user task is package.module:factory or package.module:factory(key=value, ...)")
+    params = parse_spec(f"factory({rest}")[0][1] if paren else {}
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:
+        raise ValueError(f"task {spec!r}: cannot import module {module_name!r}: {type(exc).__name__}: {exc}") from None
+    factory = getattr(module, factory_name, None)
+    if not callable(factory):
+        raise ValueError(f"task {spec!r}: module {module_name!r} has no callable {factory_name!r}")
+    try:
+        task = factory(**params)
+    except Exception as exc:
+        raise ValueError(f"task {spec!r}: {factory_name}({', '.join(f'{k}={v!r}' for k, v in params.items())}) failed: "
+                         f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None  # fmt: skip
+    missing = [a for a in PROTOCOL if not hasattr(task, a)]
+    if missing:
+        raise ValueError(f"task {spec!r}: the factory's result lacks {', '.join(missing)} (a task needs {', '.join(PROTOCOL)})")
+    if not isinstance(task.alphabet, str) or isinstance(task.max_new_tokens, bool) or not isinstance(task.max_new_tokens, int) \
+            or task.max_new_tokens < 1:
+        raise ValueError(f"task {spec!r}: alphabet must be a string and max_new_tokens a positive integer, got "
+                         f"{task.alphabet!r}, {task.max_new_tokens!r}")  # fmt: skip
+    try:
+        problem = task.sample(random.Random(0))
+        prompts = [task.prompt(problem, style) for style in STYLES]
+        score = task.reward(problem, problem.answer)
+    except Exception as exc:
+        raise ValueError(f"task {spec!r}: drawing and scoring a first problem failed: {type(exc).__name__}: {exc}") from None
+    if not isinstance(problem, Problem) or not all(isinstance(p, str) for p in prompts):
+        raise ValueError(f"task {spec!r}: sample() must return a llm_scale.tasks.Problem and prompt() a string, got "
+                         f"{type(problem).__name__}")  # fmt: skip
+    if isinstance(score, bool) or not isinstance(score, int | float) or not 0.0 <= float(score) <= 1.0:
+        raise ValueError(f"task {spec!r}: reward() must return a number in [0, 1], got {score!r}")
+    return task
+
+
+def completion_budget(task: Task, style: str, tokenizer: Any, seed: int = 0) -> int:
+    """Completion budget (new tokens) for ``task`` prompted in ``style``.
+
+    compact: ``task.max_new_tokens``. qa and chat: max(``task.max_new_tokens``, L + 1 + ``task.budget_slack``),
+    L the longest tokenisation (no special tokens) of `Task.reference_completion` over `BUDGET_PROBLEMS`
+    problems drawn with ``random.Random(seed)``, + 1 for the end token.
+    """
+    if style == "compact":
+        return task.max_new_tokens
+    if style not in STYLES:
+        raise ValueError(f"unknown prompt style {style!r}; allowed: {', '.join(STYLES)}")
+    rng = random.Random(seed)
+    texts = [task.reference_completion(task.sample(rng), style) for _ in range(BUDGET_PROBLEMS)]
+    longest = max(len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"])
+    return max(task.max_new_tokens, longest + 1 + task.budget_slack)
+
+
+def truncation_warning(truncated: int, total: int, budget: int, limit: float = TRUNCATION_WARN_FRAC) -> str | None:
+    """The ``warning:`` line to print when more than ``limit`` of ``total`` completions were cut by the
+    ``budget`` of new tokens (None otherwise): their answers may be missing, so their rewards may be wrong."""
+    if total <= 0 or truncated / total <= limit:
+        return None
+    return (f"warning: {truncated} of {total} completions ({truncated / total:.0%}) hit the {budget}-token budget "
+            f"(more than {limit:.0%}); their rewards may be wrong: raise --max-new-tokens")
 
 
 def build_task(spec: str, *, data: str | None = None) -> Task:
-    """A task from a spec such as ``"arithmetic(max_operand=20)"``; ``data`` fills gsm8k's ``path``."""
+    """A task from a spec such as ``"arithmetic(max_operand=20)"`` or ``"package.module:factory(...)"``; ``data``
+    fills the ``path`` of gsm8k and prompts."""
+    if isinstance(spec, str) and ":" in spec.partition("(")[0]:
+        return _user_task(spec)
     terms = parse_spec(spec) if isinstance(spec, str) and spec.strip() else []
     if len(terms) != 1:
         raise ValueError(f"task spec must name one task, got {spec!r}; allowed: {', '.join(TASKS)}")

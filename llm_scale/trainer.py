@@ -7,18 +7,22 @@ anything is written; `Trainer.run` is the loop: take batch k from the rollout si
 rollout side to the learner and weights the other way; nothing calls back.
 
 The recipe is ``testbed.stabilizers.build(spec)``: the very objects the testbed validates.
-Outputs under ``--out``: metrics.csv (one row per update), eval.csv (greedy evaluation by policy
-version, from version 0), summary.json, tensorboard/, checkpoints/, final/, and error.log when a
-run fails.
+Outputs under ``--out``: metrics.csv (one row per update), grad_steps.csv (one row per optimizer
+step: gradient norm, cosine to the previous step and the kind of pair), eval.csv (greedy
+evaluation by policy version, from version 0), summary.json (with the device it ran on),
+tensorboard/, checkpoints/, final/, and error.log when a run fails.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import errno
 import json
 import os
 import random
 import shutil
+import sys
 import time
 import traceback
 from dataclasses import asdict
@@ -31,19 +35,20 @@ import torch
 from testbed.stabilizers import build
 
 from .config import TrainConfig, UsageError, check_device, check_paths, check_space
+from .generation import NonFiniteRollout, RolloutBatch
 from .learner import Learner, LearnerSettings, lr_multiplier
 from .metrics import CsvLog, Progress, add_scalars, tensorboard_writer
 from .models import ModelLoadError, load_policy, n_params
-from .rollout import NonFiniteRollout, Plan, RolloutBatch, make_rollouts
+from .rollout import Plan, make_rollouts
 from .sampler import Sampler
-from .tasks import build_task
+from .tasks import build_task, completion_budget, truncation_warning
 
 # Settings a resumed run must share with the run that wrote the checkpoint.
 RESUME_KEYS = (
     "model", "task", "data", "recipe", "seed", "max_staleness", "lag_policy", "partial_chunk", "prompts_per_step",
     "group_size", "max_new_tokens", "temperature", "top_k", "top_p", "steps", "lr", "lr_schedule", "warmup_steps",
     "min_lr_ratio", "weight_decay", "agg", "epochs", "minibatches", "proximal", "kl_coef", "kl_estimator",
-    "entropy_coef", "dtype", "autocast", "prompt_style",
+    "entropy_coef", "dtype", "autocast", "prompt_style", "dynamic_sampling", "grad_cosine",
 )  # fmt: skip
 # Advantage estimators that need no groups (all others normalise within a prompt group).
 GROUPLESS_ADVANTAGES = ("raw", "mean")
@@ -116,11 +121,12 @@ class Trainer:
         if style == "auto":
             local = cfg.model == "tiny" or cfg.model.startswith("random:")
             style = "compact" if local else ("chat" if getattr(tokenizer, "chat_template", None) else "qa")
-        max_new = cfg.max_new_tokens or task.max_new_tokens
+        max_new = cfg.max_new_tokens or completion_budget(task, style, tokenizer, seed=cfg.seed)
         self.sampler = Sampler(
             task, tokenizer, style, cfg.seed, cfg.prompts_per_step, cfg.group_size, max_new, cfg.temperature,
-            cfg.top_k, cfg.top_p, self._eos_ids(),
+            cfg.top_k, cfg.top_p, self._eos_ids(), cfg.autocast,
         )  # fmt: skip
+        self.rollout_sampler = self.sampler.replica()  # the rollout side's own: no tokenizer shared across threads
         self._check_model(max_new)
         lr = cfg.lr if cfg.lr is not None else (1e-3 if cfg.model == "tiny" else 1e-6)
         optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
@@ -136,6 +142,7 @@ class Trainer:
             micro_batch_size=cfg.micro_batch_size, proximal=cfg.proximal, nan_policy=cfg.nan_policy,
             kl_coef=cfg.kl_coef, kl_estimator=cfg.kl_estimator, entropy_coef=cfg.entropy_coef, autocast=cfg.autocast,
             grad_checkpointing=cfg.grad_checkpointing, grad_cosine=cfg.grad_cosine, seed=cfg.seed,
+            dynamic_sampling=cfg.dynamic_sampling,
         )  # fmt: skip
         self.learner = Learner(self.model, self.recipe, optimizer, scheduler, settings, reference, self.sampler.eos_ids)
         self.out = Path(cfg.out).expanduser()
@@ -186,10 +193,17 @@ class Trainer:
                 "lower --micro-batch-size or --max-new-tokens"
             )
 
+    def gradient_buffers(self) -> int:
+        """Gradient-sized float32 buffers the run keeps (in memory and in every checkpoint): the cosine's, gac's."""
+        transforms = self.recipe.transforms
+        gac = sum(type(t).__name__.lower().startswith("gac") for t in transforms)
+        return int(self.cfg.grad_cosine) + gac
+
     def _check_disk(self) -> None:
         cfg = self.cfg
         weights = sum(p.numel() * p.element_size() for p in self.model.parameters())
-        per_checkpoint = weights + 2 * sum(p.numel() * 4 for p in self.model.parameters())  # + AdamW's two moments
+        floats = sum(p.numel() * 4 for p in self.model.parameters())
+        per_checkpoint = weights + (2 + self.gradient_buffers()) * floats  # + AdamW's two moments, gradient buffers
         need = weights if cfg.save_final else 0
         if cfg.checkpoint_every or cfg.stop_after:
             need += per_checkpoint * (cfg.keep_checkpoints + 1)
@@ -231,6 +245,7 @@ class Trainer:
             torch.save(
                 {
                     "torch": torch.random.get_rng_state(),
+                    "learner_steps": self.learner.steps,
                     "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
                     "python": random.getstate(),
                     "numpy": np.random.get_state(),
@@ -243,9 +258,12 @@ class Trainer:
             shutil.rmtree(final, ignore_errors=True)
             tmp.rename(final)
             _write_text(root / "latest", final.name)
-        except OSError as exc:
+        except Exception as exc:  # safetensors reports a full disk as its own error type
             shutil.rmtree(tmp, ignore_errors=True)
-            raise OSError(exc.errno, f"cannot write checkpoint {final}: {exc.strerror or exc}") from exc
+            code = getattr(exc, "errno", None) or (errno.ENOSPC if "No space left" in str(exc) else None)
+            if code is None:
+                raise
+            raise OSError(code, f"cannot write checkpoint {final}: {os.strerror(code)}") from exc
         kept = sorted(p for p in root.glob("step_*") if p.is_dir())
         for old in kept[: -self.cfg.keep_checkpoints]:
             shutil.rmtree(old, ignore_errors=True)
@@ -272,6 +290,7 @@ class Trainer:
         np.random.set_state(rng["numpy"])
         if rng["prev_grad"] is not None:
             learner.prev_grad = [g.to(self.device) for g in rng["prev_grad"]]
+        learner.steps = rng.get("learner_steps", [])
         rollouts = torch.load(path / "rollouts.pt", weights_only=False)
         self.pending = {int(k): RolloutBatch(**v).to(self.device) for k, v in rollouts.items()}
         self.step = int(info["step"])
@@ -284,11 +303,13 @@ class Trainer:
     def run(self) -> dict[str, Any]:
         cfg = self.cfg
         self.out.mkdir(parents=True, exist_ok=True)
+        reserve_for_failure(self.out)
         _write_text(self.out / "config.json", json.dumps(asdict(cfg), indent=2, default=str))
         start = self.step
         metrics = CsvLog(self.out / "metrics.csv", keep_below=start)
+        grad_steps = CsvLog(self.out / "grad_steps.csv", key="update", keep_below=start) if cfg.grad_cosine else None
         evals = CsvLog(self.out / "eval.csv", key="version", keep_below=start) if cfg.eval_every else None
-        writer = tensorboard_writer(self.out / "tensorboard", cfg.tensorboard)
+        writer = tensorboard_writer(self.out / "tensorboard", cfg.tensorboard, purge_step=start)
         learner_threads, rollout_threads = cfg.threads()
         saved_threads = torch.get_num_threads()
         if self.device.type == "cpu":
@@ -303,7 +324,7 @@ class Trainer:
             torch.cuda.reset_peak_memory_stats(self.device)
         t_start, tokens = time.perf_counter(), 0
         rollouts = make_rollouts(
-            cfg.mode, self.sampler, self.model, plan, self.pending, device=self.rollout_device,
+            cfg.mode, self.rollout_sampler, self.model, plan, self.pending, device=self.rollout_device,
             threads=rollout_threads if self.rollout_device.type == "cpu" else 0, weights_via=cfg.weights_via,
         )  # fmt: skip
 
@@ -315,6 +336,7 @@ class Trainer:
             add_scalars(writer, {"eval_reward": value}, version)
             return value
 
+        failing: BaseException | None = None
         try:
             if cfg.eval_every and start % cfg.eval_every == 0:
                 evaluate(start)  # version `start`: the untrained baseline on a fresh run
@@ -337,6 +359,14 @@ class Trainer:
                     step_seconds=time.perf_counter() - t0,
                     wait_seconds=waited,
                 )
+                if grad_steps is not None:
+                    for record in self.learner.steps:
+                        grad_steps.log(record)
+                if not first_rewards:
+                    n_seq = batch.completion_ids.shape[0]
+                    warning = truncation_warning(round(row["truncated_frac"] * n_seq), n_seq, self.sampler.max_new_tokens)
+                    if warning:
+                        print(warning, file=sys.stderr)
                 if len(first_rewards) < 10:
                     first_rewards.append(row["reward_mean"])
                 if not self.learner.finite():
@@ -347,19 +377,29 @@ class Trainer:
                 if cfg.eval_every and (self.step % cfg.eval_every == 0 or self.step == cfg.steps):
                     row["eval_reward"] = evaluate(self.step)
                 metrics.log(row)
-                add_scalars(writer, row, self.step - 1)
+                add_scalars(writer, {k: v for k, v in row.items() if k != "eval_reward"}, self.step - 1)  # at its version
                 progress.update(self.step, row)
                 at_end = self.step == stop and (cfg.checkpoint_every or stop < cfg.steps)
                 if at_end or (cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0):
                     self.save_checkpoint(rollouts.pending(self.step))
             if status == "finished" and self.step < cfg.steps:
                 status = "stopped"
+        except BaseException as exc:
+            failing = exc
+            raise
         finally:
             rollouts.close()
             progress.close()
-            if writer is not None:
-                writer.close()
-            torch.set_num_threads(saved_threads)
+            try:
+                if writer is not None:
+                    writer.close()
+            except OSError:
+                if failing is None:
+                    raise  # the first failure is the one to report, not the writer's echo of it
+            finally:
+                torch.set_num_threads(saved_threads)
+                if not isinstance(failing, Exception):  # write_failure uses the reserve after an error
+                    release_reserve(self.out)
         wall = time.perf_counter() - t_start
         if status in ("finished", "stopped") and cfg.save_final:
             from transformers.utils import logging as hf_logging
@@ -383,7 +423,9 @@ class Trainer:
             "status": status, "reason": reason, "steps": self.step, "of_steps": cfg.steps, "resumed_from_step": start,
             "out": str(self.out), "mode": cfg.mode, "max_staleness": cfg.max_staleness, "recipe": cfg.recipe,
             "model": cfg.model, "n_params": n_params(self.model), "weight_copies": 1 + rollouts.weight_copies
-            + (1 if cfg.kl_coef else 0),
+            + (1 if cfg.kl_coef else 0), "gradient_buffers": self.gradient_buffers(),
+            "device": str(self.device), "device_name": device_name(self.device),
+            "threads": {"learner": cfg.threads()[0], "rollout": cfg.threads()[1]} if self.device.type == "cpu" else None,
             "wall_seconds": wall, "tokens": tokens, "tokens_per_s": tokens / max(wall, 1e-9),
             "reward_first": float(np.mean(first_rewards)) if first_rewards else None,
             "reward_last": float(np.mean(last_rewards)) if last_rewards else None,
@@ -393,6 +435,21 @@ class Trainer:
         if self.device.type == "cuda":
             summary["peak_memory_gib"] = torch.cuda.max_memory_allocated(self.device) / 2**30
         return summary
+
+
+def device_name(device: torch.device) -> str:
+    """What the run ran on, for the record: the GPU's name, or the CPU's model name."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    import platform
+
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def _tail_column(path: Path, column: str, n: int) -> list[float]:
@@ -405,13 +462,46 @@ def _tail_column(path: Path, column: str, n: int) -> list[float]:
     return [float(v) for v in values[-n:] if v not in ("", None)]
 
 
+RESERVE_NAME, RESERVE_BYTES = ".error_report_reserve", 256 * 1024
+
+
+def reserve_for_failure(out: Path) -> None:
+    """Write a small file in ``out`` that `write_failure` deletes to make room for the error report.
+
+    On a disk that fills during the run, the report (error.log, summary.json) would otherwise be
+    empty or cut off: deleting the reserve frees the blocks it needs.
+    """
+    try:
+        (out / RESERVE_NAME).write_bytes(b"\0" * RESERVE_BYTES)
+    except OSError:  # already full: the report then gets what the disk allows
+        release_reserve(out)
+
+
+def release_reserve(out: Path) -> None:
+    (out / RESERVE_NAME).unlink(missing_ok=True)
+
+
 def write_failure(out: Path, exc: BaseException) -> Path:
-    """Record an internal failure: the traceback in OUT/error.log and status 'failed' in OUT/summary.json."""
-    out.mkdir(parents=True, exist_ok=True)
+    """Record an internal failure: the traceback in OUT/error.log and status 'failed' in OUT/summary.json.
+
+    Never raises: on a full disk it first frees the run's reserve, then writes what fits (the
+    traceback, else its last line).
+    """
     log = out / "error.log"
     detail = getattr(exc, "detail", "")
-    log.write_text("".join(traceback.format_exception(exc)) + (f"\n-- rollout side --\n{detail}" if detail else ""))
-    summary_path = out / "summary.json"
+    text = "".join(traceback.format_exception(exc)) + (f"\n-- rollout side --\n{detail}" if detail else "")
     summary = {"status": "failed", "reason": f"{type(exc).__name__}: {exc}", "error_log": str(log)}
-    _write_text(summary_path, json.dumps(summary, indent=2))
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return log
+    release_reserve(out)
+    for body in (text, f"{summary['reason']}\n"):
+        try:
+            log.write_text(body)
+            break
+        except OSError:
+            continue
+    with contextlib.suppress(OSError):
+        _write_text(out / "summary.json", json.dumps(summary, indent=2))
     return log

@@ -64,17 +64,25 @@ def gram_matrix(vectors: Tensor) -> Tensor:
     return v @ v.T
 
 
-def sign_sketch(flat: Tensor, dim: int, seed: int = 0) -> Tensor:
+def sketch_signs(numel: int, seed: int = 0) -> Tensor:
+    """The Rademacher signs of `sign_sketch` for vectors of length ``numel`` (bool: True = +1), fixed by ``seed``:
+    compute them once and pass them to every sketch of a model's gradients (same seed, same signs)."""
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(0, 2, (numel,), generator=gen, dtype=torch.uint8).bool()
+
+
+def sign_sketch(flat: Tensor, dim: int, seed: int = 0, signs: Tensor | None = None) -> Tensor:
     """An unbiased sketch S(x) in R^dim of a flat vector x: S(x)_j = sum_{i = j mod dim} s_i x_i with
-    Rademacher signs s (fixed by ``seed``). E<S(a), S(b)> = <a, b> over the signs, with a standard deviation
-    of about |a| |b| / sqrt(dim) (a count sketch with fixed buckets; Charikar et al. 2002). The same seed and
-    length give the same signs, so sketches of different gradients are comparable."""
+    Rademacher signs s (``signs`` from `sketch_signs`, else drawn from ``seed``). E<S(a), S(b)> = <a, b> over the
+    signs, with a standard deviation of about |a| |b| / sqrt(dim) (a count sketch with fixed buckets; Charikar,
+    Chen and Farach-Colton 2002). Sketches made with the same signs are comparable. float64 [dim]."""
     if dim < 1:
         raise ValueError(f"sign_sketch: dim must be >= 1, got {dim}")
     x = flat.detach().reshape(-1).float()
-    gen = torch.Generator().manual_seed(seed)
-    signs = torch.randint(0, 2, (x.numel(),), generator=gen, dtype=torch.int8).to(x.device)
-    x = torch.where(signs.bool(), x, -x)
+    s = sketch_signs(x.numel(), seed) if signs is None else signs
+    if s.numel() != x.numel():
+        raise ValueError(f"sign_sketch: {s.numel()} signs for a vector of {x.numel()} entries")
+    x = torch.where(s.to(x.device), x, -x)
     pad = (-x.numel()) % dim
     if pad:
         x = torch.cat([x, x.new_zeros(pad)])

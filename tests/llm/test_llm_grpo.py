@@ -13,8 +13,8 @@ import pandas as pd
 import pytest
 import torch
 
+from llm_scale.generation import sample_completions, sampling_logprobs
 from llm_scale.learner import kl_penalty, lr_multiplier
-from llm_scale.rollout import sample_completions, sampling_logprobs
 from llm_scale.trainer import Trainer
 
 from .conftest import tiny_config
@@ -71,7 +71,7 @@ def test_entropy_bonus_raises_entropy_and_nothing_moves_without_it_when_advantag
     with torch.no_grad():
         ids = torch.cat([batch.prompt_ids, batch.completion_ids], 1)
         attn = torch.cat([batch.prompt_mask.long(), m.long()], 1)
-        from llm_scale.rollout import position_ids
+        from llm_scale.generation import position_ids
 
         logits = trainer.model(input_ids=ids, attention_mask=attn, position_ids=position_ids(attn)).logits
         p = torch.softmax(logits[:, -batch.completion_ids.shape[1] - 1 : -1].float() / 0.2, -1)
@@ -163,7 +163,7 @@ def test_top_k_top_p_rollouts_record_the_log_probs_of_the_truncated_distribution
     with torch.no_grad():
         ids = torch.cat([batch.prompt_ids, batch.completion_ids], 1)
         attn = torch.cat([batch.prompt_mask.long(), m.long()], 1)
-        from llm_scale.rollout import position_ids
+        from llm_scale.generation import position_ids
 
         logits = trainer.model(input_ids=ids, attention_mask=attn, position_ids=position_ids(attn)).logits
         logits = logits[:, -batch.completion_ids.shape[1] - 1 : -1].float()

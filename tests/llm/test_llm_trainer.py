@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 import torch
 
-from llm_scale.rollout import sample_completions
+from llm_scale.generation import sample_completions
 from llm_scale.trainer import Trainer
 
 from .conftest import tiny_config
@@ -125,7 +125,7 @@ def test_resumed_run_matches_uninterrupted(tmp_path):
     _run(tiny_config(tmp_path, "part", stop_after=4, **kw))
     resumed, rows = _run(tiny_config(tmp_path, "part", resume="auto", **kw))
     assert list(rows["step"]) == list(range(8))
-    cols = ["loss", "reward_mean", "grad_norm_raw", "grad_cos_prev", "ratio_max", "lag_mean"]
+    cols = ["loss", "reward_mean", "grad_norm_raw", "grad_cos_within", "grad_cos_across", "staleness_ess", "ratio_max", "lag_mean"]
     pd.testing.assert_frame_equal(full_rows[cols], rows[cols], check_exact=True)
     a, b = _params(full), _params(resumed)
     assert all(torch.equal(a[k], b[k]) for k in a)

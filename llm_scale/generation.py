@@ -1,0 +1,153 @@
+"""Sampling with recorded behaviour log-probs: what a rollout batch is and how its tokens are drawn.
+
+`sample_completions` draws each token from the sampling distribution mu = softmax of the logits
+at ``temperature``, restricted to the ``top_k`` most likely tokens and then to the smallest
+top set of probability mass >= ``top_p`` (the order Hugging Face's generate uses), renormalised,
+and records log mu(token): the behaviour log-prob is that of the distribution actually sampled,
+from the same logits. The learner's log-prob is that of the full tempered softmax, so with top-k /
+top-p the importance ratio pi / mu is the kept mass (<= 1) at each token. Each token also records
+the policy version of the weights that produced it. Non-finite logits raise `NonFiniteRollout`.
+
+This module knows nothing of workers, weights in flight or tasks: `sampler.Sampler` turns a task
+into prompts and rewards around it, and `rollout` runs samplers ahead of the learner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+Refresh = Callable[[], "int | None"]
+
+
+class NonFiniteRollout(RuntimeError):
+    """The rollout policy produced NaN or inf logits (its weights have diverged)."""
+
+
+@dataclass
+class RolloutBatch:
+    """One batch of B = prompts x group_size trajectories, with everything the learner needs."""
+
+    index: int  # batch k, consumed by learner update k
+    prompt_ids: Tensor  # [B, P] left-padded
+    prompt_mask: Tensor  # [B, P] 1 for real prompt tokens
+    completion_ids: Tensor  # [B, T] right-padded
+    completion_mask: Tensor  # [B, T] bool: generated tokens up to and including eos
+    behavior_logp: Tensor  # [B, T] float32, log mu(token) of the distribution sampled
+    versions: Tensor  # [B, T] int64, policy version that produced each token
+    rewards: Tensor  # [B] float32
+    group_ids: Tensor  # [B] int64, prompt group
+    gen_seconds: float = 0.0
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self.completion_mask.sum())
+
+    def to(self, device: torch.device | str) -> RolloutBatch:
+        moved = {f.name: getattr(self, f.name) for f in fields(self)}
+        for key, value in moved.items():
+            if isinstance(value, Tensor):
+                moved[key] = value.to(device)
+        return RolloutBatch(**moved)
+
+    def state(self) -> dict[str, Any]:
+        return self.to("cpu").__dict__.copy()
+
+
+def position_ids(mask: Tensor) -> Tensor:
+    """Positions counted over real tokens only (left padding gets position 0)."""
+    return (mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def sampling_logprobs(logits: Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0) -> Tensor:
+    """log mu over the vocabulary: tempered softmax, then top-k, then top-p, renormalised (-inf outside).
+
+    top-k keeps the k largest logits (0: all); top-p keeps the smallest set of most likely tokens
+    whose probability reaches ``top_p`` (1: all), always at least one token.
+    """
+    scaled = logits.float() / temperature
+    if top_k and top_k < scaled.shape[-1]:
+        kth = torch.topk(scaled, top_k, dim=-1).values[..., -1:]
+        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+    if top_p < 1.0:
+        probs, order = torch.sort(F.softmax(scaled, dim=-1), dim=-1, descending=True)
+        before = probs.cumsum(-1) - probs  # mass of the more likely tokens
+        drop = before >= top_p
+        drop[..., 0] = False
+        scaled = scaled.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
+    return F.log_softmax(scaled, dim=-1)
+
+
+def _forward(model: torch.nn.Module, ids: Tensor, attn: Tensor, pos: Tensor, past: Any) -> tuple[Tensor, Any]:
+    out = model(input_ids=ids, attention_mask=attn, position_ids=pos, past_key_values=past, use_cache=True)
+    return out.logits[:, -1].float(), out.past_key_values
+
+
+@torch.no_grad()
+def sample_completions(
+    model: torch.nn.Module,
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    *,
+    max_new_tokens: int,
+    temperature: float,
+    eos_ids: list[int],
+    pad_id: int,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    generator: torch.Generator | None = None,
+    version: int = 0,
+    refresh: Refresh | None = None,
+    chunk: int = 0,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Sample up to ``max_new_tokens`` per row; return (ids, mask, behaviour log-probs, versions), each [B, T].
+
+    ``temperature == 0`` decodes greedily (log-probs then of the untempered softmax). ``refresh``
+    (called every ``chunk`` tokens when both are given) may swap the model's weights and returns
+    the new version, or None for no change; the cache is then rebuilt under the new weights.
+    """
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    batch = prompt_ids.shape[0]
+    device = prompt_ids.device
+    attn = prompt_mask.long()
+    logits, past = _forward(model, prompt_ids, attn, position_ids(attn), None)
+    next_pos = position_ids(attn)[:, -1:] + 1
+    eos = torch.tensor(sorted(set(eos_ids)), device=device, dtype=torch.long)
+    done = torch.zeros(batch, dtype=torch.bool, device=device)
+    toks, lps, vers, keep = [], [], [], []
+    for t in range(max_new_tokens):
+        if refresh is not None and chunk > 0 and t > 0 and t % chunk == 0:
+            new_version = refresh()
+            if new_version is not None and new_version != version:
+                version = new_version
+                ids = torch.cat([prompt_ids, *toks], dim=1)
+                logits, past = _forward(model, ids, attn, position_ids(attn), None)
+        live = ~done
+        logp_all = sampling_logprobs(logits, temperature, top_k, top_p) if temperature > 0 else F.log_softmax(logits, dim=-1)
+        # NaN anywhere, or +inf (from logits too large for float32), means the weights have diverged
+        if bool((torch.isnan(logp_all) | (logp_all == float("inf"))).any()):
+            raise NonFiniteRollout(
+                f"the rollout policy (version {version}) produced non-finite logits at completion token {t}"
+            )
+        if temperature > 0:
+            tok = torch.multinomial(logp_all.exp(), 1, generator=generator)
+        else:
+            tok = logp_all.argmax(dim=-1, keepdim=True)
+        tok = torch.where(live[:, None], tok, torch.full_like(tok, pad_id))
+        toks.append(tok)
+        lps.append(torch.where(live[:, None], logp_all.gather(-1, tok), torch.zeros_like(tok, dtype=torch.float32)))
+        vers.append(torch.full_like(tok, version))
+        keep.append(live[:, None])
+        done = done | torch.isin(tok[:, 0], eos)
+        if bool(done.all()) or t == max_new_tokens - 1:
+            break
+        attn = torch.cat([attn, torch.ones_like(tok)], dim=1)
+        logits, past = _forward(model, tok, attn, next_pos, past)
+        next_pos = next_pos + 1
+    return torch.cat(toks, 1), torch.cat(keep, 1), torch.cat(lps, 1), torch.cat(vers, 1)

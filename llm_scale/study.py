@@ -1,0 +1,537 @@
+"""The promotion study: does a testbed verdict hold on a real LLM? ``python -m llm_scale study SWEEP.toml``.
+
+Two stages, both fixed by the sweep file before any run:
+
+1. **Regime search.** For every (eta, lr) cell of the grid, in the file's order: synchronous GRPO
+   (``--mode sync``) and naive GRPO under bounded staleness (the base recipe, fixed lag eta, K x N
+   optimizer steps per batch), each over the search seeds. The score of a run is its greedy
+   accuracy on held-out problems at the end (the mean of its last ``last_evals`` evaluations). A
+   cell *degrades* when the mean paired difference sync - stale (paired by seed: a seed fixes the
+   prompts and the held-out problems) is >= ``min_drop`` and >= ``min_se`` standard errors of that
+   mean (`degrades`; the SE never below the evaluation's own binomial noise). The chosen cell
+   is the first degrading one in the file's order; if none degrades, the comparison is
+   "not testable" in this grid and is not run (``--force-cell`` runs it anyway, labelled so).
+2. **Comparison.** In the chosen cell: sync, stale naive GRPO, and stale + each recipe, over the
+   comparison seeds. Each recipe gets the testbed's promotion score (`testbed.validate.cell_score`:
+   the part of the sync - stale gap it closes, in [0, 1]) from the seed means.
+
+Every run is an ordinary ``python -m llm_scale train`` in its own directory named by a hash of its
+configuration, so the study is a set of cached, resumable runs: a run whose summary says finished
+and whose evaluations reach its last version is done and never rerun; an interrupted one resumes
+from its last checkpoint. One invocation runs at most ``--parallel`` runs at once (sharing one GPU,
+or splitting the CPU threads) for at most ``--budget-s`` seconds, then interrupts what is still
+running (each keeps its last checkpoint) and writes the tables from what has finished; the next
+invocation picks up from there. Each run records the device it ran on (its summary.json).
+
+Outputs under ``--out`` (default results/llm/study): search.csv (one row per cell), compare.csv
+(one row per arm), runs.csv (one row per run with its accuracy, device and wall time), study.json
+(the rule, the chosen cell, the verdicts, how many runs are done), study.png / study.pdf.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tomllib
+
+from .config import TrainConfig, UsageError, cpu_budget
+
+SYNC, STALE = "sync", "stale"
+# TrainConfig fields the study sets itself, per run: the sweep's [train] table may not set them.
+STUDY_SET = ("recipe", "max_staleness", "lr", "seed", "out", "resume", "progress")
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A study's sweep file: the common training settings, the search grid and rule, the comparison."""
+
+    train: dict[str, Any]
+    eval_every: int
+    base: str = "grpo"
+    etas: tuple[int, ...] = (2, 4)
+    lrs: tuple[float, ...] = (1e-6,)
+    search_seeds: tuple[int, ...] = (0, 1, 2)
+    min_drop: float = 0.03
+    min_se: float = 2.0
+    last_evals: int = 1
+    recipes: tuple[str, ...] = ("tis(c=2)+ess_lr", "dg", "gac", "decoupled_ppo")
+    compare_seeds: tuple[int, ...] = (0, 1, 2)
+    source: str = ""
+
+
+def load_sweep(path: str | Path) -> Sweep:
+    """Read and check a sweep file (TOML with [train], [search], [compare]); one-line `UsageError` if bad."""
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError(f"study: sweep file {str(path)!r} does not exist")
+    try:
+        raw = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"study: {path} is not valid TOML ({exc})") from None
+    unknown = set(raw) - {"train", "search", "compare"}
+    if unknown:
+        raise UsageError(f"study: {path}: unknown table(s) {sorted(unknown)}; allowed: train, search, compare")
+    train, search, compare = dict(raw.get("train", {})), dict(raw.get("search", {})), dict(raw.get("compare", {}))
+    fixed = sorted(set(train) & set(STUDY_SET))
+    if fixed:
+        raise UsageError(f"study: {path}: [train] may not set {fixed} (the study sets them per run)")
+    names = {f for f in TrainConfig.__dataclass_fields__}
+    bad = sorted(set(train) - names - {"eval_every"})
+    if bad:
+        raise UsageError(f"study: {path}: [train] has unknown setting(s) {bad}; see python -m llm_scale train --help")
+    eval_every = int(train.pop("eval_every", 0))
+    if eval_every < 1:
+        raise UsageError(f"study: {path}: [train] eval_every must be >= 1 (the study scores greedy accuracy)")
+    allowed_search = {"base", "eta", "lr", "seeds", "min_drop", "min_se", "last_evals"}
+    allowed_compare = {"recipes", "seeds"}
+    for name, table, allowed in (("search", search, allowed_search), ("compare", compare, allowed_compare)):
+        extra = sorted(set(table) - allowed)
+        if extra:
+            raise UsageError(f"study: {path}: [{name}] has unknown key(s) {extra}; allowed: {sorted(allowed)}")
+    sweep = Sweep(
+        train=train, eval_every=eval_every, base=str(search.get("base", "grpo")),
+        etas=tuple(int(e) for e in search.get("eta", (2, 4))), lrs=tuple(float(v) for v in search.get("lr", (1e-6,))),
+        search_seeds=tuple(int(s) for s in search.get("seeds", (0, 1, 2))),
+        min_drop=float(search.get("min_drop", 0.03)), min_se=float(search.get("min_se", 2.0)),
+        last_evals=int(search.get("last_evals", 1)),
+        recipes=tuple(str(r) for r in compare.get("recipes", Sweep.recipes)),
+        compare_seeds=tuple(int(s) for s in compare.get("seeds", (0, 1, 2))), source=str(path),
+    )  # fmt: skip
+    if not sweep.etas or min(sweep.etas) < 1:
+        raise UsageError(f"study: {path}: [search] eta must list staleness bounds >= 1, got {list(sweep.etas)}")
+    if len(sweep.search_seeds) < 2 or len(sweep.compare_seeds) < 2:
+        raise UsageError(f"study: {path}: the rule needs a standard error: at least 2 seeds in [search] and [compare]")
+    from testbed.stabilizers import build
+
+    for spec in (sweep.base, *sweep.recipes):
+        try:
+            build(spec)
+            _cfg(sweep, spec, "thread", 1, sweep.lrs[0], 0, "x").validate()
+        except (ValueError, TypeError) as exc:
+            raise UsageError(f"study: {path}: recipe {spec!r}: {str(exc).splitlines()[0]}") from None
+    return sweep
+
+
+def _cfg(sweep: Sweep, recipe: str, mode: str, eta: int, lr: float, seed: int, out: str) -> TrainConfig:
+    return TrainConfig(**{**sweep.train, "recipe": recipe, "mode": mode, "max_staleness": eta, "lr": lr, "seed": seed,
+                          "eval_every": sweep.eval_every, "out": out, "progress": False})  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Run:
+    """One training run of the study: its arm, cell and seed, and the configuration that names it."""
+
+    stage: str  # search | compare
+    arm: str  # sync, stale, or the recipe spec added to the stale base
+    eta: int
+    lr: float
+    seed: int
+    options: tuple[tuple[str, Any], ...]  # the TrainConfig fields (without out)
+
+    @property
+    def key(self) -> str:
+        """Hash of the configuration: the run's directory name (same settings, same run, whatever the stage)."""
+        text = json.dumps(dict(self.options), sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def argv(self, out: Path) -> list[str]:
+        """The ``train`` command line of this run."""
+        args = ["train"]
+        for name, value in self.options:
+            flag = "--" + name.replace("_", "-")
+            if value is None or name in ("tiny",):
+                continue
+            if isinstance(value, bool):
+                args.append(flag if value else "--no-" + name.replace("_", "-"))
+            elif isinstance(value, tuple | list):
+                args += [flag, *map(str, value)]
+            else:
+                args += [flag, str(value)]
+        return [*args, "--out", str(out)]
+
+
+def make_run(sweep: Sweep, stage: str, arm: str, eta: int, lr: float, seed: int) -> Run:
+    """The run of ``arm`` (sync, stale, or a recipe spec trained stale) in cell (eta, lr) with ``seed``."""
+    recipe = sweep.base if arm in (SYNC, STALE) else arm
+    mode = "sync" if arm == SYNC else ("thread" if sweep.train.get("mode", "thread") == "sync" else sweep.train.get("mode", "thread"))
+    cfg = _cfg(sweep, recipe, mode, 0 if arm == SYNC else eta, lr, seed, "-")
+    defaults = asdict(TrainConfig())
+    options = {k: v for k, v in asdict(cfg).items() if k not in ("out", "tiny") and v != defaults.get(k)}
+    options.update(recipe=recipe, mode=mode, max_staleness=cfg.max_staleness, lr=lr, seed=seed)
+    return Run(stage, arm, eta, lr, seed, tuple(sorted(options.items())))
+
+
+def search_runs(sweep: Sweep) -> list[Run]:
+    runs = []
+    for eta in sweep.etas:
+        for lr in sweep.lrs:
+            for seed in sweep.search_seeds:
+                runs += [make_run(sweep, "search", SYNC, eta, lr, seed), make_run(sweep, "search", STALE, eta, lr, seed)]
+    return runs
+
+
+def compare_runs(sweep: Sweep, eta: int, lr: float) -> list[Run]:
+    arms = (SYNC, STALE, *sweep.recipes)
+    return [make_run(sweep, "compare", arm, eta, lr, seed) for arm in arms for seed in sweep.compare_seeds]
+
+
+# -- runs on disk -----------------------------------------------------------------------------------
+def run_result(directory: Path, last_evals: int = 1) -> dict[str, Any] | None:
+    """The finished run's record (accuracy, device, wall time), or None when it is not finished."""
+    try:
+        summary = json.loads((directory / "summary.json").read_text())
+        if summary.get("status") == "diverged":  # a result, not a failure: its accuracy is undefined (NaN)
+            return {"accuracy": math.nan, "diverged": True, "device": summary.get("device", ""),
+                    "device_name": summary.get("device_name", ""), "wall_seconds": math.nan}  # fmt: skip
+        if summary.get("status") != "finished":
+            return None
+        import csv
+
+        with (directory / "eval.csv").open(newline="") as handle:
+            evals = [(int(r["version"]), float(r["eval_reward"])) for r in csv.DictReader(handle) if r.get("eval_reward")]
+    except (OSError, ValueError, KeyError):
+        return None
+    if not evals or evals[-1][0] != int(summary.get("of_steps", -1)):
+        return None  # the file does not reach the last version: not complete
+    tail = [v for _, v in evals[-last_evals:]]
+    metrics = _metrics_means(directory / "metrics.csv")
+    return {
+        "accuracy": sum(tail) / len(tail), "diverged": False, "accuracy_v0": evals[0][1] if evals[0][0] == 0 else math.nan,
+        "device": summary.get("device", ""), "device_name": summary.get("device_name", ""),
+        "wall_seconds": float(summary.get("wall_seconds", math.nan)), "resumed_from_step": summary.get("resumed_from_step"),
+        **metrics,
+    }  # fmt: skip
+
+
+def _metrics_means(path: Path) -> dict[str, float]:
+    """Per-run means of the health and staleness columns (NaN-aware), and the mean seconds per update."""
+    import pandas as pd
+
+    try:
+        table = pd.read_csv(path)
+    except (OSError, ValueError):
+        return {}
+    cols = ("step_seconds", "staleness_ess", "drift_ess", "grad_cos_within", "grad_cos_across", "zero_adv_frac",
+            "mismatch_abs_max", "lag_mean")  # fmt: skip
+    return {f"mean_{c}": float(table[c].mean()) for c in cols if c in table}
+
+
+def execute(
+    runs: list[Run], root: Path, *, budget_s: float, parallel: int, device: str | None, log: Any = sys.stderr
+) -> int:  # fmt: skip
+    """Run (or resume) the unfinished ``runs`` under ``root``, ``parallel`` at a time, for at most ``budget_s`` seconds.
+
+    Returns how many runs finished in this invocation. Runs still going at the deadline are
+    interrupted (SIGINT: each keeps its last checkpoint) and resumed by the next invocation.
+    """
+    todo, seen = [], set()
+    for run in runs:
+        if run.key not in seen and run_result(root / run.key) is None:
+            seen.add(run.key)
+            todo.append(run)
+    deadline = time.monotonic() + budget_s
+    threads = max(1, cpu_budget() // max(1, parallel))
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    active: list[tuple[Run, subprocess.Popen, Any]] = []
+    finished = 0
+    root.mkdir(parents=True, exist_ok=True)
+    while (todo or active) and time.monotonic() < deadline:
+        while todo and len(active) < parallel:
+            run = todo.pop(0)
+            out = root / run.key
+            argv = run.argv(out)
+            if device:
+                argv += ["--device", device]
+            if (out / "checkpoints" / "latest").is_file() or (out / "metrics.csv").exists():
+                argv += ["--resume", "auto"]
+                if not (out / "checkpoints" / "latest").is_file():  # nothing to resume from: start over
+                    import shutil
+
+                    shutil.rmtree(out)
+                    argv = argv[:-2]
+            out.parent.mkdir(parents=True, exist_ok=True)
+            (root / f"{run.key}.json").write_text(json.dumps({"stage": run.stage, "arm": run.arm, "eta": run.eta,
+                                                              "lr": run.lr, "seed": run.seed,
+                                                              "options": dict(run.options)}, default=str, indent=1))  # fmt: skip
+            handle = (root / f"{run.key}.log").open("a")
+            print(f"study: start {run.arm} eta={run.eta} lr={run.lr:g} seed={run.seed} -> {out}", file=log, flush=True)
+            proc = subprocess.Popen([sys.executable, "-m", "llm_scale", *argv], stdout=handle, stderr=subprocess.STDOUT, env=env)
+            active.append((run, proc, handle))
+        time.sleep(1.0)
+        for item in list(active):
+            run, proc, handle = item
+            if proc.poll() is not None:
+                handle.close()
+                active.remove(item)
+                ok = run_result(root / run.key) is not None
+                finished += ok
+                print(f"study: {'done' if ok else f'FAILED (exit {proc.returncode}, see {root / run.key}.log)'} "
+                      f"{run.arm} seed={run.seed}", file=log, flush=True)  # fmt: skip
+    for _, proc, _ in active:  # out of time: keep each run's last checkpoint
+        proc.send_signal(signal.SIGINT)
+    for run, proc, handle in active:
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        handle.close()
+        print(f"study: interrupted {run.arm} seed={run.seed} (resumes next time)", file=log, flush=True)
+    return finished
+
+
+# -- verdicts ---------------------------------------------------------------------------------------
+def mean_se(values: list[float]) -> tuple[float, float, int]:
+    """(mean, standard error of the mean, n); SE NaN below 2 values; a diverged seed (NaN) makes both NaN.
+
+    A recipe arm with a diverged seed therefore gets promotion score 0 (`cell_score` of a non-finite
+    value), and a search cell with one never counts as degrading: the rule asks for accuracies.
+    """
+    n = len(values)
+    if n == 0:
+        return math.nan, math.nan, 0
+    m = sum(values) / n
+    if n < 2:
+        return m, math.nan, n
+    var = sum((v - m) ** 2 for v in values) / (n - 1)
+    return m, math.sqrt(var / n), n
+
+
+def degrades(
+    sync: dict[int, float], stale: dict[int, float], min_drop: float, min_se: float, eval_problems: int = 0
+) -> dict[str, Any]:  # fmt: skip
+    """The search rule on one cell, paired by seed (same seed: same prompts and held-out problems in both arms).
+
+    drop = mean_s (sync_s - stale_s) over the seeds both arms finished; the cell degrades when
+    drop >= ``min_drop`` and drop >= ``min_se`` x SE(drop), SE = sd of the paired differences / sqrt(n),
+    but never below the binomial floor of the evaluation itself, sqrt(p_1 (1 - p_1) / E + p_2 (1 - p_2) / E)
+    / sqrt(n) with E = ``eval_problems`` scored per run: a few seeds whose differences happen to be equal
+    (accuracies on E problems move in steps of 1 / E) would otherwise give SE 0.
+    """
+    ms, ss, ns = mean_se(list(sync.values()))
+    mt, st, nt = mean_se(list(stale.values()))
+    pairs = sorted(set(sync) & set(stale))
+    drop, se, n = mean_se([sync[k] - stale[k] for k in pairs])
+    if eval_problems and n >= 2 and math.isfinite(ms + mt):
+        floor = math.sqrt((ms * (1 - ms) + mt * (1 - mt)) / eval_problems / n)
+        se = max(se, floor)
+    ok = n >= 2 and math.isfinite(se) and drop >= min_drop and drop >= min_se * se
+    return {"sync_acc": ms, "sync_se": ss, "stale_acc": mt, "stale_se": st, "drop": drop, "drop_se": se, "pairs": n,
+            "n_sync": ns, "n_stale": nt, "degrades": ok}  # fmt: skip
+
+
+@dataclass
+class Report:
+    search: list[dict[str, Any]] = field(default_factory=list)
+    compare: list[dict[str, Any]] = field(default_factory=list)
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    chosen: dict[str, Any] | None = None
+    forced: bool = False
+
+
+def collect(sweep: Sweep, root: Path, force: tuple[int, float] | None = None) -> Report:
+    """Read every finished run and apply the fixed rules."""
+    rep = Report()
+    results: dict[str, dict[str, Any] | None] = {}
+
+    def result(run: Run) -> dict[str, Any] | None:
+        if run.key not in results:
+            results[run.key] = run_result(root / run.key, sweep.last_evals)
+        return results[run.key]
+
+    complete = True
+    for eta in sweep.etas:
+        for lr in sweep.lrs:
+            accs: dict[str, dict[int, float]] = {SYNC: {}, STALE: {}}
+            for seed in sweep.search_seeds:
+                for arm in (SYNC, STALE):
+                    r = result(make_run(sweep, "search", arm, eta, lr, seed))
+                    if r is not None:
+                        accs[arm][seed] = r["accuracy"]
+            problems = int(sweep.train.get("eval_size", TrainConfig.eval_size)) * sweep.last_evals
+            row = {"eta": eta, "lr": lr, **degrades(accs[SYNC], accs[STALE], sweep.min_drop, sweep.min_se, problems)}
+            row["complete"] = row["n_sync"] == row["n_stale"] == len(sweep.search_seeds)
+            complete &= row["complete"]
+            rep.search.append(row)
+            if rep.chosen is None and row["degrades"] and row["complete"]:
+                rep.chosen = {"eta": eta, "lr": lr}
+    if rep.chosen is not None and not complete:  # the first passing cell in order must not depend on unfinished ones
+        first = next(r for r in rep.search if r["degrades"] and r["complete"])
+        earlier = rep.search[: rep.search.index(first)]
+        if not all(r["complete"] for r in earlier):
+            rep.chosen = None
+    if rep.chosen is None and force is not None:
+        rep.chosen, rep.forced = {"eta": force[0], "lr": force[1]}, True
+    if rep.chosen is not None:
+        from testbed.validate import TOL, cell_score
+
+        eta, lr = rep.chosen["eta"], rep.chosen["lr"]
+        per_arm: dict[str, list[float]] = {}
+        for run in compare_runs(sweep, eta, lr):
+            r = result(run)
+            if r is not None:
+                per_arm.setdefault(run.arm, []).append(r["accuracy"])
+        sync, _, _ = mean_se(per_arm.get(SYNC, []))
+        stale, _, _ = mean_se(per_arm.get(STALE, []))
+        for arm in (SYNC, STALE, *sweep.recipes):
+            m, se, n = mean_se(per_arm.get(arm, []))
+            score = cell_score(m, stale, sync) if arm not in (SYNC, STALE) and n and math.isfinite(sync + stale) else math.nan
+            rep.compare.append({"arm": arm, "accuracy": m, "se": se, "n": n, "of": len(sweep.compare_seeds),
+                                "promotion_score": score, "gap": sync - stale, "gap_tol": TOL})  # fmt: skip
+    runs = search_runs(sweep) + (compare_runs(sweep, rep.chosen["eta"], rep.chosen["lr"]) if rep.chosen else [])
+    seen = set()
+    for run in runs:
+        if run.key in seen:
+            continue
+        seen.add(run.key)
+        r = result(run)
+        rep.runs.append({"key": run.key, "stage": run.stage, "arm": run.arm, "eta": run.eta, "lr": run.lr,
+                         "seed": run.seed, "finished": r is not None, **(r or {})})  # fmt: skip
+    return rep
+
+
+def write_report(sweep: Sweep, rep: Report, out: Path, command: str) -> None:
+    import pandas as pd
+
+    out.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rep.search).to_csv(out / "search.csv", index=False)
+    pd.DataFrame(rep.compare).to_csv(out / "compare.csv", index=False)
+    pd.DataFrame(rep.runs).to_csv(out / "runs.csv", index=False)
+    done = sum(r["finished"] for r in rep.runs)
+    if rep.chosen is None:
+        verdict = ("not testable in this grid: no cell degrades by the rule" if all(r["complete"] for r in rep.search)
+                   else "search incomplete")  # fmt: skip
+    else:
+        verdict = ("comparison at a FORCED cell (the rule chose none): not a valid regime" if rep.forced
+                   else "comparison at the first degrading cell")  # fmt: skip
+    record = {
+        "sweep": sweep.source, "rule": {"min_drop": sweep.min_drop, "min_se": sweep.min_se, "last_evals": sweep.last_evals,
+                                        "order": "eta then lr, as listed; the first degrading cell"},
+        "chosen": rep.chosen, "forced": rep.forced, "verdict": verdict, "runs_finished": done, "runs_planned": len(rep.runs),
+        "command": command, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }  # fmt: skip
+    tmp = out / ".study.json.tmp"
+    tmp.write_text(json.dumps(record, indent=2, default=float))
+    os.replace(tmp, out / "study.json")
+    _figure(rep, out)
+
+
+def _figure(rep: Report, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    ax = axes[0]
+    labels = [f"eta {r['eta']}\nlr {r['lr']:g}" for r in rep.search]
+    x = range(len(rep.search))
+    for shift, arm, fmt, label in ((-0.1, "sync", "o", "sync"), (0.1, "stale", "s", "stale naive GRPO")):
+        ax.errorbar([i + shift for i in x], [r[f"{arm}_acc"] for r in rep.search], fmt=fmt, label=label, capsize=3,
+                    yerr=[_finite(r[f"{arm}_se"]) for r in rep.search])  # fmt: skip
+    ax.set_xticks(list(x), labels, fontsize=8)
+    ax.set_xlim(-0.5, len(rep.search) - 0.5)
+    ax.set_ylabel("greedy accuracy (held out, mean +- SE)")
+    ax.set_title("regime search")
+    ax.legend(fontsize=8)
+    ax = axes[1]
+    if rep.compare:
+        arms = [r["arm"] for r in rep.compare]
+        ax.bar(range(len(arms)), [r["accuracy"] for r in rep.compare],
+               yerr=[_finite(r["se"]) for r in rep.compare], capsize=3, color="tab:gray")  # fmt: skip
+        ticks = [f"{r['arm']}\n(n={r['n']}/{r['of']})" for r in rep.compare]
+        ax.set_xticks(range(len(arms)), ticks, rotation=30, ha="right", fontsize=8)
+        ax.set_ylabel("greedy accuracy (mean +- SE over seeds)")
+        ax.set_title("comparison" + (" (FORCED cell)" if rep.forced else ""))
+    else:
+        ax.text(0.5, 0.5, "no comparison: no cell chosen", ha="center", va="center", transform=ax.transAxes)
+        ax.set_axis_off()
+    fig.tight_layout()
+    for ext in ("png", "pdf"):
+        fig.savefig(out / f"study.{ext}", dpi=120)
+    plt.close(fig)
+
+
+def _finite(x: float) -> float:
+    return x if math.isfinite(x) else 0.0
+
+
+def format_report(rep: Report) -> str:
+    lines = ["regime search (sync vs stale naive GRPO):"]
+    for r in rep.search:
+        lines.append(f"  eta {r['eta']:<3} lr {r['lr']:<8g} sync {r['sync_acc']:.3f} (n={r['n_sync']})  stale "
+                     f"{r['stale_acc']:.3f} (n={r['n_stale']})  drop {r['drop']:+.3f} +- {r['drop_se']:.3f}  "
+                     f"{'DEGRADES' if r['degrades'] else 'no'}{'' if r['complete'] else ' (incomplete)'}")  # fmt: skip
+    if rep.compare:
+        lines.append("comparison" + (" at a FORCED cell (not a valid regime):" if rep.forced else ":"))
+        for r in rep.compare:
+            lines.append(f"  {r['arm']:<18} acc {r['accuracy']:.3f} +- {r['se']:.3f} (n={r['n']}/{r['of']})  "
+                         f"promotion score {r['promotion_score']:.2f}")  # fmt: skip
+    done = sum(r["finished"] for r in rep.runs)
+    lines.append(f"runs finished: {done} of {len(rep.runs)} planned so far")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``study SWEEP [--budget-s S] [--parallel N] [--device D] [--runs DIR] [--out DIR] [--plan] [--force-cell ETA,LR]``."""
+    parser = argparse.ArgumentParser(prog="python -m llm_scale study", description=__doc__.splitlines()[0])
+    parser.add_argument("sweep", help="sweep file (e.g. sweeps/llm/promotion.toml)")
+    parser.add_argument("--budget-s", type=float, default=540.0, help="stop starting and interrupt runs after this long")
+    parser.add_argument("--parallel", type=int, default=1, help="runs at once (they share the GPU, or split the CPU threads)")
+    parser.add_argument("--device", default=None, help="--device for every run (default: the runs' own, auto)")
+    parser.add_argument("--runs", default="runs/llm_study", help="where the cached runs live (one directory per config hash)")
+    parser.add_argument("--out", default="results/llm/study", help="tables and figure")
+    parser.add_argument("--plan", action="store_true", help="list the runs and their state; run nothing")
+    parser.add_argument("--force-cell", default=None, help="ETA,LR: run the comparison there even if the rule chose none")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as exc:
+            return int(exc.code or 0)
+        sweep = load_sweep(args.sweep)
+        if args.parallel < 1 or args.budget_s <= 0:
+            raise UsageError(f"study: --parallel must be >= 1 and --budget-s > 0, got {args.parallel} and {args.budget_s}")
+        force = None
+        if args.force_cell is not None:
+            try:
+                eta, lr = args.force_cell.split(",")
+                force = (int(eta), float(lr))
+            except ValueError:
+                raise UsageError(f"study: --force-cell takes ETA,LR (e.g. 2,1e-6), got {args.force_cell!r}") from None
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    root, out = Path(args.runs), Path(args.out)
+    command = "python -m llm_scale study " + " ".join(argv)
+    t0 = time.monotonic()
+    rep = collect(sweep, root, force)
+    if not args.plan:
+        todo = search_runs(sweep)
+        if rep.chosen is not None:
+            todo = todo + compare_runs(sweep, rep.chosen["eta"], rep.chosen["lr"])
+        execute(todo, root, budget_s=args.budget_s, parallel=args.parallel, device=args.device)
+        rep = collect(sweep, root, force)
+        left = args.budget_s - (time.monotonic() - t0)
+        if rep.chosen is not None and left > 30:  # the search just finished: start the comparison in the time left
+            execute(compare_runs(sweep, rep.chosen["eta"], rep.chosen["lr"]), root, budget_s=left, parallel=args.parallel,
+                    device=args.device)  # fmt: skip
+            rep = collect(sweep, root, force)
+    write_report(sweep, rep, out, command)
+    print(format_report(rep))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

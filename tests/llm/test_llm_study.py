@@ -1,0 +1,114 @@
+"""The promotion study: the sweep file's checks, the fixed search rule, run keys, and cached, resumable runs."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from llm_scale import study
+
+ROOT = Path(__file__).resolve().parents[2]
+DRY = ROOT / "sweeps" / "llm" / "dry_tiny.toml"
+
+
+@pytest.mark.parametrize("name", ["promotion.toml", "pilot_cpu.toml", "dry_tiny.toml"])
+def test_the_shipped_sweep_files_load(name):
+    sweep = study.load_sweep(ROOT / "sweeps" / "llm" / name)
+    assert sweep.recipes == ("tis(c=2)+ess_lr", "dg", "gac", "decoupled_ppo") and sweep.base == "grpo"
+
+
+def test_the_full_study_has_three_seeds_and_the_rule_of_the_design():
+    sweep = study.load_sweep(ROOT / "sweeps" / "llm" / "promotion.toml")
+    assert len(sweep.search_seeds) >= 3 and len(sweep.compare_seeds) >= 3
+    assert (sweep.min_drop, sweep.min_se) == (0.03, 2.0)
+    assert sweep.train["epochs"] * sweep.train["minibatches"] > 1  # K x N steps per batch
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("[train]\neval_every = 1\nrecipe = 'pg'\n", "may not set ['recipe']"),
+        ("[train]\neval_every = 1\nbogus = 3\n", "unknown setting(s) ['bogus']"),
+        ("[train]\neval_every = 0\n", "eval_every must be >= 1"),
+        ("[train]\neval_every = 1\n[search]\nseeds = [0]\n", "at least 2 seeds"),
+        ("[train]\neval_every = 1\n[compare]\nrecipes = ['nope']\n", "nope"),
+        ("[oops]\n", "unknown table(s) ['oops']"),
+    ],
+)
+def test_bad_sweep_files_are_one_line_errors(tmp_path, capsys, text, message):
+    path = tmp_path / "s.toml"
+    path.write_text(text)
+    assert study.main([str(path), "--plan", "--runs", str(tmp_path / "r"), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err
+
+
+def test_the_search_rule_needs_both_the_drop_and_two_standard_errors_of_the_paired_difference():
+    def seeds(*values):
+        return dict(enumerate(values))
+
+    clear = study.degrades(seeds(0.50, 0.62, 0.38), seeds(0.40, 0.53, 0.27), 0.03, 2.0)  # differences .10 .09 .11
+    assert clear["degrades"] and clear["drop"] == pytest.approx(0.10) and clear["pairs"] == 3
+    assert clear["drop_se"] == pytest.approx(0.01 / math.sqrt(3))  # sd of the differences 0.01
+    noisy = study.degrades(seeds(0.70, 0.30, 0.50), seeds(0.40, 0.42, 0.38), 0.03, 2.0)  # drop 0.10, SE 0.12
+    assert not noisy["degrades"]
+    small = study.degrades(seeds(0.50, 0.52, 0.48), seeds(0.48, 0.50, 0.46), 0.03, 2.0)  # exact, but 0.02 < 0.03
+    assert not small["degrades"]
+    assert not study.degrades(seeds(0.5), seeds(0.1), 0.03, 2.0)["degrades"]  # one pair: no standard error
+    unpaired = study.degrades({0: 0.5, 1: 0.6}, {1: 0.4, 2: 0.3}, 0.03, 2.0)  # only seed 1 in both arms
+    assert unpaired["pairs"] == 1 and not unpaired["degrades"]
+    # equal differences of one problem in 16 (SE 0) are not a degradation: the evaluation's binomial noise is the floor
+    steps = study.degrades(seeds(0.5625, 0.625), seeds(0.5, 0.5625), 0.03, 2.0, eval_problems=16)
+    assert not steps["degrades"] and steps["drop_se"] == pytest.approx(math.sqrt((0.59375 * 0.40625 + 0.53125 * 0.46875) / 32))
+
+
+def test_runs_are_keyed_by_their_configuration():
+    sweep = study.load_sweep(DRY)
+    search = study.search_runs(sweep)
+    compare = study.compare_runs(sweep, sweep.etas[0], sweep.lrs[0])
+    keys = {r.key for r in search}
+    assert len(keys) == len(search)  # every run distinct
+    shared = [r for r in compare if r.arm in (study.SYNC, study.STALE)]
+    assert {r.key for r in shared} <= keys  # sync and stale naive GRPO of the chosen cell are the search's own runs
+    sync = next(r for r in search if r.arm == study.SYNC)
+    argv = sync.argv(Path("OUT"))
+    assert argv[:1] == ["train"] and "--mode" in argv and argv[argv.index("--mode") + 1] == "sync"
+    assert argv[argv.index("--max-staleness") + 1] == "0"
+
+
+def test_a_run_counts_as_done_only_when_finished_through_its_last_version(tmp_path):
+    run = tmp_path / "r"
+    run.mkdir()
+    (run / "summary.json").write_text(json.dumps({"status": "finished", "of_steps": 4, "device": "cpu"}))
+    (run / "eval.csv").write_text("version,eval_reward\n0,0.1\n2,0.2\n")
+    assert study.run_result(run) is None  # the evaluation at version 4 is missing: not complete
+    (run / "eval.csv").write_text("version,eval_reward\n0,0.1\n2,0.2\n4,0.4\n")
+    assert study.run_result(run, last_evals=2)["accuracy"] == pytest.approx(0.3)
+    (run / "summary.json").write_text(json.dumps({"status": "stopped", "of_steps": 4}))
+    assert study.run_result(run) is None
+    (run / "summary.json").write_text(json.dumps({"status": "diverged", "of_steps": 4}))
+    diverged = study.run_result(run)
+    assert diverged["diverged"] and math.isnan(diverged["accuracy"])  # done, and never rerun, but no accuracy
+    assert math.isnan(study.mean_se([0.5, math.nan, 0.4])[0])
+
+
+@pytest.mark.slow
+def test_dry_study_is_cached_and_resumes_across_invocations(tmp_path):
+    """Cut by a short budget, the study resumes where it stopped; a finished study reruns nothing."""
+    args = [str(DRY), "--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "out"), "--force-cell", "1,1e-3"]
+    assert study.main([*args, "--budget-s", "25"]) == 0
+    first = json.loads((tmp_path / "out" / "study.json").read_text())["runs_finished"]
+    for _ in range(12):
+        assert study.main([*args, "--budget-s", "120", "--parallel", "2"]) == 0
+        record = json.loads((tmp_path / "out" / "study.json").read_text())
+        if record["runs_finished"] == record["runs_planned"]:
+            break
+    assert first < record["runs_finished"] == record["runs_planned"] == 12
+    runs = (tmp_path / "out" / "runs.csv").read_text()
+    assert runs.count(",cpu,") == 12  # each run records its device
+    mtimes = {p: p.stat().st_mtime for p in (tmp_path / "runs").glob("*/summary.json")}
+    assert study.main([*args, "--budget-s", "60"]) == 0
+    assert {p: p.stat().st_mtime for p in (tmp_path / "runs").glob("*/summary.json")} == mtimes
