@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from figures.sequential import truncate
-from figures.stats import VERDICTS, Outcome, combine, max_needed, rate, using_level
+from figures.stats import TRIM, VERDICTS, Outcome, combine, max_needed, rate, using_level
 
 PRECONDITION_STATUSES = ("met", "failed", "unknown")
 
@@ -145,22 +145,58 @@ class Claim:
         raise KeyError(f"{self.id} has no margin {name!r}; it has {[m.name for m in self.margins]}")
 
 
+def unhealthy_flags(ev: dict[str, Any], key: str) -> list[bool | None]:
+    """Per seed of cell ``key``: True if the run's health flag is not "healthy" or it diverged, False if
+    healthy, None if unknown (not run, or no flag recorded)."""
+    h = (ev.get("health") or {}).get(key) or {}
+    flags = list(h.get("health", []))
+    div = list(h.get("diverged", []))
+    out: list[bool | None] = []
+    for i, f in enumerate(flags):
+        d = div[i] if i < len(div) else None
+        out.append(True if d else (None if f is None else f != "healthy"))
+    return out
+
+
+def healthy_base(cells: Callable[[dict[str, Any]], list[str]], remedy: str,
+                 name: str = "the base is healthy") -> Precondition:
+    """Met when, in every cell ``cells(evidence)`` names, at most a fraction TRIM of the seeds is unhealthy
+    (stalled, lost a class, diverged): what the trimmed estimator tolerates (figures/stats.py); failed when
+    more are; unknown when a cell has no health flag at all."""
+
+    def check(ev: dict[str, Any]) -> tuple[str, str]:
+        seen, failed, unknown = [], [], []
+        for key in cells(ev):
+            known = [f for f in unhealthy_flags(ev, key) if f is not None]
+            if not known:
+                unknown.append(key)
+                continue
+            bad = sum(known)
+            seen.append(f"{key}: {bad} of {len(known)} seeds unhealthy")
+            if bad > TRIM * len(known):
+                failed.append(key)
+        if failed:
+            return "failed", "; ".join(seen)
+        if unknown:
+            return "unknown", (f"no health flags recorded for {', '.join(unknown)} (runs logged before the testbed "
+                               "recorded health, or not run)")
+        return "met", "; ".join(seen)
+
+    return Precondition(name, check, remedy)
+
+
 def health_rates(ev: dict[str, Any], keys: list[str]) -> list[Outcome]:
     """Per compared cell: the seeds flagged unhealthy (lost a class, stalled) or diverged, with the exact
     interval (figures/stats.py `rate`); cells without health data are skipped."""
     out = []
     for key in keys:
-        h = (ev.get("health") or {}).get(key)
-        if not h:
-            continue
-        flags = [None if f is None else f != "healthy" for f in h.get("health", [])]
-        div = [bool(x) for x in h.get("diverged", [])]
-        flags = [True if (i < len(div) and div[i]) else f for i, f in enumerate(flags)]
+        flags = unhealthy_flags(ev, key)
         if any(f is not None for f in flags):
-            bad = [f"seed {s}: {w}" for s, w, f in zip(ev.get("seeds", []), h.get("health", []), flags, strict=False)
-                   if f]
-            out.append(rate(f"{key}: seeds lost a class / stalled / diverged", flags,
-                            "; ".join(bad) or "none"))
+            h = (ev.get("health") or {}).get(key) or {}
+            names = list(h.get("health", []))
+            bad = [f"seed {s}: {names[i] if i < len(names) and names[i] else 'diverged'}"
+                   for i, (s, f) in enumerate(zip(ev.get("seeds", []), flags, strict=False)) if f]
+            out.append(rate(f"{key}: seeds lost a class / stalled / diverged", flags, "; ".join(bad) or "none"))
     return out
 
 

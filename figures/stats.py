@@ -494,6 +494,11 @@ def rate(name: str, flags: Any, detail: str = "") -> Outcome:
                    {"k": k, "n": n})
 
 
+def reported(name: str, values: Any, detail: str = "") -> Outcome:
+    """A quantity shown beside the verdict, not judged: its trimmed mean and interval (status ``n/a``)."""
+    return Outcome(name, "reported", "n/a", float("nan"), "diff", one_sample(values), None, detail)
+
+
 def combine(outcomes: Iterable[Outcome]) -> str:
     """A claim's verdict from its parts: all ``n/a`` (or none) -> not applicable; any ``fails`` -> not
     reproduced; else any ``undecided`` -> inconclusive; else any ``direction`` -> direction only; else
