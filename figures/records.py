@@ -214,7 +214,7 @@ def assess(claim: Claim, ev: dict[str, Any]) -> Judgement:
     j.preconditions = pre
     j.stop = stop
     blocked = [p for p in pre if p["status"] != "met"]
-    if blocked and j.verdict != "not applicable":
+    if blocked:
         j.verdict_if_testable = j.verdict
         j.verdict = "not testable"
         j.note = "; ".join(f"{p['name']}: {p['status']} ({p['measured']})" for p in blocked) + (
