@@ -143,10 +143,11 @@ def judge_ddg4(ev: dict[str, Any]) -> Judgement:
 
 
 CLAIMS = (
-    Claim("DDG-4", "under contamination the true gradient's share of PG's update collapses while DG's share over PG's "
-          "grows (v2: the perpendicular second moment of high-surprisal failures; v1: PG's cosine to the true gradient "
-          "collapses while DG's grows)", "2603.20521", "theorem", NAME,
-          "exact tabular theory (rho = 0.1); MNIST measurements at the largest delay and under contamination beside it",
+    Claim("DDG-4", "under contamination PG's cosine to the true gradient collapses while DG's grows", "2603.20521",
+          "theorem", NAME,
+          "v1's sentence above; judged on the paper's v2 restatement (the perpendicular second moment of "
+          "high-surprisal failures: the true gradient's share of PG's update collapses while DG's share over PG's "
+          "grows), in exact tabular theory (rho = 0.1); v1's cosine reading and the MNIST measurements beside it",
           (SHARE, COLLAPSE, GAP),
           "Judged on v2: (a) theory: PG's true-gradient share at delta = 1e-4 is at most half its value at 0.5; (b) "
           "theory: DG's share over PG's grows from delta = 0.5 to 1e-4. Beside it, marked superseded, v1's cosine "
