@@ -106,12 +106,15 @@ def evidence(ctx: Context) -> dict[str, Any]:
     seeds = b.all_seeds("async")
 
     def runs(train: list[int], claims: list | None) -> list[RunConfig]:
-        if claims is None:
-            return configs(b, tuple(train))
-        recipes = sorted({r for c in claims for r in CLAIM_RECIPES[c.id]})
-        return [x for r in recipes for d in levels() for x in cell(b, r, d, tuple(train))]
+        return configs(b, tuple(train)) if claims is None else staged_runs(b, tuple(train), [c.id for c in claims])
 
     return staged(ctx, CLAIMS, b.async_design, seeds, runs, lambda: _evidence(ctx, seeds))
+
+
+def staged_runs(b: Budget, seeds: tuple[int, ...], claim_ids: list[str]) -> list[RunConfig]:
+    """The runs a later look trains for the undecided claims ``claim_ids``: their recipes at every level."""
+    recipes = sorted({r for c in claim_ids for r in CLAIM_RECIPES[c]})
+    return [x for r in recipes for d in levels() for x in cell(b, r, d, seeds)]
 
 
 def _evidence(ctx: Context, seeds: tuple[int, ...]) -> dict[str, Any]:

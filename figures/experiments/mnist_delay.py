@@ -144,12 +144,15 @@ def evidence(ctx: Context) -> dict[str, Any]:
     seeds = b.all_seeds("mnist")
 
     def runs(train: list[int], claims: list | None) -> list[RunConfig]:
-        if claims is None:
-            return configs(b, tuple(train))
-        keys = {k for c in claims for k in claim_cells(c.id, list(b.mnist_delays), list(b.ablation_delays))}
-        return _cells(b, sorted(keys), tuple(train))
+        return configs(b, tuple(train)) if claims is None else staged_runs(b, tuple(train), [c.id for c in claims])
 
     return staged(ctx, CLAIMS, b.mnist_design, seeds, runs, lambda: _evidence(ctx, seeds))
+
+
+def staged_runs(b: Budget, seeds: tuple[int, ...], claim_ids: list[str]) -> list[RunConfig]:
+    """The runs a later look trains for the undecided claims ``claim_ids``: the cells they compare."""
+    keys = {k for c in claim_ids for k in claim_cells(c, list(b.mnist_delays), list(b.ablation_delays))}
+    return _cells(b, sorted(keys), seeds)
 
 
 def _evidence(ctx: Context, seeds: tuple[int, ...]) -> dict[str, Any]:
