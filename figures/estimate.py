@@ -208,7 +208,7 @@ def _oracle_and_theory(workers: int, quick: bool) -> dict[str, float]:
     oracle = list_schedule([per_kind[k] for k, _ in jobs], workers)
     cap_jobs = [j for j in mnist_samples.oracle_jobs(b, b.all_seeds("mnist")) if j not in jobs]  # DG-1 to its cap
     oracle_cap = list_schedule([per_kind[k] for k, _ in cap_jobs], workers)
-    from figures.quadratic_gac import TAUS, simulate
+    from figures.plot_quadratic_gac import TAUS, simulate
 
     ctx = Context(out=Path("."), cache=Path("."), quick=quick)
     t0 = time.perf_counter()
