@@ -34,6 +34,7 @@ from figures.stats import (
     Outcome,
     at_least,
     combine,
+    difference,
     equivalence,
     fmt,
     fmt_interval,
@@ -86,11 +87,31 @@ def cell(b: Budget, recipe: str, delay: str, seeds: tuple[int, ...] | None = Non
 
 
 def configs(b: Budget, seeds: tuple[int, ...] | None = None) -> list[RunConfig]:
-    """The first look's runs (``seeds``: those seeds instead)."""
-    return [c for r in RECIPES for d in levels() for c in cell(b, r, d, seeds)]
+    """The first look's runs (``seeds``: those seeds instead), with the GAC threshold-sensitivity runs."""
+    main = [c for r in RECIPES for d in levels() for c in cell(b, r, d, seeds)]
+    return main + (sensitivity_configs(b, seeds) if seeds is None else [])
 
 
 CLAIM_RECIPES = {"GAC-1": BASES, "GAC-2": ("grpo", "gac"), "AREAL-1": ("grpo", "decoupled_ppo")}
+
+# GAC's threshold sensitivity (reported beside GAC-2, not judged): the projection's free parameters are a
+# reconstruction (testbed/stabilizers/gradient.py), so the report shows how they move the result. Each variant
+# runs at sync and at the regime's largest staleness level with the first look's seeds.
+GAC_VARIANTS = {
+    "default (fixed 0.2 / 0.9, skip)": "gac",
+    "fixed 0.1 / 0.8": "gac(t_low=0.1, t_high=0.8)",
+    "fixed 0.4 / 0.95": "gac(t_low=0.4, t_high=0.95)",
+    "damp instead of skip": "gac(high_action=damp)",
+    "dynamic thresholds": "gac(thresholds=dynamic)",
+    "project only (never skip)": "gac(t_high=1.0)",
+}
+
+
+def sensitivity_configs(b: Budget, seeds: tuple[int, ...] | None = None) -> list[RunConfig]:
+    """The runs of the threshold-sensitivity table (the default variant is the main grid's gac)."""
+    reg, _ = regime()
+    return [c for spec in GAC_VARIANTS.values() if spec != "gac" for d in ("sync", reg.stale[-1])
+            for c in cell(b, spec, d, seeds)]
 
 
 def describe(b: Budget) -> str:
@@ -135,7 +156,34 @@ def _evidence(ctx: Context, seeds: tuple[int, ...]) -> dict[str, Any]:
             if r == "gac":  # how often the projection acts (per seed, second half of training)
                 ev["rates"][f"gac|{d}"] = {k: values(table, c, f"gac_{k}_frac", start=0.5).tolist()
                                            for k in ("projected", "skipped")}
+    sens = cached_table(ctx, sensitivity_configs(b))
+    ev["sensitivity"] = {}
+    for name, spec in GAC_VARIANTS.items():
+        for d in ("sync", levels()[-1]):
+            c = cell(b, spec, d)
+            src = table if spec == "gac" else sens
+            ev["sensitivity"][f"{name}|{d}"] = {
+                "error": values(src, c, "test_error", CHANCE).tolist(),
+                **{k: values(src, c, f"gac_{k}_frac", start=0.5).tolist() for k in ("projected", "skipped")}}
     return ev
+
+
+def sensitivity_rows(ev: dict[str, Any]) -> list[Outcome]:
+    """The threshold-sensitivity table: per variant, its error at sync and at the largest staleness level as a
+    ratio to grpo at sync (first look's seeds, trimmed mean; reported, not judged)."""
+    out = []
+    base = arr(ev["error"]["grpo|sync"])[: len(ev.get("seeds", []))]
+    for key, row in (ev.get("sensitivity") or {}).items():
+        v = arr(row.get("error"))
+        if not np.isfinite(v).any():
+            continue
+        n = min(len(v), len(base))
+        iv = difference(base[:n], v[:n], "log", ev["floor"])
+        rates = ", ".join(f"{k} {np.nanmean(arr(row.get(k))):.2f}" for k in ("projected", "skipped")
+                          if np.isfinite(arr(row.get(k))).any())
+        out.append(Outcome(f"gac sensitivity, {key.replace('|', ' at ')}: error / grpo sync", "reported", "n/a",
+                           float("nan"), "log", iv, None, f"action rates: {rates}" if rates else "action rates not logged"))
+    return out
 
 
 # -- claims ------------------------------------------------------------------------------------------
@@ -213,7 +261,7 @@ def judge_gac2(ev: dict[str, Any]) -> Judgement:
     low = [s for s in ev["levels"][1:] if lag_of(s) < 8]
     note = f"levels below the paper's s >= 8: {', '.join(low)}" if low else ""
     j = Judgement(_rescue_ours(ev, "gac"), _rescue_parts(ev, "gac"), note=note)
-    j.other_parts.extend(_gac_rates(ev))
+    j.other_parts.extend(_gac_rates(ev) + sensitivity_rows(ev))
     return j
 
 
