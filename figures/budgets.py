@@ -37,6 +37,9 @@ from dataclasses import dataclass
 from figures.sequential import Design
 
 ASYNC_STEPS = 1000  # learner batches per run in the async-GRPO regime: the regime search's budget
+# the sequential design (Budget.<kind>_design) each staged experiment's seeds follow
+DESIGN_OF = {"mnist_delay": "mnist", "mnist_samples": "mnist", "async_grpo": "async", "token_frictions": "tr",
+             "token_horizon": "tr"}
 
 
 @dataclass(frozen=True)

@@ -38,15 +38,11 @@ import math
 from pathlib import Path
 from typing import Any
 
-from figures.budgets import budget
+from figures.budgets import DESIGN_OF, budget
 from figures.common import arr, by_experiment
 from figures.experiments import all_claims
 from figures.records import Claim, Judgement, assess
 from figures.stats import ALPHA, BETA, LEVEL, TRIM, VERDICTS, Outcome, fmt, fmt_interval, fmt_margin
-
-# the sequential design each experiment's seeds follow (figures/budgets.py)
-DESIGN_OF = {"mnist_delay": "mnist", "mnist_samples": "mnist", "async_grpo": "async", "token_frictions": "tr",
-             "token_horizon": "tr"}
 
 __all__ = ["VERDICTS", "evaluate", "judge", "write_report"]
 

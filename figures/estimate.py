@@ -43,22 +43,19 @@ DRAW_S = 2.0  # seconds to read back, judge and draw one figure (measured in the
 
 
 CAP_ROW = "extra seeds (cap)"
-STAGED = ("mnist_delay", "mnist_samples", "async_grpo", "token_frictions", "token_horizon")
 
 
 def cap_configs(quick: bool) -> list[RunConfig]:
     """Every run the staged experiments may train when every claim runs to its design's cap."""
-    from figures.budgets import budget
+    from figures.budgets import DESIGN_OF, budget
     from figures.experiments import experiment
 
     b = budget(quick)
-    kinds = {"mnist_delay": "mnist", "mnist_samples": "mnist", "async_grpo": "async", "token_frictions": "tr",
-             "token_horizon": "tr"}
     out = []
-    for name in STAGED:
+    for name, kind in DESIGN_OF.items():
         exp = experiment(name)
         staged_ids = [c.id for c in exp.CLAIMS if c.staged]
-        out += exp.configs(b) + exp.staged_runs(b, b.all_seeds(kinds[name]), staged_ids)
+        out += exp.configs(b) + exp.staged_runs(b, b.all_seeds(kind), staged_ids)
     return out
 
 
