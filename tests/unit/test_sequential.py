@@ -139,3 +139,15 @@ def test_staged_adds_seeds_only_to_undecided_claims_and_records_why_each_stopped
     assert not any(name == "A" and s >= 5 for name, s in trained)  # no seed bought for a decided claim
     assert ev["design"]["looks"] == [5, 10, 15]
     assert b["level"] == pytest.approx(Design(5, 5, 15).level(2))
+
+
+def test_the_estimate_plans_the_first_look_and_the_cap():
+    from figures.estimate import CAP_ROW, plan
+
+    quick = dict(plan(2, quick=True, cap=True))
+    assert sum(len(loop) for loop in quick[CAP_ROW]) == 0  # the quick designs have one look
+    full = plan(2, quick=False, cap=True)
+    first = {c.run_id for name, loops in full if name != CAP_ROW for loop in loops for c in loop}
+    extra = [c for loop in dict(full)[CAP_ROW] for c in loop]
+    assert extra and not first & {c.run_id for c in extra}
+    assert max(c.seed for c in extra) == 14  # MNIST and async-GRPO designs: cap 15 seeds
