@@ -59,7 +59,7 @@ def make(ctx: Context) -> dict:
     ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("final sequence error (log)")
     ax.set_title("final error per setting (stars: paper)")
-    ax.legend(fontsize=6, loc="lower left", framealpha=0.9).set_zorder(10)
+    ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.02, 1.0), framealpha=0.95).set_zorder(10)
     cap = style.caption_text(CLAIMS, f"token reversal M={b.tr_M}, H={b.tr_H}, {b.tr_actors} actors, {b.tr_steps} steps x "
                              f"{b.tr_episodes} episodes, mean +- s.e. over the first look's {len(b.tr_seeds)} seeds; dots: seeds; dotted "
                              "lines and stars: the paper's values with all four frictions", ctx.cmd(NAME))
