@@ -1,7 +1,8 @@
 """Every figure and the claims report, regenerated from scratch: ``python -m figures [all|NAME|list|claims]``.
 
 Experiments (figures/experiments/: configs + scoring + the claim records) are separate from plotting.
-One module per figure (listed in FIGURES, in report order). A figure module defines
+One module per figure, ``figures/plot_<figure>.py`` (listed in FIGURES, in report order; the prefix keeps
+plot modules apart from the experiment modules of the same name). A figure module defines
 
     NAME, CLAIMS                  its file name and the claim ids it shows
     configs(quick) -> [RunConfig] the simulator runs it reads (trained and cached by the testbed's
@@ -38,4 +39,4 @@ FIGURES = (
 def module(name: str) -> ModuleType:
     if name not in FIGURES:
         raise ValueError(f"unknown figure {name!r}; allowed: {', '.join(FIGURES)}")
-    return importlib.import_module(f"figures.{name}")
+    return importlib.import_module(f"figures.plot_{name}")

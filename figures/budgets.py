@@ -19,6 +19,13 @@ Full setting (`FULL`), against the papers (docs/ALGORITHMS.md, "Published claims
   16 covers "the longest solved length plus two" unless a method here does better than any in the
   paper; the DDG-3 rule checks that coverage and says "inconclusive: extend the grid" when it fails.
 
+Seeds: each experiment has a sequential design (figures/sequential.py, figures/staging.py), fixed here
+before any run. ``*_seeds`` are the first look's seeds (n0); claims still undecided there get more
+seeds in stages up to the design's cap (seeds 0 .. cap - 1, `Budget.all_seeds`): MNIST one step per
+batch and the async-GRPO regime look at 5, 10 and 15 seeds (about 8 CPU-minutes per MNIST cell of 5
+seeds); token reversal, whose runs cost about 20 times more, at 3 and 6. ``python -m figures.estimate``
+gives the wall time at the first look and the upper bound where every claim runs to its cap.
+
 Quick setting (`QUICK`): the same experiments with a handful of steps and two seeds, so that every
 code path (training, intervals, verdicts, HTML) runs in CI in seconds; its verdicts are not evidence.
 """
@@ -27,7 +34,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from figures.sequential import Design
+
 ASYNC_STEPS = 1000  # learner batches per run in the async-GRPO regime: the regime search's budget
+# the sequential design (Budget.<kind>_design) each staged experiment's seeds follow
+DESIGN_OF = {"mnist_delay": "mnist", "mnist_samples": "mnist", "async_grpo": "async", "token_frictions": "tr",
+             "token_horizon": "tr"}
 
 
 @dataclass(frozen=True)
@@ -60,10 +72,23 @@ class Budget:
     quadratic_steps: int
     quadratic_seeds: tuple[int, ...]
     contamination_deltas: int
+    # sequential designs (first look = the *_seeds above)
+    mnist_design: Design
+    async_design: Design
+    tr_design: Design
 
     @property
     def quick(self) -> bool:
         return self.name == "quick"
+
+    def all_seeds(self, kind: str) -> tuple[int, ...]:
+        """Every seed the design of ``kind`` (mnist, async, tr) may use, first look first."""
+        first = {"mnist": self.mnist_seeds, "async": self.async_seeds, "tr": self.tr_seeds}[kind]
+        design = {"mnist": self.mnist_design, "async": self.async_design, "tr": self.tr_design}[kind]
+        if len(first) != design.n0:
+            raise ValueError(f"{kind}: {len(first)} first-look seeds but the design's n0 is {design.n0}")
+        return tuple(first) + tuple(s for s in range(max(first) + 1, max(first) + 1 + design.cap) if s not in first)[
+            : design.cap - len(first)]
 
 
 FULL = Budget(
@@ -75,6 +100,7 @@ FULL = Budget(
     tr_H=10, tr_M=2, tr_steps=1000, tr_log=50, tr_seeds=(0, 1, 2), tr_actors=10, tr_episodes=100, tr_n_eval=2048,
     tr_stale="uniform:8", tr_horizons=tuple(range(2, 17, 2)),
     stability_steps=6000, quadratic_steps=600, quadratic_seeds=(0, 1, 2), contamination_deltas=40,
+    mnist_design=Design(5, 5, 15), async_design=Design(5, 5, 15), tr_design=Design(3, 3, 6),
 )
 
 QUICK = Budget(
@@ -85,6 +111,7 @@ QUICK = Budget(
     tr_H=3, tr_M=2, tr_steps=6, tr_log=3, tr_seeds=(0, 1), tr_actors=2, tr_episodes=20, tr_n_eval=32,
     tr_stale="uniform:2", tr_horizons=(2, 3),
     stability_steps=400, quadratic_steps=80, quadratic_seeds=(0,), contamination_deltas=12,
+    mnist_design=Design(2, 1, 2), async_design=Design(2, 1, 2), tr_design=Design(2, 1, 2),
 )
 
 

@@ -10,8 +10,20 @@ never typed in. The allowed verdicts are `VERDICTS`:
 * **not reproduced**: a part fails by its test (the interval lies on the wrong side of the margin);
 * **inconclusive**: the data cannot decide a part; the seeds that would (from the measured spread)
   are printed beside it;
-* **not applicable**: the claim's precondition does not hold here (e.g. the base does not degrade),
-  or the claim is about something the simulator does not measure.
+* **not testable**: a precondition of the claim's record failed or could not be checked from the data
+  (the base is unhealthy or its health was not recorded; the base does not show the mechanism the
+  method corrects; every method is on the floor; the rule has no room); the report names the
+  precondition and what would make the claim testable, and shows the parts' verdict beside it;
+* **not applicable**: the claim is about something the simulator does not measure (by rule).
+
+Seeds: each claim is judged at the stop of its experiment's sequential design (figures/sequential.py):
+the report gives per claim the seeds used, the look, the interval level and why it stopped. Evidence
+written before the design existed (no ``sequential`` record) is judged as the design's first look.
+The statistic (20% trimmed mean, Yuen's interval; rates with exact intervals) and the designs were
+fixed in figures/stats.py, figures/sequential.py and figures/budgets.py before the runs they judge.
+
+The real-LLM column (figures/llm_column.py) sets each testbed verdict the real model can speak to
+beside SmolLM2-135M-Instruct's, from results/llm/ when present.
 
 `write_report` writes claims.md, claims.json and the self-contained page index.html (figures/publish.py)
 from the same rows. Every "not reproduced" and "inconclusive" row carries a paragraph with three slots:
@@ -22,21 +34,27 @@ or derived one), what would decide it (from the undecided or failing parts and t
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
-from figures.common import by_experiment
+from figures.budgets import DESIGN_OF, budget
+from figures.common import arr, by_experiment
 from figures.experiments import all_claims
-from figures.records import Claim, Judgement
-from figures.stats import ALPHA, BETA, LEVEL, VERDICTS, Outcome, fmt_interval, fmt_margin
+from figures.records import Claim, Judgement, assess
+from figures.stats import ALPHA, BETA, LEVEL, TRIM, VERDICTS, Outcome, fmt, fmt_interval, fmt_margin
 
 __all__ = ["VERDICTS", "evaluate", "judge", "write_report"]
 
-NEGATIVE = ("not reproduced", "inconclusive")
+NEGATIVE = ("not reproduced", "inconclusive", "not testable")
 SHARED_RULES = (
     f"Per-seed values, paired by seed (same seed = same initialisation and context stream). Every decision reads "
-    f"the two-sided {LEVEL:.0%} Student-t interval of the mean (paired) difference, i.e. one-sided tests at "
-    f"{ALPHA}. 'Matches': the whole interval inside the tolerance (TOST). 'Beats by delta': the whole interval above "
+    f"the interval of the {TRIM:.0%}-trimmed mean of the (paired) differences (Yuen's interval; fixed before the "
+    f"runs, so that one seed that lost a class cannot swing a verdict; the plain mean's status and each compared "
+    f"cell's lost-class / stalled / diverged rate with its exact interval are shown beside it), two-sided "
+    f"{LEVEL:.0%} in a fixed design, i.e. one-sided tests at {ALPHA}; in the sequential designs each look reads the "
+    f"stricter level its alpha spending allots (figures/sequential.py), and a claim stops at the first look that "
+    f"decides it or at the cap. A claim whose precondition fails or cannot be checked is 'not testable'. 'Matches': the whole interval inside the tolerance (TOST). 'Beats by delta': the whole interval above "
     f"delta; below delta it is 'direction only' if the interval excludes 0 on the claimed side, else 'not "
     f"reproduced'; an interval containing delta is 'inconclusive', with the seeds needed n* = min{{n >= 2: n >= "
     f"((t_{{1-{ALPHA},n-1}} + t_{{1-{BETA},n-1}}) s / m)^2}} (s the measured spread, m the distance of the mean from "
@@ -45,9 +63,18 @@ SHARED_RULES = (
     f"(0.9 on MNIST, every sequence wrong on token reversal). Details: figures/stats.py.")
 
 
-def judge(claim: Claim, evidence: dict[str, dict[str, Any]]) -> Judgement:
-    """The claim's judgement of its experiment's evidence (empty evidence: the judge says so)."""
-    return claim.judge(evidence.get(claim.experiment, {}))
+def judge(claim: Claim, evidence: dict[str, dict[str, Any]], quick: bool = False) -> Judgement:
+    """The claim's judgement of its experiment's evidence at its sequential stop (empty evidence: the judge says
+    so). Evidence without a stop record (written before the designs) is judged as its design's first look."""
+    ev = evidence.get(claim.experiment, {})
+    kind = DESIGN_OF.get(claim.experiment)
+    if ev and kind and claim.id not in (ev.get("sequential") or {}):
+        design = getattr(budget(quick), f"{kind}_design")
+        n = min(len(ev.get("seeds", [])), design.n0) or None
+        stop = {"n": n, "look": 0, "level": design.level(0), "looks": list(design.looks),
+                "reason": "evidence from before the sequential design: judged as its first look"}
+        ev = {**ev, "sequential": {**(ev.get("sequential") or {}), claim.id: stop}}
+    return assess(claim, ev)
 
 
 def _part_row(o: Outcome) -> dict[str, Any]:
@@ -60,6 +87,12 @@ def paragraph(claim: Claim, j: Judgement) -> dict[str, str]:
     measured = f"{j.ours}. " + "; ".join(
         f"{p.name}: {fmt_interval(p)} vs {fmt_margin(p) or 'its rule'} -> {p.status}" for p in judged)
     mechanism = claim.mechanism or "not established by this project; the curves are in the claim's figures."
+    if j.verdict == "not testable":
+        blocked = [p for p in j.preconditions if p["status"] != "met"]
+        measured = ("precondition " + "; ".join(f"'{p['name']}' {p['status']}: {p['measured']}" for p in blocked)
+                    + f". The parts alone would say '{j.verdict_if_testable}': " + measured)
+        decide = "; ".join(f"{p['name']}: {p['remedy']}" for p in blocked) or j.note
+        return {"measured": measured, "mechanism": mechanism, "decide": decide}
     if j.verdict == "inconclusive":
         undecided = [p for p in judged if p.status == "undecided"]
         need = j.seeds_needed
@@ -75,13 +108,36 @@ def paragraph(claim: Claim, j: Judgement) -> dict[str, str]:
     return {"measured": measured, "mechanism": mechanism, "decide": decide}
 
 
-def evaluate(evidence: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+def per_seed(claim: Claim, ev: dict[str, Any], j: Judgement) -> dict[str, Any]:
+    """The compared cells' per-seed values (the seeds the claim was judged on; None = not run)."""
+    if claim.cells is None or not ev:
+        return {}
+    n = j.stop.get("n") or len(ev.get("seeds", []))
+    seeds = list(ev.get("seeds", []))[:n]
+    cells = {}
+    for key in claim.cells(ev):
+        v = (ev.get("error") or {}).get(key)
+        if v is not None:
+            cells[key] = [None if x is None or not math.isfinite(x) else round(float(x), 5) for x in arr(v)[:n]]
+    return {"seeds": seeds, "metric": "final test error", "cells": cells}
+
+
+def stop_text(j: Judgement) -> str:
+    s = j.stop
+    if not s:
+        return "fixed evidence (no sequential design)"
+    return (f"{s.get('n')} seeds, look {int(s.get('look', 0)) + 1} of {len(s.get('looks', [0]))} (looks at "
+            f"{', '.join(map(str, s.get('looks', [])))}), {float(s.get('level', LEVEL)):.2%} intervals: "
+            f"{s.get('reason', '')}")
+
+
+def evaluate(evidence: dict[str, dict[str, Any]], quick: bool = False) -> list[dict[str, Any]]:
     """One row per claim from {experiment: evidence}."""
     rows = []
     for claim in all_claims():
         ev = evidence.get(claim.experiment, {})
         try:
-            j = judge(claim, evidence)
+            j = judge(claim, evidence, quick)
         except KeyError as exc:  # the evidence lacks a key the judge needs (an older or partial data file)
             j = Judgement(f"incomplete data (missing {exc})", [], verdict="inconclusive", note=f"missing evidence {exc}")
         assert j.verdict in VERDICTS, j.verdict
@@ -94,6 +150,9 @@ def evaluate(evidence: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
             "parts": [_part_row(p) for p in j.parts], "other_parts": [_part_row(p) for p in j.other_parts],
             "variants": dict(j.variants), "seeds_needed": j.seeds_needed, "note": j.note,
             "reason": "; ".join(f"{p.name}: {p.status}" for p in j.parts) or j.note,
+            "preconditions": list(j.preconditions), "verdict_if_testable": j.verdict_if_testable,
+            "stop": dict(j.stop), "seeds_used": j.stop.get("n"), "stop_reason": j.stop.get("reason", ""),
+            "stop_shown": stop_text(j), "per_seed": per_seed(claim, ev, j),
         }
         if j.verdict in NEGATIVE:
             row["paragraph"] = paragraph(claim, j)
@@ -101,22 +160,81 @@ def evaluate(evidence: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def write_report(out: Path, evidence: dict, quick: bool, command: str, missing_runs: int = 0,
-                 total_runs: int | None = None) -> list[dict[str, Any]]:
-    """claims.md, claims.json and index.html under ``out`` from the figures' evidence payloads
-    ({figure: payload}, as `figures.common.read_evidence` returns them)."""
-    from figures.publish import stamp, write_html, write_markdown
+def testability_markdown(rows: list[dict[str, Any]]) -> list[str]:
+    """claims.md's section on preconditions, seeds and stops, and per-seed values."""
+    lines = ["", "## Preconditions, seeds and stopping", "",
+             "| id | verdict | preconditions | seeds and stop |", "| --- | --- | --- | --- |"]
+    for r in rows:
+        pre = "; ".join(f"{p['name']}: **{p['status']}** ({p['measured']})"
+                        + (f" -> to make it testable: {p['remedy']}" if p["status"] != "met" else "")
+                        for p in r["preconditions"]) or "none"
+        v = r["verdict"] + (f" (parts alone: {r['verdict_if_testable']})" if r.get("verdict_if_testable") else "")
+        lines.append(f"| {r['id']} | {v} | {pre} | {r['stop_shown']} |")
+    lines += ["", "## Per-seed values (the seeds each claim was judged on)", ""]
+    for r in rows:
+        ps = r.get("per_seed") or {}
+        if not ps.get("cells"):
+            continue
+        lines.append(f"- **{r['id']}** ({ps['metric']}, seeds {', '.join(map(str, ps['seeds']))}): " + "; ".join(
+            f"{k}: [{', '.join('-' if x is None else f'{x:.4g}' for x in v)}] ({fmt(arr(v), 3)})"
+            for k, v in ps["cells"].items()))
+    return lines
 
+
+def _html_section(lines: list[str]) -> str:
+    import html
+
+    return "<section><pre style='white-space:pre-wrap'>" + html.escape("\n".join(lines)) + "</pre></section>"
+
+
+def write_report(out: Path, evidence: dict, quick: bool, command: str, missing_runs: int = 0,
+                 total_runs: int | None = None, root: Path | None = None) -> list[dict[str, Any]]:
+    """claims.md, claims.json and index.html under ``out`` from the figures' evidence payloads
+    ({figure: payload}, as `figures.common.read_evidence` returns them); the real-LLM column from ``root``
+    (default: the working directory)/results/llm."""
+    from figures import publish
+    from figures.llm_column import llm_rows
+    from figures.llm_column import markdown as llm_markdown
+
+    publish.COLORS.setdefault("not testable", "#57606a")  # a verdict the page's palette may not list yet
     out = Path(out)
     exp_evidence = by_experiment(evidence)
-    rows = evaluate(exp_evidence)
-    meta = stamp(out, command, quick)
+    rows = evaluate(exp_evidence, quick)
+    m = _minibatch(exp_evidence.get("async_grpo", {}))
+    llm = llm_rows(Path(root or "."), _testbed_column(rows), m)
+    meta = publish.stamp(out, command, quick)
     meta.update({"missing_runs": missing_runs, "total_runs": total_runs,
                  "provisional_regime": exp_evidence.get("async_grpo", {}).get("registered") is False})
     payload = {"setting": "quick" if quick else "full", "command": command, "verdicts": list(VERDICTS),
                "stamp": meta, "missing_runs": missing_runs, "total_runs": total_runs, "shared_rules": SHARED_RULES,
-               "claims": rows}
+               "claims": rows, "llm": llm}
     (out / "claims.json").write_text(json.dumps(payload, indent=1))
-    write_markdown(out / "claims.md", payload)
-    write_html(out / "index.html", payload, out)
+    publish.write_markdown(out / "claims.md", payload)
+    extra = testability_markdown(rows) + llm_markdown(llm)
+    with open(out / "claims.md", "a") as fh:
+        fh.write("\n".join(extra) + "\n")
+    publish.write_html(out / "index.html", payload, out)
+    page = (out / "index.html").read_text()
+    if "</body>" in page:
+        (out / "index.html").write_text(page.replace("</body>", _html_section(extra) + "</body>", 1))
     return rows
+
+
+def _testbed_column(rows: list[dict[str, Any]]) -> dict[str, str]:
+    """Claim id -> verdict; GAC-1 -> the status of its synchronous part (what the real model's fingerprint measures)."""
+    col = {r["id"]: r["verdict"] for r in rows}
+    for r in rows:
+        if r["id"] == "GAC-1":
+            sync = [p["status"] for p in r["parts"] if "sync cosine" in p["name"]]
+            if sync:
+                col["GAC-1"] = f"sync part {sync[0]} (claim: {r['verdict']})"
+    return col
+
+
+def _minibatch(ev: dict[str, Any]) -> float | None:
+    """The async-GRPO regime's minibatch size in samples (batch / minibatches), if its settings are recorded."""
+    reg = ev.get("regime") or {}
+    try:
+        return float(reg.get("batch_size", 100)) / float(reg.get("minibatches", 1))
+    except (TypeError, ValueError, ZeroDivisionError):
+        return None

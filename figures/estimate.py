@@ -15,6 +15,12 @@ workers; the exact-gradient MNIST runs (figures/oracle_runs.py) are timed the sa
 figures are timed by running their evidence at the full budget; drawing adds the seconds measured in
 the quick setting. Assumes a quiet machine (time it under ``/work/bin/heavy --quiet`` or alone): on
 a loaded machine every loop slows down by the load.
+
+Seeds. The claims' sequential designs (figures/budgets.py, figures/sequential.py) train the first look's
+seeds for every cell and more seeds, in stages, only for undecided claims. How many claims stay
+undecided is not known before the run, so the estimate gives two numbers: the first look (every claim
+decided at n0) and the honest upper bound where every staged claim runs to its cap (the extra runs of
+every experiment's cells at all the design's seeds, and their exact-gradient runs).
 """
 
 from __future__ import annotations
@@ -36,12 +42,33 @@ from testbed.sweep import default_loop_size, group_runs
 DRAW_S = 2.0  # seconds to read back, judge and draw one figure (measured in the quick setting: 0.4 to 2.2 s)
 
 
-def plan(workers: int, quick: bool = False) -> list[tuple[str, list[list[RunConfig]]]]:
-    """Per figure, in the order ``python -m figures all`` runs them: the loops run_sweep would train."""
+CAP_ROW = "extra seeds (cap)"
+
+
+def cap_configs(quick: bool) -> list[RunConfig]:
+    """Every run the staged experiments may train when every claim runs to its design's cap."""
+    from figures.budgets import DESIGN_OF, budget
+    from figures.experiments import experiment
+
+    b = budget(quick)
+    out = []
+    for name, kind in DESIGN_OF.items():
+        exp = experiment(name)
+        staged_ids = [c.id for c in exp.CLAIMS if c.staged]
+        out += exp.configs(b) + exp.staged_runs(b, b.all_seeds(kind), staged_ids)
+    return out
+
+
+def plan(workers: int, quick: bool = False, cap: bool = False) -> list[tuple[str, list[list[RunConfig]]]]:
+    """Per figure, in the order ``python -m figures all`` runs them: the loops run_sweep would train; with
+    ``cap``, one more row with the staged experiments' extra runs up to their designs' caps."""
     seen: set[str] = set()
     out = []
-    for name in FIGURES:
-        todo = [c for c in dedupe(module(name).configs(quick)) if c.run_id not in seen]
+    rows = [(name, module(name).configs(quick)) for name in FIGURES]
+    if cap:
+        rows.append((CAP_ROW, cap_configs(quick)))
+    for name, cfgs in rows:
+        todo = [c for c in dedupe(cfgs) if c.run_id not in seen]
         seen.update(c.run_id for c in todo)
         todo.sort(key=cost_estimate, reverse=True)
         loop_size = default_loop_size(len(todo), workers)
@@ -108,7 +135,7 @@ def estimate(workers: int = 2, quick: bool = False, progress: bool = True) -> di
     import torch
 
     torch.set_num_threads(1)
-    figures = plan(workers, quick)
+    figures = plan(workers, quick, cap=True)
     # one sample per shape (per H for token reversal, at a few H)
     firsts: dict[tuple, dict[int, list[RunConfig]]] = defaultdict(dict)
     for _, loops in figures:
@@ -147,11 +174,14 @@ def estimate(workers: int = 2, quick: bool = False, progress: bool = True) -> di
         train = list_schedule(durations, workers)
         rows.append({"figure": name, "runs": sum(len(x) for x in loops), "loops": len(loops),
                      "cpu_s": sum(durations), "wall_s": train})
-        total += train
+        if name != CAP_ROW:
+            total += train
     extra = _oracle_and_theory(workers, quick)
     total += extra["oracle_wall_s"] + extra["theory_s"] + DRAW_S * len(FIGURES)
+    cap_extra = sum(r["wall_s"] for r in rows if r["figure"] == CAP_ROW) + extra["oracle_cap_wall_s"]
     return {"workers": workers, "setting": "quick" if quick else "full", "figures": rows, **extra,
-            "draw_s": DRAW_S * len(FIGURES), "sampling_s": sampling, "total_wall_s": total}
+            "draw_s": DRAW_S * len(FIGURES), "sampling_s": sampling, "total_wall_s": total,
+            "cap_wall_s": total + cap_extra}
 
 
 def _oracle_and_theory(workers: int, quick: bool) -> dict[str, float]:
@@ -173,7 +203,9 @@ def _oracle_and_theory(workers: int, quick: bool) -> dict[str, float]:
         slope = max((t2 - t1) - (t1 - t0), 1e-9) / b.mnist_log
         per_kind[kind] = max(2 * (t1 - t0) - (t2 - t1), 0.0) + slope * b.mnist_steps
     oracle = list_schedule([per_kind[k] for k, _ in jobs], workers)
-    from figures.quadratic_gac import TAUS, simulate
+    cap_jobs = [j for j in mnist_samples.oracle_jobs(b, b.all_seeds("mnist")) if j not in jobs]  # DG-1 to its cap
+    oracle_cap = list_schedule([per_kind[k] for k, _ in cap_jobs], workers)
+    from figures.plot_quadratic_gac import TAUS, simulate
 
     ctx = Context(out=Path("."), cache=Path("."), quick=quick)
     t0 = time.perf_counter()
@@ -183,7 +215,8 @@ def _oracle_and_theory(workers: int, quick: bool) -> dict[str, float]:
     simulate(TAUS[-1], True, b.quadratic_steps, 0)
     quad = (time.perf_counter() - t1) * len(TAUS) * 2 * len(b.quadratic_seeds)  # every (tau, gac, seed)
     theory = (t1 - t0) + quad
-    return {"oracle_wall_s": oracle, "oracle_cpu_s": sum(per_kind[k] for k, _ in jobs), "theory_s": theory}
+    return {"oracle_wall_s": oracle, "oracle_cpu_s": sum(per_kind[k] for k, _ in jobs), "theory_s": theory,
+            "oracle_cap_wall_s": oracle_cap}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -203,7 +236,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{r['figure']:16s} {r['runs']:5d} {r['loops']:5d} {hms(r['cpu_s']):>9s} {hms(r['wall_s']):>9s}")
     print(f"exact-gradient MNIST runs: {hms(res['oracle_wall_s'])} wall ({hms(res['oracle_cpu_s'])} CPU); theory "
           f"figures {res['theory_s']:.0f} s; drawing {res['draw_s']:.0f} s")
-    print(f"estimated wall time with {res['workers']} worker(s): {hms(res['total_wall_s'])} "
+    print(f"estimated wall time with {res['workers']} worker(s): {hms(res['total_wall_s'])} if every claim is "
+          f"decided at its first look; upper bound {hms(res['cap_wall_s'])} if every staged claim runs to its cap "
           f"(sampling took {res['sampling_s']:.0f} s)")
     if args.json:
         with open(args.json, "w") as fh:

@@ -8,6 +8,16 @@ their scoring; the figure modules only draw). A record holds the claim's text, s
 figures/stats.py), the figures that show it, and, where theory already explains a failure, the
 mechanism. Verdicts: figures/stats.py `VERDICTS`.
 
+Testability. A record lists its preconditions (`Precondition`): what the setting must show before the
+claim can be judged on it at all (the base is healthy; the base shows the mechanism the method corrects;
+some method leaves the floor; the rule has room). Each is checked from the evidence and is ``met``,
+``failed`` or ``unknown`` (the data needed to check it is missing, e.g. health columns a run did not
+log). A claim with a precondition not met is "not testable", with the failed precondition and what
+would make it testable, whatever its parts say (they are still computed and shown).
+
+Seeds. Each claim is judged under its experiment's sequential design (figures/sequential.py): at the
+look where it stopped, on the seeds it had then, with that look's interval level (`assess`).
+
 Shared margins (`RESOLUTION`): where a claim says "matches" or "beats" without a number of its own,
 the size that decides is the resolution of the one comparison in these papers that gives both the
 numbers and the size of its evaluation (VCPO, arXiv 2602.17616: MATH-500 accuracy 72.0 sync vs 71.6
@@ -21,13 +31,17 @@ differing by more than that factor (tested on log error rates, figures/stats.py)
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from figures.stats import VERDICTS, Outcome, combine, max_needed
+from figures.sequential import truncate
+from figures.stats import TRIM, VERDICTS, Outcome, combine, max_needed, rate, using_level
+
+PRECONDITION_STATUSES = ("met", "failed", "unknown")
 
 RHO = 1.645 * math.sqrt(2.0) * math.sqrt(0.72 * 0.28 / 500) / 0.28  # 0.1668
 RESOLUTION_DERIVATION = (
@@ -68,6 +82,9 @@ class Judgement:
     variants: dict[str, str] = field(default_factory=dict)
     note: str = ""
     other_parts: list[Outcome] = field(default_factory=list)  # shown in the report, not part of the verdict
+    preconditions: list[dict[str, str]] = field(default_factory=list)  # `Precondition.check` results
+    verdict_if_testable: str = ""  # the parts' verdict, where a precondition made the claim "not testable"
+    stop: dict[str, Any] = field(default_factory=dict)  # the sequential design's stop: seeds, look, level, reason
 
     def __post_init__(self) -> None:
         if not self.verdict:
@@ -78,6 +95,27 @@ class Judgement:
     @property
     def seeds_needed(self) -> int | None:
         return max_needed(self.parts)
+
+
+@dataclass(frozen=True)
+class Precondition:
+    """What the setting must show for a claim to be testable there, checked from the evidence.
+
+    ``check(evidence) -> (status, measured)``: status in `PRECONDITION_STATUSES`, ``measured`` the numbers it
+    read, in words. ``remedy``: what would make the claim testable when it is not met."""
+
+    name: str
+    check: Callable[[dict[str, Any]], tuple[str, str]]
+    remedy: str
+
+    def evaluate(self, ev: dict[str, Any]) -> dict[str, str]:
+        try:
+            status, measured = self.check(ev)
+        except KeyError as exc:
+            status, measured = "unknown", f"the evidence lacks {exc}"
+        if status not in PRECONDITION_STATUSES:
+            raise ValueError(f"precondition status must be one of {PRECONDITION_STATUSES}, got {status!r}")
+        return {"name": self.name, "status": status, "measured": measured, "remedy": self.remedy}
 
 
 @dataclass(frozen=True)
@@ -96,12 +134,92 @@ class Claim:
     figures: tuple[str, ...]
     mechanism: str = ""  # what this project found or derived to explain the result, else empty
     decide: str = ""  # what would settle a negative verdict beyond more seeds
+    preconditions: tuple[Precondition, ...] = ()
+    cells: Callable[[dict[str, Any]], list[str]] | None = None  # evidence cells compared (their health rates shown)
+    staged: bool = True  # more seeds for it when undecided (False: judged at the design's first look only)
 
     def margin(self, name: str) -> Margin:
         for m in self.margins:
             if m.name == name:
                 return m
         raise KeyError(f"{self.id} has no margin {name!r}; it has {[m.name for m in self.margins]}")
+
+
+def unhealthy_flags(ev: dict[str, Any], key: str) -> list[bool | None]:
+    """Per seed of cell ``key``: True if the run's health flag is not "healthy" or it diverged, False if
+    healthy, None if unknown (not run, or no flag recorded)."""
+    h = (ev.get("health") or {}).get(key) or {}
+    flags = list(h.get("health", []))
+    div = list(h.get("diverged", []))
+    out: list[bool | None] = []
+    for i, f in enumerate(flags):
+        d = div[i] if i < len(div) else None
+        out.append(True if d else (None if f is None else f != "healthy"))
+    return out
+
+
+def healthy_base(cells: Callable[[dict[str, Any]], list[str]], remedy: str,
+                 name: str = "the base is healthy") -> Precondition:
+    """Met when, in every cell ``cells(evidence)`` names, at most a fraction TRIM of the seeds is unhealthy
+    (stalled, lost a class, diverged): what the trimmed estimator tolerates (figures/stats.py); failed when
+    more are; unknown when a cell has no health flag at all."""
+
+    def check(ev: dict[str, Any]) -> tuple[str, str]:
+        seen, failed, unknown = [], [], []
+        for key in cells(ev):
+            known = [f for f in unhealthy_flags(ev, key) if f is not None]
+            if not known:
+                unknown.append(key)
+                continue
+            bad = sum(known)
+            seen.append(f"{key}: {bad} of {len(known)} seeds unhealthy")
+            if bad > TRIM * len(known):
+                failed.append(key)
+        if failed:
+            return "failed", "; ".join(seen)
+        if unknown:
+            return "unknown", (f"no health flags recorded for {', '.join(unknown)} (runs logged before the testbed "
+                               "recorded health, or not run)")
+        return "met", "; ".join(seen)
+
+    return Precondition(name, check, remedy)
+
+
+def health_rates(ev: dict[str, Any], keys: list[str]) -> list[Outcome]:
+    """Per compared cell: the seeds flagged unhealthy (lost a class, stalled) or diverged, with the exact
+    interval (figures/stats.py `rate`); cells without health data are skipped."""
+    out = []
+    for key in keys:
+        flags = unhealthy_flags(ev, key)
+        if any(f is not None for f in flags):
+            h = (ev.get("health") or {}).get(key) or {}
+            names = list(h.get("health", []))
+            bad = [f"seed {s}: {names[i] if i < len(names) and names[i] else 'diverged'}"
+                   for i, (s, f) in enumerate(zip(ev.get("seeds", []), flags, strict=False)) if f]
+            out.append(rate(f"{key}: seeds lost a class / stalled / diverged", flags, "; ".join(bad) or "none"))
+    return out
+
+
+def assess(claim: Claim, ev: dict[str, Any]) -> Judgement:
+    """The claim's judgement of its evidence at its sequential stop (seeds and interval level of that look),
+    with its preconditions checked and the compared cells' health rates beside the verdict."""
+    stop = dict((ev.get("sequential") or {}).get(claim.id) or {})
+    level = stop.get("level")
+    sub = truncate(ev, int(stop["n"])) if stop.get("n") else ev
+    with using_level(level) if level else contextlib.nullcontext():
+        j = claim.judge(sub)
+        pre = [p.evaluate(sub) for p in claim.preconditions] if sub else []
+        if claim.cells is not None and sub:
+            j.other_parts.extend(health_rates(sub, claim.cells(sub)))
+    j.preconditions = pre
+    j.stop = stop
+    blocked = [p for p in pre if p["status"] != "met"]
+    if blocked:
+        j.verdict_if_testable = j.verdict
+        j.verdict = "not testable"
+        j.note = "; ".join(f"{p['name']}: {p['status']} ({p['measured']})" for p in blocked) + (
+            f"; {j.note}" if j.note else "")
+    return j
 
 
 def with_direction(match: Outcome, rescue: Outcome) -> Outcome:

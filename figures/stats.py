@@ -7,9 +7,33 @@ Pure functions of per-seed numbers; every verdict of figures/claims.py is made h
   (testbed/runner.py), so a comparison is made seed by seed: d_i = f(b_i) - f(a_i) over the seeds
   where both values are finite (``paired``). Where fewer than two seeds pair up, Welch's unpaired
   interval is used (`welch_interval`).
-* **Interval.** The two-sided 90% Student-t interval of the mean, d_bar +- t_{0.95, n-1} s / sqrt(n)
-  (s the standard deviation with ddof 1, n the number of values; `t_interval`). Every decision
-  below reads this one interval, so every test is one-sided at ALPHA = 0.05.
+* **Estimator, fixed before the runs: the 20% trimmed mean** (`trimmed_interval`). Outcomes here are
+  bimodal: most seeds learn, and now and then one seed loses a class (a bandit policy that stops
+  predicting a label never samples it again) or collapses, ending far from the rest. A mean and its
+  t interval read such a seed as a shift of the whole cell and a wide spread, so one seed can turn
+  "matches" into "inconclusive" (or, by widening the other side, the reverse) without anyone seeing
+  why. The estimate every decision reads is therefore the trimmed mean of the (paired) values,
+  trimming g = floor(0.2 n) values from each end, with Yuen's (1974, Biometrika 61:165)
+  interval: estimate +- t_{(1+level)/2, h-1} sqrt((n-1) s_w^2 / (h (h-1))), h = n - 2g, s_w^2 the
+  variance of the values winsorized at the same g (Tukey and McLaughlin 1963; Wilcox 2012,
+  "Introduction to Robust Estimation", 4.4: for paired data, the trimmed mean of the differences).
+  With 5 seeds one value is trimmed from each end (breakdown 20%: one wild seed cannot move the
+  estimate or the interval's ends by more than the gap to its neighbour); with fewer than 5 seeds
+  nothing is trimmed and it is the Student-t interval. Why not the paired Hodges-Lehmann estimate with
+  its Wilcoxon interval: its exact one-sided levels are multiples of 2^-n (1/32 at n = 5), so it cannot
+  reach the stricter nominal levels of a sequential design's early looks (below), and at n = 5 its 90%
+  interval is the range of the differences, whose ends are single seeds. The Hodges-Lehmann estimate
+  (`hodges_lehmann`) and the plain mean's status are reported beside each part.
+* **Lost classes and collapses are judged as a rate, separately** (`rate`): per cell, the number of
+  seeds that lost a class (or stalled, or diverged) out of n, with its exact Clopper-Pearson interval.
+  Every comparison records the status the plain mean would give; where it differs from the trimmed
+  mean's, the part's detail says so and names the cells' rates, so a verdict that one seed could have
+  swung is never silent.
+* **Interval level.** The two-sided 90% interval (one-sided tests at ALPHA = 0.05) in a fixed-size
+  design. In a sequential design (figures/sequential.py: a look after n0 seeds, more seeds in stages
+  for undecided claims, up to a cap) each look reads the interval at the nominal level that the
+  design's alpha-spending function allots to that look (`using_level`), so that the claim's error
+  over all its looks stays within ALPHA.
 * **Scale.** ``scale="diff"`` compares values as they are (error points, cosines, lengths);
   ``scale="log"`` compares their logarithms, i.e. ratios (an error rate twice as high is +log 2
   whatever its level). Values are floored at ``floor`` first (the evaluation's resolution, so an
@@ -37,13 +61,16 @@ Pure functions of per-seed numbers; every verdict of figures/claims.py is made h
   correction.
 
 Statuses of one part (`Outcome.status`): ``holds``, ``direction``, ``fails``, ``undecided``,
-``n/a`` (the part does not apply, e.g. a base that does not degrade).
+``n/a`` (the part does not apply, e.g. a base that does not degrade). A claim whose precondition fails
+or cannot be checked (figures/records.py, `Precondition`) is "not testable" whatever its parts say.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -54,9 +81,33 @@ ALPHA = 0.05  # one-sided level of every test
 BETA = 0.20  # 1 - power, for the seeds-needed planning number
 LEVEL = 1.0 - 2.0 * ALPHA  # the two-sided interval every decision reads: 90%
 MAX_SEEDS = 100_000  # "seeds needed" beyond this is reported as more than MAX_SEEDS
+TRIM = 0.2  # fraction trimmed from each end by the estimator every decision reads (module docstring)
 
 STATUSES = ("holds", "direction", "fails", "undecided", "n/a")
-VERDICTS = ("reproduced", "direction only", "not reproduced", "inconclusive", "not applicable")
+VERDICTS = ("reproduced", "direction only", "not reproduced", "inconclusive", "not testable", "not applicable")
+
+_LEVEL: contextvars.ContextVar[float] = contextvars.ContextVar("level", default=LEVEL)
+
+
+@contextlib.contextmanager
+def using_level(level: float) -> Iterator[None]:
+    """Decisions inside the block read two-sided ``level`` intervals (a sequential design's look)."""
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"an interval level must lie in (0, 1), got {level!r}")
+    token = _LEVEL.set(level)
+    try:
+        yield
+    finally:
+        _LEVEL.reset(token)
+
+
+def current_level() -> float:
+    """The two-sided level decisions read now (LEVEL outside `using_level`)."""
+    return _LEVEL.get()
+
+
+def _lv(level: float | None) -> float:
+    return current_level() if level is None else level
 
 
 @dataclass(frozen=True)
@@ -72,6 +123,7 @@ class Interval:
     df: float
     paired: bool = True
     level: float = LEVEL
+    estimator: str = "mean"  # "mean" (Student t / Welch) or "trimmed" (20% trimmed mean, Yuen)
 
     @property
     def defined(self) -> bool:
@@ -103,9 +155,10 @@ def t_quantile(p: float, df: float) -> float:
     return float(st.t.ppf(p, df))
 
 
-def t_interval(values: Any, level: float = LEVEL) -> Interval:
+def t_interval(values: Any, level: float | None = None) -> Interval:
     """Mean of the finite ``values`` +- t_{(1+level)/2, n-1} sd / sqrt(n). One value: an undefined
     (infinite) interval; no value: NaN."""
+    level = _lv(level)
     v = _finite(values)
     n = int(v.size)
     if n == 0:
@@ -120,8 +173,9 @@ def t_interval(values: Any, level: float = LEVEL) -> Interval:
     return Interval(mean, mean - half, mean + half, n, sd, se, float(n - 1), level=level)
 
 
-def welch_interval(a: Any, b: Any, level: float = LEVEL) -> Interval:
+def welch_interval(a: Any, b: Any, level: float | None = None) -> Interval:
     """mean(b) - mean(a) with Welch's interval (Welch-Satterthwaite degrees of freedom)."""
+    level = _lv(level)
     a, b = _finite(a), _finite(b)
     na, nb = a.size, b.size
     if na == 0 or nb == 0:
@@ -141,15 +195,65 @@ def welch_interval(a: Any, b: Any, level: float = LEVEL) -> Interval:
     return Interval(est, est - half, est + half, n, se * math.sqrt(n), se, float(df), False, level)
 
 
-def difference(a: Any, b: Any, scale: str = "diff", floor: float | None = None, level: float = LEVEL) -> Interval:
+def trim_count(n: int, trim: float = TRIM) -> int:
+    """g = floor(trim n), kept below n / 2 - 1 so that at least two values remain."""
+    g = math.floor(trim * n + 1e-9)
+    return max(0, min(g, (n - 2) // 2))
+
+
+def trimmed_interval(values: Any, level: float | None = None, trim: float = TRIM) -> Interval:
+    """Trimmed mean of the finite ``values`` with Yuen's interval (module docstring).
+
+    g = floor(trim n) values are dropped from each end; h = n - 2g; the standard error is
+    sqrt((n - 1) s_w^2 / (h (h - 1))) with s_w^2 the (ddof 1) variance of the values winsorized at g;
+    the interval is estimate +- t_{(1+level)/2, h-1} se. With g = 0 it is exactly `t_interval`."""
+    level = _lv(level)
+    v = np.sort(_finite(values))
+    n = int(v.size)
+    g = trim_count(n, trim)
+    if g == 0:
+        iv = t_interval(v, level)
+        return Interval(iv.estimate, iv.lo, iv.hi, iv.n, iv.sd, iv.se, iv.df, iv.paired, iv.level, "trimmed")
+    h = n - 2 * g
+    est = float(v[g: n - g].mean())
+    w = v.copy()
+    w[:g], w[n - g:] = v[g], v[n - g - 1]
+    sw = float(w.std(ddof=1))
+    se = math.sqrt((n - 1) * sw * sw / (h * (h - 1)))
+    half = t_quantile(0.5 + level / 2.0, h - 1) * se
+    # sd: the spread a plain t interval of n values would need for this se (for the seeds-needed number)
+    return Interval(est, est - half, est + half, n, se * math.sqrt(n), se, float(h - 1), True, level, "trimmed")
+
+
+def hodges_lehmann(values: Any) -> float:
+    """Median of the Walsh averages (x_i + x_j) / 2, i <= j (Hodges and Lehmann 1963): the estimate of the
+    signed-rank test, reported beside the trimmed mean. NaN without values."""
+    v = _finite(values)
+    if not v.size:
+        return float("nan")
+    i, j = np.triu_indices(v.size)
+    return float(np.median((v[i] + v[j]) / 2.0))
+
+
+def difference(a: Any, b: Any, scale: str = "diff", floor: float | None = None, level: float | None = None,
+               estimator: str = "trimmed") -> Interval:
     """b - a on ``scale``: paired by position (= by seed) over the positions where both are finite, when at
-    least two pair up; else Welch's unpaired interval. ``a`` and ``b`` are aligned per seed."""
+    least two pair up (the trimmed mean of the differences, or their mean with ``estimator="mean"``); else
+    Welch's unpaired interval. ``a`` and ``b`` are aligned per seed."""
+    if estimator not in ("trimmed", "mean"):
+        raise ValueError(f"estimator must be 'trimmed' or 'mean', got {estimator!r}")
     ta, tb = transform(a, scale, floor), transform(b, scale, floor)
     if ta.shape == tb.shape:
         ok = np.isfinite(ta) & np.isfinite(tb)
         if ok.sum() >= 2:
-            return t_interval(tb[ok] - ta[ok], level)
+            d = tb[ok] - ta[ok]
+            return trimmed_interval(d, level) if estimator == "trimmed" else t_interval(d, level)
     return welch_interval(ta, tb, level)
+
+
+def one_sample(values: Any, estimator: str = "trimmed", level: float | None = None) -> Interval:
+    """The interval of one setting's values: trimmed (the default every decision reads) or plain mean."""
+    return trimmed_interval(values, level) if estimator == "trimmed" else t_interval(values, level)
 
 
 # -- decisions ---------------------------------------------------------------------------------------
@@ -237,13 +341,36 @@ def decide_equivalence(iv: Interval, tol: float) -> tuple[str, int | None]:
     return "undecided", _undecided(iv, abs(tol - abs(iv.estimate)))
 
 
+def _with_mean(o: Outcome, mean_iv: Interval, decide: Any, hl: float) -> Outcome:
+    """Record beside the trimmed decision the plain mean's interval and status and the Hodges-Lehmann estimate;
+    say so in the detail where the two estimators disagree (module docstring)."""
+    mean_status, _ = decide(mean_iv)
+    o.extra.update({"mean_status": mean_status, "mean": mean_iv.estimate, "mean_lo": mean_iv.lo,
+                    "mean_hi": mean_iv.hi, "hodges_lehmann": hl})
+    if mean_status != o.status and o.interval is not None and o.interval.estimator == "trimmed":
+        o.detail = (f"{o.detail}; " if o.detail else "") + (
+            f"the plain mean would say '{mean_status}' (trimmed mean: '{o.status}'): an outlying seed, see the "
+            "cells' lost-class / collapse rates")
+    return o
+
+
+def _walsh_hl(a: Any, b: Any, scale: str, floor: float | None) -> float:
+    ta, tb = transform(a, scale, floor), transform(b, scale, floor)
+    if ta.shape != tb.shape:
+        return float("nan")
+    return hodges_lehmann(tb - ta)
+
+
 def superiority(name: str, reference: Any, candidate: Any, delta: float, scale: str = "diff",
                 floor: float | None = None, higher: bool = False, detail: str = "") -> Outcome:
     """``candidate`` beats ``reference`` by more than ``delta``. The effect is reference - candidate when
     lower is better (error rates, the default) and candidate - reference with ``higher=True``."""
-    iv = difference(candidate, reference, scale, floor) if not higher else difference(reference, candidate, scale, floor)
+    a, b = (candidate, reference) if not higher else (reference, candidate)
+    iv = difference(a, b, scale, floor)
     status, need = decide_superiority(iv, delta)
-    return Outcome(name, "superiority", status, delta, scale, iv, need, detail)
+    o = Outcome(name, "superiority", status, delta, scale, iv, need, detail)
+    return _with_mean(o, difference(a, b, scale, floor, estimator="mean"), lambda x: decide_superiority(x, delta),
+                      _walsh_hl(a, b, scale, floor))
 
 
 def equivalence(name: str, a: Any, b: Any, tol: float, scale: str = "diff", floor: float | None = None,
@@ -251,36 +378,42 @@ def equivalence(name: str, a: Any, b: Any, tol: float, scale: str = "diff", floo
     """``b`` matches ``a`` within ``tol`` (on ``scale``)."""
     iv = difference(a, b, scale, floor)
     status, need = decide_equivalence(iv, tol)
-    return Outcome(name, "equivalence", status, tol, scale, iv, need, detail)
+    o = Outcome(name, "equivalence", status, tol, scale, iv, need, detail)
+    return _with_mean(o, difference(a, b, scale, floor, estimator="mean"), lambda x: decide_equivalence(x, tol),
+                      _walsh_hl(a, b, scale, floor))
+
+
+def _one(name: str, kind: str, values: Any, margin: float, decide: Any, detail: str) -> Outcome:
+    iv = one_sample(values)
+    status, need = decide(iv)
+    o = Outcome(name, kind, status, margin, "diff", iv, need, detail)
+    return _with_mean(o, one_sample(values, "mean"), decide, hodges_lehmann(values))
 
 
 def at_least(name: str, values: Any, threshold: float, detail: str = "") -> Outcome:
-    """The mean of ``values`` exceeds ``threshold`` (one-sample interval; "direction" is not defined)."""
-    iv = t_interval(values)
-    status, need = decide_superiority(_shift(iv, -threshold), 0.0)
-    return Outcome(name, "at_least", status, threshold, "diff", iv, need, detail)
+    """The (trimmed) mean of ``values`` exceeds ``threshold`` (one-sample interval; no "direction")."""
+    return _one(name, "at_least", values, threshold,
+                lambda iv: decide_superiority(_shift(iv, -threshold), 0.0), detail)
 
 
 def at_most(name: str, values: Any, threshold: float, detail: str = "") -> Outcome:
-    """The mean of ``values`` is below ``threshold``."""
-    iv = t_interval(values)
-    status, need = decide_superiority(_shift(_negate(iv), threshold), 0.0)
-    return Outcome(name, "at_most", status, threshold, "diff", iv, need, detail)
+    """The (trimmed) mean of ``values`` is below ``threshold``."""
+    return _one(name, "at_most", values, threshold,
+                lambda iv: decide_superiority(_shift(_negate(iv), threshold), 0.0), detail)
 
 
 def within(name: str, values: Any, centre: float, tol: float, detail: str = "") -> Outcome:
-    """The mean of ``values`` lies within ``centre`` +- ``tol`` (one-sample TOST)."""
-    iv = t_interval(values)
-    status, need = decide_equivalence(_shift(iv, -centre), tol)
-    return Outcome(name, "equivalence", status, tol, "diff", iv, need, detail)
+    """The (trimmed) mean of ``values`` lies within ``centre`` +- ``tol`` (one-sample TOST)."""
+    return _one(name, "equivalence", values, tol, lambda iv: decide_equivalence(_shift(iv, -centre), tol), detail)
 
 
 def _shift(iv: Interval, by: float) -> Interval:
-    return Interval(iv.estimate + by, iv.lo + by, iv.hi + by, iv.n, iv.sd, iv.se, iv.df, iv.paired, iv.level)
+    return Interval(iv.estimate + by, iv.lo + by, iv.hi + by, iv.n, iv.sd, iv.se, iv.df, iv.paired, iv.level,
+                    iv.estimator)
 
 
 def _negate(iv: Interval) -> Interval:
-    return Interval(-iv.estimate, -iv.hi, -iv.lo, iv.n, iv.sd, iv.se, iv.df, iv.paired, iv.level)
+    return Interval(-iv.estimate, -iv.hi, -iv.lo, iv.n, iv.sd, iv.se, iv.df, iv.paired, iv.level, iv.estimator)
 
 
 def exact(name: str, holds: bool, value: float = float("nan"), margin: float = float("nan"), detail: str = "") -> Outcome:
@@ -307,8 +440,9 @@ def precondition(name: str, base: Any, stale: Any, min_effect: float, detail: st
     return Outcome(name, "precondition", status, min_effect, "diff", iv, need, detail, unit=unit)
 
 
-def clopper_pearson(k: int, n: int, level: float = LEVEL) -> tuple[float, float]:
+def clopper_pearson(k: int, n: int, level: float | None = None) -> tuple[float, float]:
     """Exact binomial interval of k successes in n trials."""
+    level = _lv(level)
     if n == 0:
         return float("nan"), float("nan")
     ci = st.binomtest(k, n).proportion_ci(confidence_level=level, method="exact")
@@ -345,6 +479,24 @@ def proportion(name: str, k: int, n: int, threshold: float, base_k: int = 0, bas
         status, need = "undecided", events_needed(p, threshold)
     return Outcome(name, "proportion", status, threshold, "diff", iv, need, detail,
                    {"base_rate": base_k / base_n if base_n else None, "fisher_p": _jsonable(pval)})
+
+
+def rate(name: str, flags: Any, detail: str = "") -> Outcome:
+    """How many seeds of a cell carry a flag (lost a class, stalled, diverged): k of n with the exact
+    Clopper-Pearson interval at the current level. ``flags``: one bool per seed, None where unknown
+    (not counted). Reported beside the verdict (status ``n/a``), never averaged into an error."""
+    known = [bool(f) for f in np.atleast_1d(np.asarray(flags, dtype=object)) if f is not None
+             and not (isinstance(f, float) and math.isnan(f))]
+    k, n = sum(known), len(known)
+    lo, hi = clopper_pearson(k, n)
+    iv = Interval(k / n if n else float("nan"), lo, hi, n, float("nan"), float("nan"), 0.0)
+    return Outcome(name, "rate", "n/a", float("nan"), "diff", iv, None, detail or f"{k} of {n} seeds",
+                   {"k": k, "n": n})
+
+
+def reported(name: str, values: Any, detail: str = "") -> Outcome:
+    """A quantity shown beside the verdict, not judged: its trimmed mean and interval (status ``n/a``)."""
+    return Outcome(name, "reported", "n/a", float("nan"), "diff", one_sample(values), None, detail)
 
 
 def combine(outcomes: Iterable[Outcome]) -> str:
@@ -390,7 +542,7 @@ def fmt(values: Any, digits: int = 3, pct: bool = False) -> str:
     k = 100.0 if pct else 1.0
     unit = "%" if pct else ""
     if s["n"] == 1:
-        return f"{s['mean'] * k:.{digits}g}{unit} (1 seed)"
+        return f"{s['mean'] * k:.{digits}g}{unit} (n=1, no spread)"
     return f"{s['mean'] * k:.{digits}g}{unit} +- {s['std'] * k:.2g} (n={s['n']})"
 
 
@@ -403,15 +555,30 @@ def fmt_interval(o: Outcome) -> str:
         return f"{iv.estimate:.4g} (exact)"
     if o.kind == "proportion":
         return f"{iv.estimate:.0%} of {iv.n} [{iv.lo:.0%}, {iv.hi:.0%}]"
+    if o.kind == "rate":
+        return f"{o.extra.get('k', 0)} of {iv.n} seeds ({iv.estimate:.0%}) [{iv.lo:.0%}, {iv.hi:.0%}] (exact)"
+    if iv.n == 1:
+        return f"{iv.estimate:.4g} (n=1, no spread)"
     if o.scale == "log":
         def r(x: float) -> str:
             return f"{math.exp(x):.3g}x" if math.isfinite(x) else ("inf" if x > 0 else "0")
-        return f"ratio {r(iv.estimate)} [{r(iv.lo)}, {r(iv.hi)}] (n={iv.n})"
+        return f"ratio {r(iv.estimate)} [{r(iv.lo)}, {r(iv.hi)}] ({_tags(iv)})"
     k, unit = (100.0, " pts") if o.unit == "%" else (1.0, "")
 
     def v(x: float) -> str:
         return f"{x * k:+.3g}" if math.isfinite(x) else ("+inf" if x > 0 else "-inf")
-    return f"{v(iv.estimate)}{unit} [{v(iv.lo)}, {v(iv.hi)}] (n={iv.n}{'' if iv.paired else ', unpaired'})"
+    return f"{v(iv.estimate)}{unit} [{v(iv.lo)}, {v(iv.hi)}] ({_tags(iv)})"
+
+
+def _tags(iv: Interval) -> str:
+    tags = [f"n={iv.n}"]
+    if not iv.paired:
+        tags.append("unpaired")
+    if iv.estimator == "trimmed" and trim_count(iv.n) > 0:
+        tags.append(f"{trim_count(iv.n)} trimmed per side")
+    if abs(iv.level - LEVEL) > 1e-9:
+        tags.append(f"{iv.level:.2%} interval")
+    return ", ".join(tags)
 
 
 def fmt_margin(o: Outcome) -> str:

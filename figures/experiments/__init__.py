@@ -8,7 +8,7 @@ An experiment module defines
     evidence(ctx)             the numbers its claims are judged on (per-seed values; no plotting)
     CLAIMS                    the records of the claims it tests (figures/records.py)
 
-Plotting lives in the figure modules (figures/<figure>.py), which draw an experiment's runs and
+Plotting lives in the figure modules (figures/plot_<figure>.py), which draw an experiment's runs and
 evidence; judging lives in the records' ``judge`` functions. The report (figures/claims.py) lists
 the claims in the order of `ORDER`.
 """

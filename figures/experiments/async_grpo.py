@@ -23,11 +23,26 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from figures.budgets import Budget, lag_of
 from figures.common import Context, arr, diverged, values
 from figures.experiments.mnist_delay import resolution_floor
-from figures.records import Claim, Judgement, Margin, judged_on, resolution, with_direction
-from figures.stats import Outcome, at_least, combine, equivalence, fmt, precondition, superiority, within
+from figures.records import Claim, Judgement, Margin, Precondition, healthy_base, judged_on, resolution, with_direction
+from figures.staging import cached_table, cell_health, staged
+from figures.stats import (
+    Outcome,
+    at_least,
+    combine,
+    difference,
+    equivalence,
+    fmt,
+    fmt_interval,
+    precondition,
+    reported,
+    superiority,
+    within,
+)
 from testbed.regimes import Regime, get_regime
 from testbed.runner import RunConfig
 from testbed.stabilizers.spec import SpecError
@@ -67,12 +82,36 @@ def run(b: Budget, recipe: str, delay: str, seed: int) -> RunConfig:
                      **settings)
 
 
-def cell(b: Budget, recipe: str, delay: str) -> list[RunConfig]:
-    return [run(b, recipe, delay, s) for s in b.async_seeds]
+def cell(b: Budget, recipe: str, delay: str, seeds: tuple[int, ...] | None = None) -> list[RunConfig]:
+    return [run(b, recipe, delay, s) for s in (b.async_seeds if seeds is None else seeds)]
 
 
-def configs(b: Budget) -> list[RunConfig]:
-    return [c for r in RECIPES for d in levels() for c in cell(b, r, d)]
+def configs(b: Budget, seeds: tuple[int, ...] | None = None) -> list[RunConfig]:
+    """The first look's runs (``seeds``: those seeds instead), with the GAC threshold-sensitivity runs."""
+    main = [c for r in RECIPES for d in levels() for c in cell(b, r, d, seeds)]
+    return main + (sensitivity_configs(b, seeds) if seeds is None else [])
+
+
+CLAIM_RECIPES = {"GAC-1": BASES, "GAC-2": ("grpo", "gac"), "AREAL-1": ("grpo", "decoupled_ppo")}
+
+# GAC's threshold sensitivity (reported beside GAC-2, not judged): the projection's free parameters are a
+# reconstruction (testbed/stabilizers/gradient.py), so the report shows how they move the result. Each variant
+# runs at sync and at the regime's largest staleness level with the first look's seeds.
+GAC_VARIANTS = {
+    "default (fixed 0.2 / 0.9, skip)": "gac",
+    "fixed 0.1 / 0.8": "gac(t_low=0.1, t_high=0.8)",
+    "fixed 0.4 / 0.95": "gac(t_low=0.4, t_high=0.95)",
+    "damp instead of skip": "gac(high_action=damp)",
+    "dynamic thresholds": "gac(thresholds=dynamic)",
+    "project only (never skip)": "gac(t_high=1.0)",
+}
+
+
+def sensitivity_configs(b: Budget, seeds: tuple[int, ...] | None = None) -> list[RunConfig]:
+    """The runs of the threshold-sensitivity table (the default variant is the main grid's gac)."""
+    reg, _ = regime()
+    return [c for spec in GAC_VARIANTS.values() if spec != "gac" for d in ("sync", reg.stale[-1])
+            for c in cell(b, spec, d, seeds)]
 
 
 def describe(b: Budget) -> str:
@@ -85,18 +124,66 @@ def describe(b: Budget) -> str:
 
 def evidence(ctx: Context) -> dict[str, Any]:
     b = ctx.budget
-    table = ctx.table(configs(b))
+    seeds = b.all_seeds("async")
+
+    def runs(train: list[int], claims: list | None) -> list[RunConfig]:
+        return configs(b, tuple(train)) if claims is None else staged_runs(b, tuple(train), [c.id for c in claims])
+
+    return staged(ctx, CLAIMS, b.async_design, seeds, runs, lambda: _evidence(ctx, seeds))
+
+
+def staged_runs(b: Budget, seeds: tuple[int, ...], claim_ids: list[str]) -> list[RunConfig]:
+    """The runs a later look trains for the undecided claims ``claim_ids``: their recipes at every level."""
+    recipes = sorted({r for c in claim_ids for r in CLAIM_RECIPES[c]})
+    return [x for r in recipes for d in levels() for x in cell(b, r, d, seeds)]
+
+
+def _evidence(ctx: Context, seeds: tuple[int, ...]) -> dict[str, Any]:
+    b = ctx.budget
+    table = cached_table(ctx, configs(b, seeds))
     reg, registered = regime()
     ev: dict[str, Any] = {"grid": describe(b), "registered": registered, "regime": reg.for_task("mnist"),
-                          "levels": list(levels()), "seeds": list(b.async_seeds), "floor": resolution_floor(),
-                          "error": {}, "cos": {}, "diverged": {}}
+                          "levels": list(levels()), "seeds": list(seeds), "floor": resolution_floor(),
+                          "error": {}, "cos": {}, "cos_across": {}, "diverged": {}, "health": {}, "rates": {}}
     for r in RECIPES:
         for d in levels():
-            c = cell(b, r, d)
+            c = cell(b, r, d, seeds)
             ev["error"][f"{r}|{d}"] = values(table, c, "test_error", CHANCE)
             ev["cos"][f"{r}|{d}"] = values(table, c, "grad_cos_prev", start=0.5)
+            ev["cos_across"][f"{r}|{d}"] = values(table, c, "grad_cos_across", start=0.5)
             ev["diverged"][f"{r}|{d}"] = diverged(table, c)
+            ev["health"][f"{r}|{d}"] = cell_health(ctx, c)
+            if r == "gac":  # how often the projection acts (per seed, second half of training)
+                ev["rates"][f"gac|{d}"] = {k: values(table, c, f"gac_{k}_frac", start=0.5).tolist()
+                                           for k in ("projected", "skipped")}
+    sens = cached_table(ctx, sensitivity_configs(b))
+    ev["sensitivity"] = {}
+    for name, spec in GAC_VARIANTS.items():
+        for d in ("sync", levels()[-1]):
+            c = cell(b, spec, d)
+            src = table if spec == "gac" else sens
+            ev["sensitivity"][f"{name}|{d}"] = {
+                "error": values(src, c, "test_error", CHANCE).tolist(),
+                **{k: values(src, c, f"gac_{k}_frac", start=0.5).tolist() for k in ("projected", "skipped")}}
     return ev
+
+
+def sensitivity_rows(ev: dict[str, Any]) -> list[Outcome]:
+    """The threshold-sensitivity table: per variant, its error at sync and at the largest staleness level as a
+    ratio to grpo at sync (first look's seeds, trimmed mean; reported, not judged)."""
+    out = []
+    base = arr(ev["error"]["grpo|sync"])[: len(ev.get("seeds", []))]
+    for key, row in (ev.get("sensitivity") or {}).items():
+        v = arr(row.get("error"))
+        if not np.isfinite(v).any():
+            continue
+        n = min(len(v), len(base))
+        iv = difference(base[:n], v[:n], "log", ev["floor"])
+        rates = ", ".join(f"{k} {np.nanmean(arr(row.get(k))):.2f}" for k in ("projected", "skipped")
+                          if np.isfinite(arr(row.get(k))).any())
+        out.append(Outcome(f"gac sensitivity, {key.replace('|', ' at ')}: error / grpo sync", "reported", "n/a",
+                           float("nan"), "log", iv, None, f"action rates: {rates}" if rates else "action rates not logged"))
+    return out
 
 
 # -- claims ------------------------------------------------------------------------------------------
@@ -173,7 +260,21 @@ def _rescue_ours(ev: dict[str, Any], method: str) -> str:
 def judge_gac2(ev: dict[str, Any]) -> Judgement:
     low = [s for s in ev["levels"][1:] if lag_of(s) < 8]
     note = f"levels below the paper's s >= 8: {', '.join(low)}" if low else ""
-    return Judgement(_rescue_ours(ev, "gac"), _rescue_parts(ev, "gac"), note=note)
+    j = Judgement(_rescue_ours(ev, "gac"), _rescue_parts(ev, "gac"), note=note)
+    j.other_parts.extend(_gac_rates(ev) + sensitivity_rows(ev))
+    return j
+
+
+def _gac_rates(ev: dict[str, Any]) -> list[Outcome]:
+    """How often gac acts: the per-seed fraction of optimizer steps it projected / skipped (NaN where not logged)."""
+    out = []
+    for d in ev["levels"]:
+        r = (ev.get("rates") or {}).get(f"gac|{d}") or {}
+        for k in ("projected", "skipped"):
+            v = arr(r.get(k))
+            if np.isfinite(v).any():
+                out.append(reported(f"gac {k} fraction of optimizer steps at {d}", v, "how often gac acts"))
+    return out
 
 
 @judged_on(NAME)
@@ -181,11 +282,53 @@ def judge_areal1(ev: dict[str, Any]) -> Judgement:
     return Judgement(_rescue_ours(ev, "decoupled_ppo"), _rescue_parts(ev, "decoupled_ppo"))
 
 
+def _degrades(ev: dict[str, Any]) -> tuple[str, str]:
+    e = ev["error"]
+    found = []
+    for s in ev["levels"][1:]:
+        o = precondition(f"grpo degrades at {s}", arr(e["grpo|sync"]), arr(e[f"grpo|{s}"]), DEGRADE.value)
+        found.append(f"{s}: {o.status}")
+        if o.status in ("holds", "undecided"):  # undecided: the parts say inconclusive, and seeds are added
+            return "met", "; ".join(found)
+    return "failed", "grpo's error increase under staleness is below 2 points at every level (" + "; ".join(found) + ")"
+
+
+def _stale_aligned(ev: dict[str, Any]) -> tuple[str, str]:
+    """grpo's across-batch gradient cosine under staleness above its sync value (GAC's signal)."""
+    ca = ev.get("cos_across") or {}
+    sync = arr(ca.get("grpo|sync"))
+    if not np.isfinite(sync).any():
+        return "unknown", "grad_cos_across not logged (runs made before the testbed split the cosine by batch)"
+    seen = []
+    for s in ev["levels"][1:]:
+        o = superiority(f"across-batch cosine at {s} above sync", sync, arr(ca.get(f"grpo|{s}")), 0.0, higher=True)
+        seen.append(f"{s}: {fmt_interval(o)} -> {o.status}")
+        if o.status == "holds":
+            return "met", "; ".join(seen)
+    return "failed", "no stale level where grpo's across-batch cosine is significantly above sync's (" + "; ".join(
+        seen) + ")"
+
+
+_HEALTHY = healthy_base(lambda ev: ["grpo|sync"],
+                        "grpo at sync healthy (at most one seed in five stalled or missing a class) in runs that "
+                        "record health; else a regime with a healthy synchronous base",
+                        "the base (grpo at sync) is healthy")
+_DEGRADING = Precondition("the base (grpo) degrades under staleness", _degrades,
+                          "a regime in which grpo's error rises by at least 2 points at some staleness level")
+_ALIGNED = Precondition("the base shows the stale-aligned signal (across-batch cosine above sync's)", _stale_aligned,
+                        "a regime where consecutive batches' gradients align under staleness and not at sync "
+                        "(minibatches of whole prompt groups, m well below the gradient noise scale)")
+
+
+def _recipe_cells(recipes: tuple[str, ...]):
+    return lambda ev: [f"{r}|{d}" for r in recipes for d in ev["levels"]]
+
+
 _RESCUE_RULE = (
     "At each staleness level of the regime: applicable where grpo degrades (precondition, the regime's rule); "
-    "there {m} must match grpo at sync (TOST: 90% interval of the log error ratio inside +-log 1.167); if the whole "
+    "there {m} must match grpo at sync (TOST: the interval of the trimmed mean log error ratio inside +-log 1.167); if the whole "
     "interval is outside but {m} still beats grpo at that level by the factor 1.167, 'direction only'. Not "
-    "applicable if grpo degrades at no level.")
+    "testable if grpo degrades at no level (its preconditions).")
 
 CLAIMS = (
     Claim("GAC-1", "consecutive policy gradients: high cosine under async, near orthogonal under sync", "2603.01501",
@@ -194,7 +337,8 @@ CLAIMS = (
           "Per base: the sync cosine's 90% interval lies inside (-0.2, 0.2), and at every staleness level the "
           "cosine's 90% interval lies above 0.2 ('direction only' where it is significantly above sync but not "
           "above 0.2). The verdict is grpo's; pg and tis are reported beside it.",
-          judge_gac1, ("grad_cosine", "stability_map", "quadratic_gac"),
+          judge_gac1, ("grad_cosine", "stability_map", "quadratic_gac"), preconditions=(_HEALTHY,),
+          cells=_recipe_cells(("grpo",)),
           mechanism="delayed SGD on a noisy quadratic: without delay the lag-1 autocorrelation of applied gradients "
           "is exactly -a/2; with delay it turns positive (theory/delayed_optimization.py, result 2; figure "
           "stability_map). In the async-GRPO regime the sync premise fails for another reason: the learner takes "
@@ -204,6 +348,7 @@ CLAIMS = (
     Claim("GAC-2", "GAC matches synchronous GRPO at high staleness (s >= 8)", "2603.01501", "qualitative (s)", NAME,
           "async-GRPO regime: gac (grpo + projection) at each staleness level vs grpo at sync, paired by seed",
           (DEGRADE, MATCH), _RESCUE_RULE.format(m="gac"), judge_gac2, ("async_grpo", "quadratic_gac"),
+          preconditions=(_HEALTHY, _DEGRADING, _ALIGNED), cells=_recipe_cells(("grpo", "gac")),
           mechanism="gac's signal, the cosine between consecutive gradients, is high in this regime without "
           "staleness too (GAC-1), so it does not single out stale steps: the projection acts on fresh and stale "
           "gradients alike, and more often under staleness, where it leaves gac above grpo rather than near "
@@ -214,5 +359,6 @@ CLAIMS = (
           "AIME24 at eta = 4: 23.3 naive vs 42.2 decoupled, sync 42.0 (s)", NAME,
           "async-GRPO regime: decoupled_ppo at each staleness level vs naive grpo at sync, paired by seed",
           (DEGRADE, MATCH), _RESCUE_RULE.format(m="decoupled_ppo"), judge_areal1, ("async_grpo",),
+          preconditions=(_HEALTHY, _DEGRADING), cells=_recipe_cells(("grpo", "decoupled_ppo")),
           decide="a regime in which naive grpo degrades (if not applicable)"),
 )

@@ -21,7 +21,7 @@ from figures.budgets import Budget, lag_of
 from figures.common import Context, arr, values
 from figures.experiments import mnist_delay
 from figures.records import Claim, Judgement, Margin, judged_on
-from figures.stats import exact, fmt, superiority
+from figures.stats import combine, exact, fmt, superiority
 from testbed.runner import RunConfig
 from theory.delight import contamination_alignment, contamination_gradients
 
@@ -100,41 +100,62 @@ GAP = Margin(
     "than 0.2, the cosine resolution used for GAC-1 (figures/experiments/async_grpo.py)")
 
 
+SHARE = Margin(
+    "share", 0.5, "diff",
+    "v2 (no number): the contaminating failures' component perpendicular to the true gradient dominates PG's update "
+    "as delta -> 0 while DG suppresses it (Lemma 1). Read with the same generosity as v1's cosine: PG's true-gradient "
+    "share |(1-rho) g| / |rho h| at delta = 1e-4 is at most half its value at 0.5, and DG's share over PG's grows "
+    "over that range (exact computation, theory/delight.py result 7)")
+
+
 @judged_on(NAME)
 def judge_ddg4(ev: dict[str, Any]) -> Judgement:
     th = ev["theory"]["cases"]
     pg, dg, is_ = th["cos|rho=0.1|pg"], th["cos|rho=0.1|dg"], th["cos|rho=0.1|is"]
-    parts = [
-        exact("theory: PG's expected-update cosine collapses (value at delta=1e-4 <= half its value at 0.5)",
+    sp, sd = th["share|rho=0.1|pg"], th["share|rho=0.1|dg"]
+    r_hi, r_lo = sd[-1] / sp[-1], sd[0] / sp[0]
+    parts = [  # v2's statement: the judged one
+        exact("v2, theory: PG's true-gradient share collapses (value at delta=1e-4 <= half its value at 0.5)",
+              sp[0] <= SHARE.value * sp[-1], sp[0], SHARE.value * sp[-1],
+              f"rho 0.1: {sp[-1]:.3g} at delta 0.5 -> {sp[0]:.3g} at 1e-4"),
+        exact("v2, theory: DG's share over PG's grows as delta -> 0", r_lo > r_hi, r_lo, r_hi,
+              f"rho 0.1: DG/PG share ratio {r_hi:.3g} at delta 0.5 -> {r_lo:.3g} at 1e-4"),
+    ]
+    v1 = [  # v1's cosine statement, superseded by v2: shown beside the verdict
+        exact("v1 (superseded), theory: PG's expected-update cosine collapses (value at 1e-4 <= half its value at 0.5)",
               pg[0] <= COLLAPSE.value * pg[-1], pg[0], COLLAPSE.value * pg[-1],
               f"rho 0.1: {pg[-1]:.3f} at delta 0.5 -> {pg[0]:.3f} at 1e-4"),
-        exact("theory: DG's cosine does not decrease as delta -> 0", dg[0] >= dg[-1] - 1e-9, dg[0], dg[-1],
-              f"rho 0.1: {dg[-1]:.3f} -> {dg[0]:.3f}"),
+        exact("v1 (superseded), theory: DG's cosine does not decrease as delta -> 0", dg[0] >= dg[-1] - 1e-9, dg[0],
+              dg[-1], f"rho 0.1: {dg[-1]:.3f} -> {dg[0]:.3f}"),
     ]
     me = ev["measured"]
     for cond in ev["conditions"]:
-        parts.append(superiority(f"MNIST {cond}: DG's cosine to the exact gradient above PG's", arr(me[f"{cond}|pg|late"]),
-                                 arr(me[f"{cond}|dg|late"]), GAP.value, higher=True))
-    sp, sd = th["share|rho=0.1|pg"], th["share|rho=0.1|dg"]
-    ours = (f"theory (rho 0.1, delta 0.5 -> 1e-4): cosine PG {pg[-1]:.2f} -> {pg[0]:.2f}, exact IS {is_[-1]:.2f} -> "
-            f"{is_[0]:.2f}, DG {dg[-1]:.2f} -> {dg[0]:.2f}; true-gradient share DG/PG {sd[-1] / sp[-1]:.3g} -> "
-            f"{sd[0] / sp[0]:.3g}; measured late cosine: " + "; ".join(
+        v1.append(superiority(f"v1 (superseded), MNIST {cond}: DG's cosine to the exact gradient above PG's",
+                              arr(me[f"{cond}|pg|late"]), arr(me[f"{cond}|dg|late"]), GAP.value, higher=True))
+    ours = (f"theory (rho 0.1, delta 0.5 -> 1e-4): true-gradient share PG {sp[-1]:.3g} -> {sp[0]:.3g}, DG/PG "
+            f"{r_hi:.3g} -> {r_lo:.3g}; v1's cosine PG {pg[-1]:.2f} -> {pg[0]:.2f}, exact IS {is_[-1]:.2f} -> "
+            f"{is_[0]:.2f}, DG {dg[-1]:.2f} -> {dg[0]:.2f}; measured late cosine: " + "; ".join(
                 f"{c}: PG {fmt(arr(me[f'{c}|pg|late']), 2)}, DG {fmt(arr(me[f'{c}|dg|late']), 2)}, IS "
                 f"{fmt(arr(me[f'{c}|is|late']), 2)}" for c in ev["conditions"]))
-    return Judgement(ours, parts)
+    return Judgement(ours, parts, variants={"v2 (judged)": combine(parts), "v1 cosine (superseded)": combine(v1)},
+                     other_parts=v1, note="judged on the paper's v2 statement; v1's cosine statement is shown "
+                     "beside it, marked superseded")
 
 
 CLAIMS = (
     Claim("DDG-4", "under contamination PG's cosine to the true gradient collapses while DG's grows", "2603.20521",
-          "theorem", NAME, "exact tabular theory (rho = 0.1) and MNIST measurements at the largest delay and under "
-          "contamination", (COLLAPSE, GAP),
-          "(a) theory: PG's expected-update cosine at delta = 1e-4 is at most half its value at delta = 0.5; (b) theory: "
-          "DG's does not decrease as delta -> 0; (c) measured, in each condition: DG's late cosine to the exact "
-          "gradient exceeds PG's by more than 0.2 (90% paired interval).", judge_ddg4, ("contamination",
-                                                                                      "mnist_alignment"),
+          "theorem", NAME,
+          "v1's sentence above; judged on the paper's v2 restatement (the perpendicular second moment of "
+          "high-surprisal failures: the true gradient's share of PG's update collapses while DG's share over PG's "
+          "grows), in exact tabular theory (rho = 0.1); v1's cosine reading and the MNIST measurements beside it",
+          (SHARE, COLLAPSE, GAP),
+          "Judged on v2: (a) theory: PG's true-gradient share at delta = 1e-4 is at most half its value at 0.5; (b) "
+          "theory: DG's share over PG's grows from delta = 0.5 to 1e-4. Beside it, marked superseded, v1's cosine "
+          "reading: PG's expected-update cosine halves, DG's does not decrease, and, measured, DG's late cosine "
+          "exceeds PG's by more than 0.2.", judge_ddg4, ("contamination", "mnist_alignment"),
           mechanism="theory/delight.py (result 7): a failure's score e_b - pi always has a positive component along "
-          "the true gradient, so PG's expected-update cosine tends to cos(h0, g0) = 0.79, not 0; the true-gradient "
-          "share, not the cosine, is Theta(delta / rho), and DG's share over PG's grows like delta^(-1/(2 eta))",
-          decide="the published statement as read does not hold in exact theory; the paper's v2 restates the "
-          "result in terms of the second moment of high-surprisal failures (the single-sample alignment panel)"),
+          "the true gradient, so PG's expected-update cosine tends to cos(h0, g0) = 0.79, not 0 (v1's sentence does "
+          "not hold as read); the true-gradient share is Theta(delta / rho), and DG's share over PG's grows like "
+          "delta^(-1/(2 eta)) (v2's statement)",
+          decide="v1's cosine statement does not hold in exact theory; v2 replaced it"),
 )

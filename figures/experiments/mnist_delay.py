@@ -7,6 +7,9 @@ with the batch-mean baseline), is (exact importance sampling), tis (c = 2), ppo,
 dg (docs/ALGORITHMS.md). VCPO's ablations (VCPO-3) at D = 100 and 1000: ``vcpo`` without ess_lr
 (opob + sequence tis c = 8) and without opob (sequence tis c = 8 + ess_lr, batch-mean baseline).
 
+Seeds: the MNIST design of figures/budgets.py (first look at 5 seeds, more for undecided claims in
+stages, figures/staging.py); each claim stages only the cells it compares (`CLAIM_RUNS`).
+
 Per-seed numbers: the final test error (mean of the evaluations over the last 5% of training, 1,000
 held-out images; a diverged run counts as chance, 0.9) and, for VCPO-1, each run's collapses (test
 error rising more than 0.2 above its running minimum, or divergence) with the precursors in the three
@@ -22,7 +25,8 @@ import numpy as np
 
 from figures.budgets import Budget, lag_of
 from figures.common import Context, arr, diverged, values
-from figures.records import Claim, Judgement, Margin, judged_on, resolution, with_direction
+from figures.records import Claim, Judgement, Margin, Precondition, healthy_base, judged_on, resolution, with_direction
+from figures.staging import cached_table, cell_health, staged
 from figures.stats import at_least, equivalence, exact, fmt, proportion, superiority
 from testbed.runner import RunConfig
 
@@ -39,21 +43,43 @@ def run(b: Budget, recipe: str, delay: str, seed: int, frictions: str = "none") 
                      log_every=b.mnist_log)
 
 
-def cell(b: Budget, recipe: str, delay: str, frictions: str = "none") -> list[RunConfig]:
-    """One setting, one config per seed (aligned by seed across cells)."""
-    return [run(b, recipe, delay, s, frictions) for s in b.mnist_seeds]
+def cell(b: Budget, recipe: str, delay: str, frictions: str = "none", seeds: tuple[int, ...] | None = None
+         ) -> list[RunConfig]:
+    """One setting, one config per seed (aligned by seed across cells; default: the first look's seeds)."""
+    return [run(b, recipe, delay, s, frictions) for s in (b.mnist_seeds if seeds is None else seeds)]
 
 
-def sweep(b: Budget, recipes: tuple[str, ...] = RECIPES) -> list[RunConfig]:
-    return [c for r in recipes for d in b.mnist_delays for c in cell(b, r, d)]
+def sweep(b: Budget, recipes: tuple[str, ...] = RECIPES, seeds: tuple[int, ...] | None = None) -> list[RunConfig]:
+    return [c for r in recipes for d in b.mnist_delays for c in cell(b, r, d, seeds=seeds)]
 
 
-def ablation(b: Budget) -> list[RunConfig]:
-    return [c for spec in ABLATIONS.values() for d in b.ablation_delays for c in cell(b, spec, d)]
+def ablation(b: Budget, seeds: tuple[int, ...] | None = None) -> list[RunConfig]:
+    return [c for spec in ABLATIONS.values() for d in b.ablation_delays for c in cell(b, spec, d, seeds=seeds)]
 
 
-def configs(b: Budget) -> list[RunConfig]:
-    return sweep(b) + ablation(b)
+def configs(b: Budget, seeds: tuple[int, ...] | None = None) -> list[RunConfig]:
+    """The runs of the first look (``seeds``: those seeds instead; ``b.all_seeds("mnist")``: the cap)."""
+    return sweep(b, seeds=seeds) + ablation(b, seeds=seeds)
+
+
+def _cells(b: Budget, keys: list[str], seeds: tuple[int, ...]) -> list[RunConfig]:
+    specs = {**{r: r for r in RECIPES}, **ABLATIONS}
+    out = []
+    for key in keys:
+        name, d = key.split("|")
+        out += cell(b, specs[name], d, seeds=seeds)
+    return out
+
+
+def claim_cells(claim_id: str, delays: list[str], ablation_delays: list[str]) -> list[str]:
+    """The evidence cells (``name|delay``) a claim compares: the ones staged for it."""
+    last = delays[-1]
+    lags = [d for d in delays if d != "sync" and lag_of(d) <= 128]
+    d3 = _largest_at_most(list(ablation_delays), 128) or ablation_delays[0]
+    return {"DDG-1": [f"dg|{last}", f"is|{last}", f"pg|{last}"],
+            "VCPO-2": ["vcpo|sync"] + [f"{r}|{d}" for d in lags for r in ("vcpo", "pg")],
+            "VCPO-3": [f"{n}|{d3}" for n in ABLATIONS],
+            "VCPO-1": []}[claim_id]
 
 
 def describe(b: Budget) -> str:
@@ -115,18 +141,39 @@ def collapses(table) -> tuple[list[dict], list[dict]]:
 
 def evidence(ctx: Context) -> dict[str, Any]:
     b = ctx.budget
-    table = ctx.table(configs(b))
-    ev: dict[str, Any] = {"grid": describe(b), "seeds": list(b.mnist_seeds), "delays": list(b.mnist_delays),
+    seeds = b.all_seeds("mnist")
+
+    def runs(train: list[int], claims: list | None) -> list[RunConfig]:
+        return configs(b, tuple(train)) if claims is None else staged_runs(b, tuple(train), [c.id for c in claims])
+
+    return staged(ctx, CLAIMS, b.mnist_design, seeds, runs, lambda: _evidence(ctx, seeds))
+
+
+def staged_runs(b: Budget, seeds: tuple[int, ...], claim_ids: list[str]) -> list[RunConfig]:
+    """The runs a later look trains for the undecided claims ``claim_ids``: the cells they compare."""
+    keys = {k for c in claim_ids for k in claim_cells(c, list(b.mnist_delays), list(b.ablation_delays))}
+    return _cells(b, sorted(keys), seeds)
+
+
+def _evidence(ctx: Context, seeds: tuple[int, ...]) -> dict[str, Any]:
+    b = ctx.budget
+    table = cached_table(ctx, configs(b, seeds))
+    ev: dict[str, Any] = {"grid": describe(b), "seeds": list(seeds), "delays": list(b.mnist_delays),
                           "ablation_delays": list(b.ablation_delays), "floor": resolution_floor(), "error": {},
-                          "diverged": {}}
+                          "diverged": {}, "health": {}}
     for r in RECIPES:
         for d in b.mnist_delays:
-            ev["error"][f"{r}|{d}"] = values(table, cell(b, r, d), "test_error", CHANCE)
-            ev["diverged"][f"{r}|{d}"] = diverged(table, cell(b, r, d))
+            c = cell(b, r, d, seeds=seeds)
+            ev["error"][f"{r}|{d}"] = values(table, c, "test_error", CHANCE)
+            ev["diverged"][f"{r}|{d}"] = diverged(table, c)
+            ev["health"][f"{r}|{d}"] = cell_health(ctx, c)
     for name, spec in ABLATIONS.items():
         for d in b.ablation_delays:
-            ev["error"][f"{name}|{d}"] = values(table, cell(b, spec, d), "test_error", CHANCE)
-    sweep_rows = table[table["run_id"].isin({c.run_id for c in sweep(b)})] if len(table) else table
+            c = cell(b, spec, d, seeds=seeds)
+            ev["error"][f"{name}|{d}"] = values(table, c, "test_error", CHANCE)
+            ev["health"][f"{name}|{d}"] = cell_health(ctx, c)
+    first = {cfg.run_id for cfg in sweep(b)}  # VCPO-1 reads the first look's sweep (not staged)
+    sweep_rows = table[table["run_id"].isin(first)] if len(table) else table
     ev["events"], ev["quiet"] = collapses(sweep_rows)
     return ev
 
@@ -167,6 +214,14 @@ def judge_ddg1(ev: dict[str, Any]) -> Judgement:
 VCPO2_TOL = resolution("tol")
 
 
+def _n_diverged(ev: dict[str, Any], key: str) -> int:
+    """Diverged runs of a cell among the seeds judged (per-seed flags; an older evidence file: its count)."""
+    flags = ((ev.get("health") or {}).get(key) or {}).get("diverged")
+    if flags is not None:
+        return sum(bool(x) for x in flags if x is not None)
+    return int(ev["diverged"].get(key, 0))
+
+
 @judged_on(NAME)
 def judge_vcpo2(ev: dict[str, Any]) -> Judgement:
     e, floor, delays = ev["error"], ev["floor"], ev["delays"]
@@ -179,7 +234,7 @@ def judge_vcpo2(ev: dict[str, Any]) -> Judgement:
         rescue = superiority(f"vcpo below pg at D={lag_of(d)}", arr(e[f"pg|{d}"]), arr(e[f"vcpo|{d}"]),
                              VCPO2_TOL.value, "log", floor)
         parts.append(with_direction(match, rescue))
-    n_div = sum(int(ev["diverged"].get(f"vcpo|{d}", 0)) for d in lags)
+    n_div = sum(_n_diverged(ev, f"vcpo|{d}") for d in lags)
     parts.append(exact(f"vcpo never diverges at D <= 128 ({', '.join(str(lag_of(d)) for d in lags)})", n_div == 0,
                        float(n_div), 0.0, f"{n_div} diverged run(s)"))
     ours = f"vcpo sync {fmt(sync, 3, pct=True)}; " + "; ".join(
@@ -223,7 +278,7 @@ def judge_vcpo1(ev: dict[str, Any]) -> Judgement:
     n, nq = len(events), len(quiet)
     if n == 0:
         return Judgement(f"{len(ev.get('events', []))} collapse(s), none with enough logged history before it", [],
-                         verdict="not applicable", note="no run collapsed after enough logged steps")
+                         verdict="not testable", note="no run collapsed after enough logged steps")
     parts = []
     for key, what in (("ess_drop", "ESS drop"), ("grad_spike", "gradient-norm spike")):
         k = sum(bool(x[key]) for x in events)
@@ -236,6 +291,26 @@ def judge_vcpo1(ev: dict[str, Any]) -> Judgement:
     return Judgement(ours, parts)
 
 
+def _healthy_sync(recipes: tuple[str, ...]) -> Precondition:
+    return healthy_base(lambda ev: [f"{r}|sync" for r in recipes],
+                        "runs that record health (the testbed's health flags) with at most one seed in five stalled "
+                        "or missing a class at sync; else a regime that is healthy at sync",
+                        f"the base is healthy at sync ({', '.join(recipes)})")
+
+
+def _collapsed(ev: dict[str, Any]) -> tuple[str, str]:
+    events = [x for x in ev.get("events", []) if x.get("enough_history")]
+    if events:
+        return "met", f"{len(events)} collapse(s) after enough logged history"
+    return "failed", f"{len(ev.get('events', []))} collapse(s), none with {WINDOW} logged steps of history before it"
+
+
+def _cells_of(claim_id: str):
+    def keys(ev: dict[str, Any]) -> list[str]:
+        return claim_cells(claim_id, ev["delays"], ev["ablation_delays"])
+    return keys
+
+
 CLAIMS = (
     Claim("VCPO-1", "ESS drops and gradient-norm spikes precede collapse", "2602.17616", "qualitative", NAME,
           "every run of the MNIST delay sweep (all recipes and delays)", (VCPO1_MOST,),
@@ -243,24 +318,31 @@ CLAIMS = (
           "the 3 logged steps up to it: ESS below half its earlier median; gradient norm above twice its earlier "
           "median. Per precursor: holds if its rate among collapses has a 90% Clopper-Pearson interval above 1/2 and "
           "exceeds the rate at the ends of non-collapsing runs (Fisher, one-sided 0.05); direction if only the "
-          "latter; fails if the interval is below 1/2; not applicable if nothing collapsed.",
+          "latter; fails if the interval is below 1/2; not testable if nothing collapsed.",
           judge_vcpo1, ("vcpo_traces",),
-          decide="collapses in a setting where they are common (more delays or recipes that collapse)"),
+          decide="collapses in a setting where they are common (more delays or recipes that collapse)",
+          preconditions=(Precondition("some run collapses (with logged history before it)", _collapsed,
+                                      "a setting where runs collapse after a stretch of stable training"),),
+          staged=False),
     Claim("VCPO-2", "stable to 128 steps of lag, matches sync accuracy", "2602.17616",
           "MATH-500 72.0 sync vs 71.6 at k = 10", NAME,
           "MNIST, vcpo at every delay <= 128 of the grid vs vcpo synchronous (paired by seed)", (VCPO2_TOL,),
-          "Each delay D <= 128: vcpo's error matches vcpo sync (TOST: the 90% interval of the log error ratio inside "
-          "+-log 1.167), softened to 'direction' when it does not match but beats pg at the same D by that factor; "
-          "and no vcpo run diverges at D <= 128.", judge_vcpo2, ("vcpo_traces",)),
+          "Each delay D <= 128: vcpo's error matches vcpo sync (TOST: the interval of the 20%-trimmed mean log error "
+          "ratio inside +-log 1.167), softened to 'direction' when it does not match but beats pg at the same D by "
+          "that factor; and no vcpo run diverges at D <= 128.", judge_vcpo2, ("vcpo_traces",),
+          preconditions=(_healthy_sync(("vcpo", "pg")),), cells=_cells_of("VCPO-2")),
     Claim("VCPO-3", "removing either component hurts", "2602.17616", "about 3 to 4 points (s)", NAME,
           "MNIST, vcpo vs vcpo without ess_lr and without opob, paired by seed, at the largest ablation delay <= 128",
           (VCPO3_DELTA,),
-          "Each ablation's error exceeds full vcpo's by more than the minimum effect (one-sided paired t on log "
-          "error rates, 90% interval above log 1.088).", judge_vcpo3, ("vcpo_ablation",)),
+          "Each ablation's error exceeds full vcpo's by more than the minimum effect (paired, 20%-trimmed mean of the "
+          "log error ratios, interval above log 1.088).", judge_vcpo3, ("vcpo_ablation",),
+          preconditions=(_healthy_sync(("vcpo",)),), cells=_cells_of("VCPO-3")),
     Claim("DDG-1", "MNIST, actor D steps stale, D = 1000: DG without correction about 2% error, PG with exact IS about "
           "8%, REINFORCE fails", "2603.20521", "DG ~2%, IS ~8%, PG fails (s)", NAME,
           "MNIST at the largest delay of the grid (1000): dg, is, pg paired by seed", (DDG1_RATIO, DDG1_FAIL),
-          "(a) exact IS's error exceeds DG's by at least a factor 3 (90% interval of log(IS / DG) above log 3); "
-          "(b) PG's mean error is above 0.5 (90% interval above 0.5).", judge_ddg1, ("mnist_delay",),
-          decide="absolute levels are not comparable (5,000-image MNIST here, 60,000 in the paper); the ratio is"),
+          "(a) exact IS's error exceeds DG's by at least a factor 3 (interval of the 20%-trimmed mean log(IS / DG) "
+          "above log 3); (b) PG's error is above 0.5 (interval of its trimmed mean above 0.5).", judge_ddg1,
+          ("mnist_delay",),
+          decide="absolute levels are not comparable (5,000-image MNIST here, 60,000 in the paper); the ratio is",
+          preconditions=(_healthy_sync(("dg", "is", "pg")),), cells=_cells_of("DDG-1")),
 )

@@ -177,3 +177,85 @@ def test_combine_and_direction_only_is_never_partly():
 def test_the_papers_resolution_by_hand():
     # 1.645 * sqrt(2) * sqrt(0.72 * 0.28 / 500) / 0.28 = 0.04671 / 0.28
     assert pytest.approx(0.1668, abs=1e-4) == RHO
+
+
+# -- the pre-declared robust estimator and bimodal outcomes ------------------------------------------------
+
+
+def test_trimmed_interval_by_hand():
+    # 1, 2, 3, 4, 10: g = floor(0.2 * 5) = 1, h = 3; trimmed mean (2 + 3 + 4) / 3 = 3; winsorized 2, 2, 3, 4, 4:
+    # mean 3, sum of squares 4, s_w^2 = 1; se = sqrt((n - 1) s_w^2 / (h (h - 1))) = sqrt(4 / 6); half-width
+    # t_{0.95,2} se = 2.91999 x 0.816497 = 2.38416
+    iv = stats.trimmed_interval([1, 2, 3, 4, 10], level=0.90)
+    assert iv.estimator == "trimmed" and iv.df == 2
+    assert iv.estimate == pytest.approx(3.0)
+    assert iv.se == pytest.approx(math.sqrt(4 / 6))
+    assert (iv.lo, iv.hi) == pytest.approx((3 - 2.38416, 3 + 2.38416), abs=1e-4)
+    # below 5 values nothing is trimmed: exactly the Student-t interval
+    t, tr = stats.t_interval([1, 2, 4], 0.9), stats.trimmed_interval([1, 2, 4], 0.9)
+    assert (tr.estimate, tr.lo, tr.hi) == pytest.approx((t.estimate, t.lo, t.hi))
+    # Hodges-Lehmann: median of the 15 Walsh averages of 1, 2, 3, 4, 10 = 3.0
+    assert stats.hodges_lehmann([1, 2, 3, 4, 10]) == pytest.approx(3.0)
+
+
+def test_using_level_sets_the_interval_every_decision_reads():
+    with stats.using_level(0.98):
+        iv = stats.difference([1, 2, 3], [2, 4, 6])
+        assert iv.level == pytest.approx(0.98)
+        assert stats.current_level() == pytest.approx(0.98)
+    assert stats.current_level() == pytest.approx(stats.LEVEL)
+    # 98%: t_{0.99,2} = 6.96456 -> half-width 6.96456 / sqrt(3) = 4.02099
+    assert iv.hi - iv.estimate == pytest.approx(4.02099, abs=1e-4)
+    with pytest.raises(ValueError, match="level"), stats.using_level(1.0):
+        pass
+
+
+LOG_TOL = math.log1p(RHO)
+
+
+def _errors(rng: np.random.Generator, n: int, ratio: float, sd: float = 0.02) -> tuple[np.ndarray, np.ndarray]:
+    base = 0.08 * np.exp(rng.normal(0.0, 0.1, n))
+    return base, base * ratio * np.exp(rng.normal(0.0, sd, n))
+
+
+@pytest.mark.parametrize("ratio, expected", [(1.0, "holds"), (1.6, "fails")])
+def test_one_lost_class_seed_cannot_swing_a_verdict_silently(ratio, expected):
+    """Five seeds: four behave, one lost a class (its error jumps to 0.2-0.9). Wherever that seed sits and however
+    far it lands, the trimmed verdict is the one the four well-behaved seeds give, and the cell's rate says 1 of 5
+    lost a class; where the plain mean would have said something else, the part's detail says so."""
+    rng = np.random.default_rng(3)
+    a, b = _errors(rng, 5, ratio)
+    clean = stats.equivalence("m", a, b, LOG_TOL, "log", 1e-4)
+    assert clean.status == expected
+    swung_by_mean = 0
+    for pos in range(5):
+        for bad in (0.2, 0.4, 0.9):
+            bb = b.copy()
+            bb[pos] = bad
+            o = stats.equivalence("m", a, bb, LOG_TOL, "log", 1e-4)
+            assert o.status == expected, (pos, bad, o.interval)
+            if o.extra["mean_status"] != o.status:
+                swung_by_mean += 1
+                assert "plain mean would say" in o.detail
+    assert swung_by_mean > 0  # the mean-based interval would have been swung by the same seed
+    r = stats.rate("cell: lost a class", [False, False, True, False, False])
+    assert (r.extra["k"], r.extra["n"], r.status) == (1, 5, "n/a")
+    # exact Clopper-Pearson 90% interval of 1 in 5: [0.01021, 0.65741]
+    assert (r.interval.lo, r.interval.hi) == pytest.approx((0.010206, 0.657408), abs=1e-5)
+    assert "1 of 5 seeds" in stats.fmt_interval(r)
+
+
+def test_two_lost_class_seeds_may_change_the_verdict_and_the_rate_says_so():
+    rng = np.random.default_rng(4)
+    a, b = _errors(rng, 5, 1.0)
+    b[[1, 3]] = 0.9
+    o = stats.equivalence("m", a, b, LOG_TOL, "log", 1e-4)
+    assert o.status != "holds"  # beyond the 20% breakdown: the verdict moves ...
+    r = stats.rate("cell", [False, True, False, True, False])
+    assert r.extra["k"] == 2 and r.interval.lo > 0.07  # ... and the rate shows two seeds in five
+
+
+def test_one_seed_formats_without_a_spread():
+    assert stats.fmt([0.25]) == "0.25 (n=1, no spread)"
+    o = stats.Outcome("x", "at_least", "undecided", 0.1, "diff", stats.t_interval([0.3]))
+    assert "no spread" in stats.fmt_interval(o)

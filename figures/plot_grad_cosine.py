@@ -44,19 +44,26 @@ def make(ctx: Context) -> dict:
     for j, d in enumerate(levels):
         means = [np.nanmean(arr(ev["cos"][f"{base}|{d}"])) for base in exp.BASES]
         xs = np.arange(len(exp.BASES)) + (j - (len(levels) - 1) / 2) * width
-        ax.bar(xs, means, width, color=style.level_color(j - 1, sync=d == "sync"), label=d)
+        ax.bar(xs, means, width, color=style.level_color(j - 1, sync=d == "sync"), label=d, zorder=1)
         for x0, base in zip(xs, exp.BASES, strict=True):
             v = arr(ev["cos"][f"{base}|{d}"])
-            ax.plot(np.full(len(v), x0), v, "k.", markersize=3)
+            ax.plot(np.full(len(v), x0), v, "k.", markersize=3, zorder=3)
+            across = arr((ev.get("cos_across") or {}).get(f"{base}|{d}"))
+            if np.isfinite(across).any():  # the pair across batches (previous step in the previous batch)
+                ax.plot(np.full(len(across), x0), across, "kx", markersize=3, zorder=3)
     ax.axhspan(-exp.BAND.value, exp.BAND.value, color="k", alpha=0.06)
     ax.set_xticks(range(len(exp.BASES)))
     ax.set_xticklabels(exp.BASES)
     ax.set_ylabel("mean cosine, second half (dots: seeds)")
     ax.set_title("what GAC-1 is judged on")
-    ax.legend(fontsize=6)
+    # the legend goes outside the bars (it was drawn behind them)
+    ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.0, 1.0), framealpha=0.95).set_zorder(10)
     tag = "" if ev["registered"] else " [provisional regime settings]"
     cap = style.caption_text(CLAIMS, f"MNIST, async-GRPO regime{tag}, {b.async_steps} batches; raw-gradient cosine "
                              "between consecutive optimizer steps (3-point smoothing), mean +- s.e. over "
-                             f"{len(b.async_seeds)} seeds; grey band |cos| < {exp.BAND.value}", ctx.cmd(NAME))
+                             f"{len(b.async_seeds)} seeds; grey band |cos| < {exp.BAND.value}. Pair compared: each "
+                             "optimizer step's raw gradient with the previous step's, which within a batch is the "
+                             "previous minibatch of the same batch (dots: per-seed means of all pairs; x: pairs "
+                             "across batches only, where logged)", ctx.cmd(NAME))
     style.save(fig, ctx.out, NAME, cap)
     return {exp.NAME: ev}

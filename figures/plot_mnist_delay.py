@@ -16,6 +16,7 @@ from figures.experiments import mnist_delay as exp
 
 NAME = "mnist_delay"
 CLAIMS = ("DDG-1",)
+PAPER = {"dg": 0.02, "is": 0.08}  # DDG-1 at D = 1000 (s); "REINFORCE fails" has no number
 
 
 configs = experiment_configs(exp)
@@ -37,6 +38,13 @@ def make(ctx: Context) -> dict:
         x, ys = curves(table, exp.cell(b, r, delays[-1]), "test_error")
         if len(x):
             style.band(ax2, x, ys, name=r)
+        if r in PAPER:  # the paper's value at D = 1000 (DDG-1)
+            ax2.axhline(PAPER[r], color=style.color(r), ls=":", lw=0.9)
+            ax.plot([lags[-1]], [PAPER[r]], marker="*", color=style.color(r), markeredgecolor="k",
+                    markeredgewidth=0.4, markersize=8, ls="none")
+        for j, d in enumerate(delays):  # per-seed dots
+            v = arr(ev["error"][f"{r}|{d}"])
+            ax.plot(np.full(len(v), lags[j]), v, ".", color=style.color(r), markersize=2, alpha=0.6)
     ax.set_xscale("symlog", linthresh=1)
     ax.set_xticks(lags)
     ax.set_xticklabels([str(v) for v in lags])
@@ -49,7 +57,8 @@ def make(ctx: Context) -> dict:
     ax2.set_ylabel("test error (fraction)")
     ax2.set_ylim(0, 1)
     ax2.set_title(f"learning curves at D = {lags[-1]}")
-    cap = style.caption_text(CLAIMS, f"mean +- s.e. over {len(b.mnist_seeds)} seeds; x = diverged (counted as chance, "
+    cap = style.caption_text(CLAIMS, f"mean +- s.e. over the first look's {len(b.mnist_seeds)} seeds (small dots: seeds; stars and dotted lines: "
+                             "the paper's values at D = 1000); x = diverged (counted as chance, "
                              "0.9)", ctx.cmd(NAME))
     style.save(fig, ctx.out, NAME, cap)
     return {exp.NAME: ev}

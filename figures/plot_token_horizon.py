@@ -15,6 +15,7 @@ from figures.experiments import token_horizon as exp
 
 NAME = "token_horizon"
 CLAIMS = ("DDG-3",)
+PAPER = {"dg": 13.0, "pmpo": 8.0, "ppo": 5.0, "pg": 3.5}  # DDG-3's longest solved H (s)
 
 
 configs = experiment_configs(exp)
@@ -28,9 +29,13 @@ def make(ctx: Context) -> dict:
     for i, r in enumerate(exp.METHODS):
         style.band(ax, hs, np.stack([arr(ev["error"][f"{r}|{h}"]) for h in hs], axis=1), name=r, marker="o")
         lg = arr(ev["longest"][r])
-        ax2.bar(i, np.nanmean(lg), color=style.color(r),
-                yerr=np.nanstd(lg, ddof=1) / np.sqrt(len(lg)) if len(lg) > 1 else None, capsize=2)
+        lg = lg[np.isfinite(lg)]  # seeds not trained (a later look's) are NaN
+        ax2.bar(i, np.mean(lg) if len(lg) else np.nan, color=style.color(r),
+                yerr=np.std(lg, ddof=1) / np.sqrt(len(lg)) if len(lg) > 1 else None, capsize=2)
         ax2.plot(np.full(len(lg), i), lg, "k.", markersize=4)
+        if r in PAPER:
+            ax2.plot([i], [PAPER[r]], marker="*", color=style.color(r), markeredgecolor="k", markeredgewidth=0.4,
+                     markersize=9, ls="none")
     ax.axhline(exp.SOLVED, color="k", ls=":", lw=0.8)
     ax.set_xticks(hs)
     ax.tick_params(axis="x", labelsize=6)
@@ -42,7 +47,7 @@ def make(ctx: Context) -> dict:
     ax2.set_xticks(range(len(exp.METHODS)))
     ax2.set_xticklabels(exp.METHODS)
     ax2.set_ylabel(f"longest H solved (error <= {exp.SOLVED:.0%})")
-    ax2.set_title("longest solved length (dots: seeds)")
+    ax2.set_title("longest solved length (dots: seeds; stars: paper)")
     cap = style.caption_text(CLAIMS, f"token reversal M={b.tr_M}, {b.tr_steps} steps x {b.tr_episodes} episodes per H, "
                              f"{len(b.tr_seeds)} seeds; H grid {min(hs)}..{max(hs)}", ctx.cmd(NAME))
     style.save(fig, ctx.out, NAME, cap)

@@ -1,0 +1,93 @@
+"""The sequential design at work: train the first look's seeds, judge, add seeds where claims are undecided.
+
+An experiment's evidence is built look by look (figures/sequential.py): look 0 trains every cell of
+the experiment with the design's first n0 seeds; each later look trains, for the claims still
+undecided only, the cells those claims compare (`Claim` ``runs``) with the next seeds; the evidence
+always spans all the design's seeds (NaN where a seed was not trained), and each claim is judged on
+the seeds it had at its stop (`figures.records.assess`). ``evidence["sequential"]`` records per claim
+the seeds used, the look, the interval level and why it stopped; ``evidence["design"]`` the design.
+
+Run health (`cell_health`) is read from the testbed's run records: ``health`` in {"healthy",
+"stalled", "lost_class"}, ``stalled`` and ``lost_classes_final`` (testbed/runner.py), None where a run
+did not record them (older runs): a claim that needs them is then "not testable" with that reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import pandas as pd
+
+from figures.common import Context
+from figures.records import Claim, assess
+from figures.sequential import Design
+from testbed.runner import RunConfig
+
+HEALTH_KEYS = ("health", "stalled", "lost_classes_final")
+
+
+def _record_value(rec: dict[str, Any], key: str) -> Any:
+    for where in (rec, rec.get("summary") or {}, rec.get("info") or {}):
+        if isinstance(where, dict) and key in where:
+            return where[key]
+    return None
+
+
+def cell_health(ctx: Context, cell: list[RunConfig]) -> dict[str, list[Any]]:
+    """Per config of ``cell`` (= per seed): health, stalled, lost_classes_final (None where not recorded or
+    not run) and diverged (None where not run)."""
+    from testbed.results import ResultStore
+
+    store = ResultStore(ctx.cache)
+    out: dict[str, list[Any]] = {k: [] for k in (*HEALTH_KEYS, "diverged")}
+    for cfg in cell:
+        rec = store.record(cfg.run_id) if store.done(cfg.run_id) else None
+        for k in HEALTH_KEYS:
+            out[k].append(None if rec is None else _record_value(rec, k))
+        out["diverged"].append(None if rec is None else rec.get("status") == "diverged")
+    return out
+
+
+def cached_table(ctx: Context, configs: list[RunConfig]) -> pd.DataFrame:
+    """The rows of those of ``configs`` already trained (trains nothing)."""
+    return replace(ctx, cached_only=True).table(configs)
+
+
+def staged(ctx: Context, claims: tuple[Claim, ...], design: Design, seeds: tuple[int, ...],
+           runs: Callable[[list[int], list[Claim] | None], list[RunConfig]],
+           build: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """Evidence of an experiment under ``design`` (module docstring).
+
+    ``runs(seeds, claims)``: the configs to train for those seeds, for those claims (None: every cell);
+    ``build()``: the evidence over all of ``seeds`` from what is trained so far."""
+    if len(seeds) < design.cap:
+        raise ValueError(f"the design's cap ({design.cap}) exceeds the seeds given ({len(seeds)})")
+    stops: dict[str, dict[str, Any]] = {}
+    pending = list(claims)
+    ev: dict[str, Any] = {}
+    for k, n in enumerate(design.looks):
+        ctx.ensure(runs(list(seeds[:n]), None if k == 0 else pending))
+        ev = build()
+        for claim in list(pending):
+            stop = {"n": n, "look": k, "level": design.level(k), "looks": list(design.looks)}
+            ev["sequential"] = {**stops, claim.id: stop}
+            verdict = assess(claim, ev).verdict
+            last = n == design.looks[-1]
+            if verdict != "inconclusive" or last or not claim.staged:
+                if len(design.looks) == 1:
+                    why = "single look (fixed design)"
+                elif verdict != "inconclusive":
+                    why = f"decided at look {k + 1} of {len(design.looks)}"
+                elif last:
+                    why = "cap reached"
+                else:
+                    why = "not staged: judged at the first look"
+                stops[claim.id] = {**stop, "reason": why, "verdict": verdict}
+                pending.remove(claim)
+        if not pending:
+            break
+    ev["sequential"] = stops
+    ev["design"] = design.to_dict()
+    return ev
