@@ -222,3 +222,38 @@ def parse_frictions(spec: str | Frictions | None) -> Frictions:
 
 def _err(spec: object, why: str) -> SpecError:
     return SpecError(f"bad friction spec {spec!r}: {why}; allowed: {' + '.join(FORMS)}")
+
+
+# -- token reversal: candidate friction levels and the frozen preset ---------------------------------------
+#
+# The four frictions of the token-reversal panel (DDG-2, arXiv 2603.20521) as run settings: staleness
+# (a delay spec), actor bugs and reward corruption (friction specs) and rare discovery (the task's binary
+# reward for at least ``min_correct`` of H tokens right; None = exact sequences only). How the paper
+# simulates them is not known; the levels below are candidates, calibrated on the baselines (PG, PPO,
+# PMPO) by the rule in sweeps/calibration/RULE.md, with the method under test never run.
+
+PANEL = ("none", "staleness", "bugs", "corruption", "rare", "all")
+
+TOKEN_REVERSAL_LEVELS: dict[str, dict[str, object]] = {
+    "L1": {"staleness": "uniform:2", "bugs": "bug(frac=0.2, kind=temperature, temp=2, sticky=true)",
+           "corruption": "reward(p=0.01, kind=flip)", "min_correct": 8},
+    "L2": {"staleness": "uniform:4", "bugs": "bug(frac=0.2, kind=random, eps=0.25, sticky=true)",
+           "corruption": "reward(p=0.03, kind=flip)", "min_correct": 9},
+    "L3": {"staleness": "uniform:8", "bugs": "bug(frac=0.2, kind=random, sticky=true)",
+           "corruption": "reward(p=0.1, kind=flip)", "min_correct": None},
+}
+
+
+def token_reversal_setting(level: dict[str, object], which: str) -> dict[str, object]:
+    """Run settings (``delay``, ``frictions``, ``task_args``) of one panel entry for a level (a dict with
+    ``staleness``, ``bugs``, ``corruption``, ``min_correct``). ``which`` in PANEL: ``none`` is sync with the
+    partial-credit reward and no friction; each single friction is added alone to it (``rare``: the
+    level's binary reward, nothing else); ``all`` combines the four on the level's binary reward."""
+    _check(which in PANEL, f"panel entry must be one of {', '.join(PANEL)}, got {which!r}")
+    delay = level["staleness"] if which in ("staleness", "all") else "sync"
+    fr = [level[k] for k in ("bugs", "corruption") if which in (k, "all")]
+    binary = which in ("rare", "all")
+    task_args: dict[str, object] = {"partial_credit": not binary}
+    if binary and level["min_correct"] is not None:
+        task_args["min_correct"] = level["min_correct"]
+    return {"delay": delay, "frictions": "+".join(fr) or "none", "task_args": task_args}
