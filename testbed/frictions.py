@@ -197,6 +197,14 @@ def act(logits: Tensor, u: Tensor, temperature: Tensor | None = None, noise: Ten
     return actions
 
 
+def flipped_reward_share(success: float, p: float) -> float:
+    """Among the episodes a binary reward shows as rewarded, the share that are corruption flips, when a
+    fraction ``success`` of episodes truly succeed and each reward is flipped with probability ``p``:
+    (1 - s) p / ((1 - s) p + s (1 - p)). (M = 2, H = 10, exact-only reward, p = 0.1: 99.1% at the start.)"""
+    false_pos, true_pos = (1.0 - success) * p, success * (1.0 - p)
+    return false_pos / (false_pos + true_pos) if false_pos + true_pos > 0 else float("nan")
+
+
 def parse_frictions(spec: str | Frictions | None) -> Frictions:
     """Parse a friction spec (module docstring). Raises a one-line ValueError naming the bad part."""
     if isinstance(spec, Frictions):
@@ -242,18 +250,23 @@ TOKEN_REVERSAL_LEVELS: dict[str, dict[str, object]] = {
     "L3": {"staleness": "uniform:8", "bugs": "bug(frac=0.2, kind=random, sticky=true)",
            "corruption": "reward(p=0.1, kind=flip)", "min_correct": None},
 }
+# G1 / G2: L1 / L2 with rare discovery graded above its threshold (nothing below k tokens right, the
+# fraction right above), added after the screen showed the binary threshold pays near misses in full.
+TOKEN_REVERSAL_LEVELS["G1"] = {**TOKEN_REVERSAL_LEVELS["L1"], "graded": True}
+TOKEN_REVERSAL_LEVELS["G2"] = {**TOKEN_REVERSAL_LEVELS["L2"], "graded": True}
 
 
 def token_reversal_setting(level: dict[str, object], which: str) -> dict[str, object]:
     """Run settings (``delay``, ``frictions``, ``task_args``) of one panel entry for a level (a dict with
-    ``staleness``, ``bugs``, ``corruption``, ``min_correct``). ``which`` in PANEL: ``none`` is sync with the
+    ``staleness``, ``bugs``, ``corruption``, ``min_correct`` and optionally ``graded``). ``which`` in PANEL: ``none`` is sync with the
     partial-credit reward and no friction; each single friction is added alone to it (``rare``: the
-    level's binary reward, nothing else); ``all`` combines the four on the level's binary reward."""
+    level's rare reward, nothing else: binary, or with ``graded`` the fraction right above the threshold);
+    ``all`` combines the four on the level's rare reward."""
     _check(which in PANEL, f"panel entry must be one of {', '.join(PANEL)}, got {which!r}")
     delay = level["staleness"] if which in ("staleness", "all") else "sync"
     fr = [level[k] for k in ("bugs", "corruption") if which in (k, "all")]
     binary = which in ("rare", "all")
-    task_args: dict[str, object] = {"partial_credit": not binary}
+    task_args: dict[str, object] = {"partial_credit": not binary or bool(level.get("graded", False))}
     if binary and level["min_correct"] is not None:
         task_args["min_correct"] = level["min_correct"]
     return {"delay": delay, "frictions": "+".join(fr) or "none", "task_args": task_args}

@@ -4,7 +4,9 @@ testbed/frictions.py, so the files and the code cannot disagree.
     python sweeps/calibration/make_sweeps.py          (from the repository root)
 
 Stage 1: each friction of L1 and L2 alone and the friction-free setting, 500 steps, seed 0.
-Stage 2: all four at L1 and L2, 1,000 steps, 3 seeds; L1 all four at 100 steps (10k episodes).
+Stage 2 as planned (``stage_files``): all four at L1 and L2, 1,000 steps, 3 seeds; L1 all four at 100
+steps (10k episodes). Stage 2 as run (``graded``, amended after stage 1): the same with rare discovery
+graded above its threshold (G1, G2), and each G level's rare discovery alone (500 steps, seed 0).
 Stage 2b: the neighbours of a level (one friction moved to the other level), 1,000 steps, 2 seeds.
 Baselines only: pg, ppo, pmpo.
 """
@@ -43,6 +45,20 @@ def sweep_text(name: str, setting: dict, steps: int, seeds: int, comment: str) -
     return "\n".join(lines)
 
 
+def graded_files() -> dict[str, str]:
+    """Stage 2 as run (amended after stage 1): rare discovery graded above the threshold (levels G1, G2)."""
+    out = {}
+    for level in ("G1", "G2"):
+        lv = TOKEN_REVERSAL_LEVELS[level]
+        out[f"stage2_{level}_rare"] = sweep_text(f"stage2_{level}_rare", token_reversal_setting(lv, "rare"), 500, 1,
+                                                 f"stage 2 screen, {level} rare discovery alone")
+        out[f"stage2_{level}_all"] = sweep_text(f"stage2_{level}_all", token_reversal_setting(lv, "all"), 1000, 3,
+                                                f"stage 2, {level} all four")
+    out["stage2_G1_all_100"] = sweep_text("stage2_G1_all_100", token_reversal_setting(TOKEN_REVERSAL_LEVELS["G1"], "all"),
+                                          100, 3, "stage 2, G1 all four at 100 steps (10k episodes)")
+    return out
+
+
 def stage_files() -> dict[str, str]:
     out = {"stage1_none": sweep_text("stage1_none", token_reversal_setting(TOKEN_REVERSAL_LEVELS["L1"], "none"),
                                      500, 1, "stage 1, friction-free")}
@@ -72,7 +88,8 @@ def neighbours(level: str) -> dict[str, str]:
 
 
 def main(argv: list[str]) -> None:
-    files = neighbours(argv[0]) if argv else stage_files()
+    stages = {"graded": graded_files, "": stage_files}
+    files = stages[argv[0]]() if argv and argv[0] in stages else neighbours(argv[0]) if argv else stage_files()
     for name, text in files.items():
         (HERE / f"{name}.toml").write_text(text)
         print(HERE / f"{name}.toml")

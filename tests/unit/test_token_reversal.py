@@ -57,6 +57,9 @@ def test_min_correct_reward_by_hand():
     assert TokenReversal(H=4, min_correct=3).reward(x, a).tolist() == [1.0, 1.0, 0.0, 0.0]
     assert TokenReversal(H=4, min_correct=2).reward(x, a).tolist() == [1.0, 1.0, 1.0, 0.0]
     assert TokenReversal(H=4, min_correct=4).reward(x, a).tolist() == TokenReversal(H=4).reward(x, a).tolist()
+    # graded above the threshold: the fraction right, nothing below it
+    assert TokenReversal(H=4, min_correct=3, partial_credit=True).reward(x, a).tolist() == [1.0, 0.75, 0.0, 0.0]
+    assert TokenReversal(H=4, min_correct=1, partial_credit=True).reward(x, a).tolist() == [1.0, 0.75, 0.5, 0.0]
 
 
 def test_discovery_probability_closed_form():
@@ -228,7 +231,6 @@ def test_rare_p0_warm_start_makes_discovery_exponentially_rarer():
         ({"d_model": 30, "n_heads": 4}, "divisible"),
         ({"H": 10, "min_correct": 11}, r"min_correct must be an integer in \[1, H\] = \[1, 10\], got 11"),
         ({"min_correct": 0}, "min_correct must be an integer in"),
-        ({"min_correct": 8, "partial_credit": True}, "exclude each other"),
     ],
 )
 def test_bad_options_get_clear_errors(kwargs, needle):
