@@ -254,6 +254,9 @@ TOKEN_REVERSAL_LEVELS: dict[str, dict[str, object]] = {
 # fraction right above), added after the screen showed the binary threshold pays near misses in full.
 TOKEN_REVERSAL_LEVELS["G1"] = {**TOKEN_REVERSAL_LEVELS["L1"], "graded": True}
 TOKEN_REVERSAL_LEVELS["G2"] = {**TOKEN_REVERSAL_LEVELS["L2"], "graded": True}
+# G0: weaker than G1 in staleness (lag 0 or 1) and rare discovery (7 of 10 right: 176/1024), added after
+# G1's all-four panel left every baseline at 96-100%.
+TOKEN_REVERSAL_LEVELS["G0"] = {**TOKEN_REVERSAL_LEVELS["G1"], "staleness": "uniform:1", "min_correct": 7}
 
 
 def token_reversal_setting(level: dict[str, object], which: str) -> dict[str, object]:

@@ -7,6 +7,7 @@ Stage 1: each friction of L1 and L2 alone and the friction-free setting, 500 ste
 Stage 2 as planned (``stage_files``): all four at L1 and L2, 1,000 steps, 3 seeds; L1 all four at 100
 steps (10k episodes). Stage 2 as run (``graded``, amended after stage 1): the same with rare discovery
 graded above its threshold (G1, G2), and each G level's rare discovery alone (500 steps, seed 0).
+Stage 3 (``weaker``): level G0 (weaker staleness and rare discovery than G1).
 Stage 2b: the neighbours of a level (one friction moved to the other level), 1,000 steps, 2 seeds.
 Baselines only: pg, ppo, pmpo.
 """
@@ -59,6 +60,16 @@ def graded_files() -> dict[str, str]:
     return out
 
 
+def weaker_files() -> dict[str, str]:
+    """Stage 3 (added after stage 2): level G0's new single frictions (staleness, rare discovery; 500 steps,
+    seed 0) and its all four (1,000 steps, 2 seeds). Its bugs and corruption are L1's (screened in stage 1)."""
+    lv = TOKEN_REVERSAL_LEVELS["G0"]
+    out = {f"stage3_G0_{w}": sweep_text(f"stage3_G0_{w}", token_reversal_setting(lv, w), 500, 1,
+                                        f"stage 3 screen, G0 {w} alone") for w in ("staleness", "rare")}
+    out["stage3_G0_all"] = sweep_text("stage3_G0_all", token_reversal_setting(lv, "all"), 1000, 2, "stage 3, G0 all four")
+    return out
+
+
 def stage_files() -> dict[str, str]:
     out = {"stage1_none": sweep_text("stage1_none", token_reversal_setting(TOKEN_REVERSAL_LEVELS["L1"], "none"),
                                      500, 1, "stage 1, friction-free")}
@@ -88,7 +99,7 @@ def neighbours(level: str) -> dict[str, str]:
 
 
 def main(argv: list[str]) -> None:
-    stages = {"graded": graded_files, "": stage_files}
+    stages = {"graded": graded_files, "weaker": weaker_files, "": stage_files}
     files = stages[argv[0]]() if argv and argv[0] in stages else neighbours(argv[0]) if argv else stage_files()
     for name, text in files.items():
         (HERE / f"{name}.toml").write_text(text)

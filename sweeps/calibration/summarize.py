@@ -49,7 +49,7 @@ def final_rows(path: Path) -> pd.DataFrame:
 
 def levels_of(name: str) -> dict[str, str] | None:
     """Which level each friction of an all-four candidate uses (None for a single-friction file)."""
-    if m := re.fullmatch(r"stage2_([LG]\d)_all(_\d+)?", name):
+    if m := re.fullmatch(r"stage[23]_([LG]\d)_all(_\d+)?", name):
         return dict.fromkeys(SINGLE, m.group(1))
     if m := re.fullmatch(r"stage2b_([LG]\d)_(\w+)_([LG]\d)", name):
         return {**dict.fromkeys(SINGLE, m.group(1)), m.group(2): m.group(3)}
@@ -59,6 +59,8 @@ def levels_of(name: str) -> dict[str, str] | None:
 def single_file(friction: str, level: str) -> str:
     """The screen file of one friction alone at a level. G levels share L's staleness, bugs and corruption;
     their rare discovery (graded) was screened in stage 2."""
+    if level == "G0":  # stage 3: its own staleness and rare discovery, L1's bugs and corruption
+        return f"stage3_G0_{SINGLE[friction]}" if friction in ("staleness", "min_correct") else f"stage1_L1_{SINGLE[friction]}"
     if level.startswith("G"):
         return f"stage2_{level}_rare" if friction == "min_correct" else f"stage1_L{level[1:]}_{SINGLE[friction]}"
     return f"stage1_{level}_{SINGLE[friction]}"
