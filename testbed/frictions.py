@@ -19,7 +19,10 @@ terms joined by ``+``, or ``none``. Frictions combine freely (each kind at most 
 ``mismatch``: inference mismatch (vLLM vs trainer). Every actor samples from
     logits + sigma * N(0, 1) (per token and action) and records the clean log-probs.
 
-Rare discovery (reward only on rare paths) is a property of a task's reward, not of the runner.
+Rare discovery (reward only on rare paths) is a property of a task's reward, not of the runner (token
+reversal: ``min_correct``). The token-reversal panel (each friction alone and all four) is defined at the
+end of this module as candidate levels and one frozen preset, calibrated on the baselines
+(`token_reversal_preset`; sweeps/calibration/RULE.md and TABLE.md).
 
 Randomness. Everything an actor draws for a chunk comes from the chunk's own stream, drawn when the
 chunk starts (`Frictions.draws`: the sampling uniforms, the mismatch noise, the random-action draws),
@@ -273,3 +276,18 @@ def token_reversal_setting(level: dict[str, object], which: str) -> dict[str, ob
     if binary and level["min_correct"] is not None:
         task_args["min_correct"] = level["min_correct"]
     return {"delay": delay, "frictions": "+".join(fr) or "none", "task_args": task_args}
+
+
+# The frozen definitions: the level chosen by the calibration rule (sweeps/calibration/RULE.md, rule 3),
+# with its table in sweeps/calibration/TABLE.md (baselines only). Final sampled sequence error, all four
+# frictions, 1,000 learner steps of 100 episodes, mean over seeds:
+#   level  PG      PPO     PMPO    D     admissible
+#   G1     99.7%   98.5%   97.5%   5.72  no (its rare discovery alone leaves every baseline >= 97%)
+# Paper (secondary summary): PG ~60%, PPO ~10%, PMPO ~15%. Not reached: the nearest candidate is frozen.
+TOKEN_REVERSAL_PRESET = "G1"
+
+
+def token_reversal_preset(which: str = "all") -> dict[str, object]:
+    """The frozen token-reversal frictions (`TOKEN_REVERSAL_PRESET`) as run settings for one panel entry:
+    ``{"delay", "frictions", "task_args"}`` (see `token_reversal_setting`)."""
+    return token_reversal_setting(TOKEN_REVERSAL_LEVELS[TOKEN_REVERSAL_PRESET], which)

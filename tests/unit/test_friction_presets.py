@@ -11,8 +11,10 @@ import torch
 from testbed.frictions import (
     PANEL,
     TOKEN_REVERSAL_LEVELS,
+    TOKEN_REVERSAL_PRESET,
     flipped_reward_share,
     parse_frictions,
+    token_reversal_preset,
     token_reversal_setting,
 )
 from testbed.runner import RunConfig
@@ -108,3 +110,18 @@ def test_l2_random_bug_replaces_a_quarter_of_a_buggy_actors_tokens():
     rate = float(d["flip"].float().mean())
     assert abs(rate - 0.25) <= 5 * math.sqrt(0.25 * 0.75 / 200_000)
     assert "flip" not in fr.draws(10, 10, 2, False, torch.Generator().manual_seed(0))  # clean actors untouched
+
+
+def test_the_frozen_preset_is_the_documented_choice_of_the_calibration_table():
+    """The preset in the code, the choice written in TABLE.md and the definitions they stand for agree."""
+    table = (CALIBRATION / "TABLE.md").read_text()
+    chosen = [line for line in table.splitlines() if line.startswith("**Choice (rule 3):")]
+    assert len(chosen) == 1 and f"_{TOKEN_REVERSAL_PRESET}_all**" in chosen[0]
+    level = TOKEN_REVERSAL_LEVELS[TOKEN_REVERSAL_PRESET]
+    for which in PANEL:
+        assert token_reversal_preset(which) == token_reversal_setting(level, which)
+    both = token_reversal_preset("all")
+    task = TokenReversal(H=10, M=2, **both["task_args"])
+    assert task.min_correct == level["min_correct"] and task.partial_credit == bool(level.get("graded", False))
+    assert both["delay"] == level["staleness"]
+    assert both["frictions"] == f"{level['bugs']}+{level['corruption']}"
