@@ -8,6 +8,7 @@ error; per all-four candidate: the distance D to the paper, admissibility (rule 
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from pathlib import Path
@@ -17,6 +18,7 @@ import pandas as pd
 from testbed.sweep import load_file
 
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
 BASELINES = ("pg", "ppo", "pmpo")
 PAPER = {"pg": 0.60, "ppo": 0.10, "pmpo": 0.15}
 N_EVAL = 1024
@@ -116,6 +118,13 @@ def main() -> None:
             scored.append((d, file, a and b))
         lines.append(f"| {file} | {', '.join(lv[k] for k in SINGLE)} | " + " | ".join(f"{100 * err[r]:.1f}" for r in BASELINES)
                      + f" | {d:.2f} | {'yes' if a else 'no'} | {'yes' if b else 'no'} | {'yes' if a and b else 'no'} |")
+    record = ROOT / "results" / "paper" / "data" / "token_frictions.json"
+    if record.exists():  # L3, the definitions used before calibration, as measured by the claims report
+        ev = json.loads(record.read_text())["evidence"]["token_frictions"]
+        err = {r: sum(ev["error"][f"{r}|all four"]) / len(ev["error"][f"{r}|all four"]) for r in BASELINES}
+        lines.append(f"| L3 on record ({record.relative_to(ROOT)}; 1,000 steps, {len(ev['seeds'])} seeds) | L3, L3, L3, L3 | "
+                     + " | ".join(f"{100 * err[r]:.1f}" for r in BASELINES)
+                     + f" | {distance(err):.2f} | no (rare discovery alone: every baseline >= 99%) | yes | no |")
     lines.append("")
     lines.append(f"Paper (s): PG {100 * PAPER['pg']:.0f}%, PPO {100 * PAPER['ppo']:.0f}%, PMPO {100 * PAPER['pmpo']:.0f}%; "
                  "D = mean |logit(error) - logit(paper)| over the three.")
