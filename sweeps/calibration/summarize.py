@@ -112,12 +112,13 @@ def main() -> None:
         err = {r: float(mean.loc[(file, r), "mean"]) for r in BASELINES}
         singles = [single_file(k, lv[k]) for k in SINGLE]
         a = all(below.get(s, False) for s in singles)
+        unscreened = [s for s in singles if s not in below]
         b = 0.0 < err["pg"] < CHANCE
         d = distance(err)
         if not file.endswith("_100"):  # the 10k-episode reading is reported, not a candidate at the calibration budget
             scored.append((d, file, a and b))
         lines.append(f"| {file} | {', '.join(lv[k] for k in SINGLE)} | " + " | ".join(f"{100 * err[r]:.1f}" for r in BASELINES)
-                     + f" | {d:.2f} | {'yes' if a else 'no'} | {'yes' if b else 'no'} | {'yes' if a and b else 'no'} |")
+                     + f" | {d:.2f} | {'yes' if a else 'not screened: ' + ', '.join(unscreened) if unscreened else 'no'} | {'yes' if b else 'no'} | {'yes' if a and b else 'no'} |")
     record = ROOT / "results" / "paper" / "data" / "token_frictions.json"
     if record.exists():  # L3, the definitions used before calibration, as measured by the claims report
         ev = json.loads(record.read_text())["evidence"]["token_frictions"]
