@@ -19,7 +19,10 @@ terms joined by ``+``, or ``none``. Frictions combine freely (each kind at most 
 ``mismatch``: inference mismatch (vLLM vs trainer). Every actor samples from
     logits + sigma * N(0, 1) (per token and action) and records the clean log-probs.
 
-Rare discovery (reward only on rare paths) is a property of a task's reward, not of the runner.
+Rare discovery (reward only on rare paths) is a property of a task's reward, not of the runner (token
+reversal: ``min_correct``). The token-reversal panel (each friction alone and all four) is defined at the
+end of this module as candidate levels and one frozen preset, calibrated on the baselines
+(`token_reversal_preset`; sweeps/calibration/RULE.md and TABLE.md).
 
 Randomness. Everything an actor draws for a chunk comes from the chunk's own stream, drawn when the
 chunk starts (`Frictions.draws`: the sampling uniforms, the mismatch noise, the random-action draws),
@@ -197,6 +200,14 @@ def act(logits: Tensor, u: Tensor, temperature: Tensor | None = None, noise: Ten
     return actions
 
 
+def flipped_reward_share(success: float, p: float) -> float:
+    """Among the episodes a binary reward shows as rewarded, the share that are corruption flips, when a
+    fraction ``success`` of episodes truly succeed and each reward is flipped with probability ``p``:
+    (1 - s) p / ((1 - s) p + s (1 - p)). (M = 2, H = 10, exact-only reward, p = 0.1: 99.1% at the start.)"""
+    false_pos, true_pos = (1.0 - success) * p, success * (1.0 - p)
+    return false_pos / (false_pos + true_pos) if false_pos + true_pos > 0 else float("nan")
+
+
 def parse_frictions(spec: str | Frictions | None) -> Frictions:
     """Parse a friction spec (module docstring). Raises a one-line ValueError naming the bad part."""
     if isinstance(spec, Frictions):
@@ -222,3 +233,63 @@ def parse_frictions(spec: str | Frictions | None) -> Frictions:
 
 def _err(spec: object, why: str) -> SpecError:
     return SpecError(f"bad friction spec {spec!r}: {why}; allowed: {' + '.join(FORMS)}")
+
+
+# -- token reversal: candidate friction levels and the frozen preset ---------------------------------------
+#
+# The four frictions of the token-reversal panel (DDG-2, arXiv 2603.20521) as run settings: staleness
+# (a delay spec), actor bugs and reward corruption (friction specs) and rare discovery (the task's binary
+# reward for at least ``min_correct`` of H tokens right; None = exact sequences only). How the paper
+# simulates them is not known; the levels below are candidates, calibrated on the baselines (PG, PPO,
+# PMPO) by the rule in sweeps/calibration/RULE.md, with the method under test never run.
+
+PANEL = ("none", "staleness", "bugs", "corruption", "rare", "all")
+
+TOKEN_REVERSAL_LEVELS: dict[str, dict[str, object]] = {
+    "L1": {"staleness": "uniform:2", "bugs": "bug(frac=0.2, kind=temperature, temp=2, sticky=true)",
+           "corruption": "reward(p=0.01, kind=flip)", "min_correct": 8},
+    "L2": {"staleness": "uniform:4", "bugs": "bug(frac=0.2, kind=random, eps=0.25, sticky=true)",
+           "corruption": "reward(p=0.03, kind=flip)", "min_correct": 9},
+    "L3": {"staleness": "uniform:8", "bugs": "bug(frac=0.2, kind=random, sticky=true)",
+           "corruption": "reward(p=0.1, kind=flip)", "min_correct": None},
+}
+# G1 / G2: L1 / L2 with rare discovery graded above its threshold (nothing below k tokens right, the
+# fraction right above), added after the screen showed the binary threshold pays near misses in full.
+TOKEN_REVERSAL_LEVELS["G1"] = {**TOKEN_REVERSAL_LEVELS["L1"], "graded": True}
+TOKEN_REVERSAL_LEVELS["G2"] = {**TOKEN_REVERSAL_LEVELS["L2"], "graded": True}
+# G0: weaker than G1 in staleness (lag 0 or 1) and rare discovery (7 of 10 right: 176/1024), added after
+# G1's all-four panel left every baseline at 96-100%.
+TOKEN_REVERSAL_LEVELS["G0"] = {**TOKEN_REVERSAL_LEVELS["G1"], "staleness": "uniform:1", "min_correct": 7}
+
+
+def token_reversal_setting(level: dict[str, object], which: str) -> dict[str, object]:
+    """Run settings (``delay``, ``frictions``, ``task_args``) of one panel entry for a level (a dict with
+    ``staleness``, ``bugs``, ``corruption``, ``min_correct`` and optionally ``graded``). ``which`` in PANEL: ``none`` is sync with the
+    partial-credit reward and no friction; each single friction is added alone to it (``rare``: the
+    level's rare reward, nothing else: binary, or with ``graded`` the fraction right above the threshold);
+    ``all`` combines the four on the level's rare reward."""
+    _check(which in PANEL, f"panel entry must be one of {', '.join(PANEL)}, got {which!r}")
+    delay = level["staleness"] if which in ("staleness", "all") else "sync"
+    fr = [level[k] for k in ("bugs", "corruption") if which in (k, "all")]
+    binary = which in ("rare", "all")
+    task_args: dict[str, object] = {"partial_credit": not binary or bool(level.get("graded", False))}
+    if binary and level["min_correct"] is not None:
+        task_args["min_correct"] = level["min_correct"]
+    return {"delay": delay, "frictions": "+".join(fr) or "none", "task_args": task_args}
+
+
+# The frozen definitions: the level chosen by the calibration rule (sweeps/calibration/RULE.md, rule 3),
+# with its table in sweeps/calibration/TABLE.md (baselines only; DG never run). Final sampled sequence
+# error with all four frictions, 1,000 learner steps of 100 episodes (100k episodes), mean over seeds:
+#   level  PG      PPO     PMPO    D     seeds  admissible
+#   G0     91.0%   87.8%   91.0%   3.38  2      not established (its staleness and rare discovery alone unscreened)
+#   G1     99.7%   98.5%   97.5%   5.72  3      no (its rare discovery alone leaves every baseline >= 97%)
+#   L3     99.9%   99.9%   99.9%   8.13  3      no (the definitions used before calibration)
+# Paper (secondary summary): PG ~60%, PPO ~10%, PMPO ~15%. Not reached: the nearest candidate is frozen.
+TOKEN_REVERSAL_PRESET = "G0"
+
+
+def token_reversal_preset(which: str = "all") -> dict[str, object]:
+    """The frozen token-reversal frictions (`TOKEN_REVERSAL_PRESET`) as run settings for one panel entry:
+    ``{"delay", "frictions", "task_args"}`` (see `token_reversal_setting`)."""
+    return token_reversal_setting(TOKEN_REVERSAL_LEVELS[TOKEN_REVERSAL_PRESET], which)

@@ -12,6 +12,10 @@ Data (nothing downloads at run time):
   ``t10k-images-idx3-ubyte``, ``t10k-labels-idx1-ubyte`` (raw or ``.gz``; ``-idx`` or ``.idx``)
   with their own train/test split: full MNIST, or Fashion-MNIST (Debian's ``dataset-fashion-mnist``
   installs it under /usr/share/datasets/fashion-mnist).
+* ``train_size=n`` (0 = all): train on the first n images of a fixed class-balanced order of the training
+  split (`train_subset`; independent of the run seed, from ``split_seed``), so the number of training
+  images is a knob of its own. Subsets are nested (the first 1,000 are among the first 4,000) and never
+  touch the test split.
 
 The policy is an MLP for S slots (testbed/tasks/stacked.py). Contexts are integer indices into the image table (train images first, then test images), so the
 runner's queue of pending batches costs 8 bytes per sample, not 3 KB. Pixels are scaled to [0, 1].
@@ -118,6 +122,23 @@ def load_embedded(split_seed: int = 0, test_per_class: int = 100) -> tuple[np.nd
     return x[train], y[train], x[test], y[test]
 
 
+def train_subset(labels: np.ndarray, n: int, seed: int = 0) -> np.ndarray:
+    """Indices (sorted) of ``n`` training examples, the first ``n`` of a fixed class-balanced order: each
+    class's indices are shuffled (numpy's generator from ``seed``), then taken in rounds, one per class per
+    round, classes in a shuffled order within each round. Prefixes are nested, and any prefix holds
+    floor(n / C) or more of every class that has them (C classes)."""
+    if not 1 <= n <= len(labels):
+        raise ValueError(f"mnist: train_size must be in [1, {len(labels)}] (the training split) or 0 for all, got {n}")
+    rng = np.random.default_rng(seed)
+    per_class = [rng.permutation(np.flatnonzero(labels == c)) for c in np.unique(labels)]
+    rank = np.empty(len(labels), dtype=np.int64)
+    for idx in per_class:
+        rank[idx] = np.arange(len(idx))
+    tiebreak = rng.permutation(len(labels))
+    order = np.lexsort((tiebreak, rank))  # by round, then a shuffled class order within the round
+    return np.sort(order[:n])
+
+
 class MLP(nn.Module):
     """784 -> hidden (ReLU) -> 10 for S slots, initialised like torch's Linear default (U(+-1/sqrt(fan_in)),
     weight then bias, layer by layer) from each slot's generator."""
@@ -141,16 +162,21 @@ class MNISTTask(Task, ExactOracle):
     runner_defaults: ClassVar[dict] = {"batch_size": 100, "lr": 1e-3}
 
     def __init__(self, data_dir: str | None = None, hidden: int = 100, split_seed: int = 0,
-                 eval_size: int = 0) -> None:
+                 eval_size: int = 0, train_size: int = 0) -> None:
         if hidden < 1:
             raise ValueError(f"mnist: hidden must be >= 1, got {hidden}")
         if eval_size < 0:
             raise ValueError(f"mnist: eval_size must be >= 0 (0 = the whole test split), got {eval_size}")
-        self.data_dir, self.hidden, self.eval_size = data_dir, hidden, eval_size
+        if train_size < 0:
+            raise ValueError(f"mnist: train_size must be >= 0 (0 = the whole training split), got {train_size}")
+        self.data_dir, self.hidden, self.eval_size, self.train_size = data_dir, hidden, eval_size, train_size
         if data_dir:
             xtr, ytr, xte, yte = load_idx_dir(str(data_dir))
         else:
             xtr, ytr, xte, yte = load_embedded(split_seed)
+        if train_size:
+            keep = train_subset(ytr, train_size, split_seed)
+            xtr, ytr = xtr[keep], ytr[keep]
         self.images = torch.from_numpy(np.concatenate([xtr, xte]))  # uint8 [N, 784]
         self.labels = torch.from_numpy(np.concatenate([ytr, yte]))
         self.n_train, self.n_test = len(ytr), len(yte)

@@ -14,7 +14,10 @@ The target y* depends on ``variant``:
 
 Reward (friction-free; reward corruption is the runner's friction): 1 for an exactly correct
 sequence, else 0. With ``partial_credit=True`` the reward is the fraction of correct tokens
-(so an exact sequence still earns 1). Metrics are always about exact sequences.
+(so an exact sequence still earns 1). With ``min_correct=k`` nothing is paid unless at least k of the
+H tokens are right; above that the reward is 1 (binary) or, with ``partial_credit=True``, the fraction
+of correct tokens (graded: the reward still grows up to the exact sequence). The binary default is
+k = H (exact only). Metrics are always about exact sequences.
 
 Rare discovery (how the paper simulated it is not known; this is our choice)
 ---------------------------------------------------------------------------
@@ -40,6 +43,11 @@ two documented mechanisms, and nothing else:
    batch is at most p0. The exact sequence then has probability about p0^H (the measured value is
    ``initial_success`` after ``make_policy``). The decoy is learned from the context by the network
    itself; nothing about the target is stored outside its weights. Off by default.
+3. *A graded rarity* (optional, ``min_correct=k``). The reward pays only when at least k of the H
+   tokens are right (1, or the fraction right with ``partial_credit``), so the rewarded event has probability `discovery_probability` (H, M, k) =
+   sum_{j >= k} C(H, j) (M - 1)^(H - j) / M^H under the uniform initial policy (M = 2, H = 10: k = 10
+   gives 1/1024, k = 9 gives 11/1024, k = 8 gives 56/1024). This makes the strength of rare
+   discovery a number that can be calibrated (testbed/frictions.py, presets).
 
 Train / test split
 ------------------
@@ -79,6 +87,13 @@ _HASH_PRIME = 1_000_003
 _ENUMERATE_MAX = 1 << 16  # enumerate the context space up to this size
 
 
+def discovery_probability(H: int, M: int, k: int | None = None) -> float:
+    """Probability that a uniformly random sequence gets at least k of H tokens right (vocabulary M):
+    sum_{j >= k} C(H, j) (M - 1)^(H - j) / M^H; k None means H (exact sequences: M^-H)."""
+    k = H if k is None else k
+    return sum(math.comb(H, j) * (M - 1) ** (H - j) for j in range(k, H + 1)) / M**H
+
+
 def _check(condition: bool, message: str) -> None:
     if not condition:
         raise ValueError(message)
@@ -94,6 +109,7 @@ class TokenReversal(Task):
     variant: str = "reverse"
     partial_credit: bool = False
     rare_p0: float | None = None
+    min_correct: int | None = None
     d_model: int = 64
     n_layers: int = 2
     n_heads: int = 2
@@ -115,6 +131,9 @@ class TokenReversal(Task):
         if self.rare_p0 is not None:
             _check(0.0 < self.rare_p0 < 1.0 / self.M,
                    f"token_reversal: rare_p0 must be in (0, 1/M) = (0, {1.0 / self.M:.3g}), got {self.rare_p0!r}")
+        if self.min_correct is not None:
+            _check(isinstance(self.min_correct, int) and 1 <= self.min_correct <= self.H,
+                   f"token_reversal: min_correct must be an integer in [1, H] = [1, {self.H}], got {self.min_correct!r}")
         _check(self.d_model % self.n_heads == 0,
                f"token_reversal: d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
         self.partial_credit = bool(self.partial_credit)
@@ -172,9 +191,12 @@ class TokenReversal(Task):
 
     def reward(self, contexts: Tensor, actions: Tensor) -> Tensor:
         correct = actions.long() == self.target(contexts)
+        n_right = correct.sum(dim=-1)
+        paid = n_right >= (self.H if self.min_correct is None else self.min_correct)
         if self.partial_credit:
-            return correct.to(torch.float32).mean(dim=-1)
-        return correct.all(dim=-1).to(torch.float32)
+            frac = n_right.to(torch.float32) / self.H
+            return frac if self.min_correct is None else torch.where(paid, frac, torch.zeros_like(frac))
+        return paid.to(torch.float32)
 
     @torch.no_grad()
     def evaluate(self, policy: nn.Module, generators: Sequence[torch.Generator]) -> list[dict[str, float]]:

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from testbed.tasks import make_task, task_names, task_options
-from testbed.tasks.mnist import IDX_FILES, load_idx_dir, read_idx
+from testbed.tasks.mnist import IDX_FILES, load_idx_dir, read_idx, train_subset
 
 FASHION = Path("/usr/share/datasets/fashion-mnist")
 
@@ -147,3 +147,51 @@ def test_full_fashion_mnist_from_idx_gz():
     assert (task.n_train, task.n_test) == (60_000, 10_000)
     assert torch.bincount(task.labels[: task.n_train]).tolist() == [6000] * 10
     assert task.images.dtype == torch.uint8  # 55 MB kept as bytes, scaled on the fly
+
+
+def test_train_size_is_a_fixed_nested_class_balanced_subset_of_the_training_split():
+    full = make_task("mnist")
+    small, again, big = make_task("mnist", train_size=1000), make_task("mnist", train_size=1000), \
+        make_task("mnist", train_size=2500)
+    assert (small.n_train, small.n_test, big.n_train) == (1000, 1000, 2500)
+    assert torch.equal(small.images, again.images)  # deterministic, whatever the run seed
+    assert torch.bincount(small.labels[: small.n_train]).tolist() == [100] * 10
+    assert torch.bincount(big.labels[: big.n_train]).tolist() == [250] * 10
+    # the test split is untouched and the subset is drawn from the training images only
+    assert torch.equal(small.images[small.n_train :], full.images[full.n_train :])
+    train_rows = {bytes(r) for r in full.images[: full.n_train].numpy()}
+    test_rows = {bytes(r) for r in full.images[full.n_train :].numpy()}
+    small_rows = {bytes(r) for r in small.images[: small.n_train].numpy()}
+    assert small_rows <= train_rows and not small_rows & test_rows
+    assert small_rows <= {bytes(r) for r in big.images[: big.n_train].numpy()}  # nested
+    x = small.sample_contexts(2000, torch.Generator().manual_seed(0), "train")
+    assert int(x.max()) < 1000
+
+
+def test_train_subset_by_hand_and_its_errors():
+    labels = np.array([0, 1, 0, 1, 0, 2])
+    first = train_subset(labels, 3, seed=1)
+    assert sorted(labels[first].tolist()) == [0, 1, 2]  # one of each class in the first round
+    assert set(first) <= set(train_subset(labels, 5, seed=1))
+    assert train_subset(labels, 6).tolist() == list(range(6))
+    with pytest.raises(ValueError, match=r"train_size must be in \[1, 6\]"):
+        train_subset(labels, 7)
+
+
+@pytest.mark.parametrize("value, needle", [("-3", "train_size must be >= 0"), ("4001", "train_size must be in [1, 4000]"),
+                                           ("many", "option train_size must be an integer")])
+def test_train_size_bad_values_are_one_line_errors(value, needle, capsys, tmp_path):
+    from testbed.cli import main
+
+    code = main(["run", "--task", "mnist", "--train-size", value, "--steps", "1", "--out", str(tmp_path / "o"),
+                 "--dry-run"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and needle in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.skipif(not FASHION.is_dir(), reason="Debian's dataset-fashion-mnist is not installed")
+def test_fashion_train_size_keeps_the_full_test_split():
+    task = make_task("mnist", data_dir=str(FASHION), train_size=4000)
+    assert (task.n_train, task.n_test) == (4000, 10_000)
+    assert torch.bincount(task.labels[: task.n_train]).tolist() == [400] * 10

@@ -10,7 +10,7 @@ from torch.func import functional_call
 from testbed.stabilizers import sequence_log_ratio
 from testbed.stabilizers.numerics import log_ratio
 from testbed.tasks import Task, make_task, task_options
-from testbed.tasks.token_reversal import TokenReversal
+from testbed.tasks.token_reversal import TokenReversal, discovery_probability
 from testbed.tasks.transformer import DecoderTransformer
 
 
@@ -49,6 +49,37 @@ def test_reward_exact_and_partial_credit():
     a = torch.tensor([[0, 1, 1, 0], [0, 1, 1, 0]])  # exact reverse for row 0; row 1 target is [0, 1, 1, 1]
     assert TokenReversal(H=4).reward(x, a).tolist() == [1.0, 0.0]
     assert TokenReversal(H=4, partial_credit=True).reward(x, a).tolist() == [1.0, 0.75]
+
+
+def test_min_correct_reward_by_hand():
+    x = torch.tensor([[0, 1, 1, 0]] * 4)  # target [0, 1, 1, 0]
+    a = torch.tensor([[0, 1, 1, 0], [0, 1, 1, 1], [1, 1, 1, 1], [1, 0, 0, 1]])  # 4, 3, 2, 0 tokens right
+    assert TokenReversal(H=4, min_correct=3).reward(x, a).tolist() == [1.0, 1.0, 0.0, 0.0]
+    assert TokenReversal(H=4, min_correct=2).reward(x, a).tolist() == [1.0, 1.0, 1.0, 0.0]
+    assert TokenReversal(H=4, min_correct=4).reward(x, a).tolist() == TokenReversal(H=4).reward(x, a).tolist()
+    # graded above the threshold: the fraction right, nothing below it
+    assert TokenReversal(H=4, min_correct=3, partial_credit=True).reward(x, a).tolist() == [1.0, 0.75, 0.0, 0.0]
+    assert TokenReversal(H=4, min_correct=1, partial_credit=True).reward(x, a).tolist() == [1.0, 0.75, 0.5, 0.0]
+
+
+def test_discovery_probability_closed_form():
+    assert discovery_probability(10, 2) == 2.0**-10
+    assert discovery_probability(10, 2, 9) * 1024 == pytest.approx(11.0)
+    assert discovery_probability(10, 2, 8) * 1024 == pytest.approx(56.0)
+    assert discovery_probability(3, 3, 2) == pytest.approx((3 * 2 + 1) / 27)
+    assert discovery_probability(5, 4, 0 + 1) == pytest.approx(1 - (3 / 4) ** 5)
+
+
+def test_min_correct_discovery_rate_under_the_uniform_initial_policy():
+    """A sampled sequence of the (exactly uniform) initial policy is rewarded with discovery_probability."""
+    task = TokenReversal(H=6, M=2, min_correct=5)
+    policy = task.make_policy([gen()])
+    n = 4000
+    x = task.sample_contexts(n, gen(1))[None]
+    actions, _ = task.rollout(policy, x, torch.rand(x.shape, generator=gen(2)))
+    rate = float(task.reward(x, actions).mean())
+    p = discovery_probability(6, 2, 5)  # 7 / 64
+    assert abs(rate - p) <= 4 * math.sqrt(p * (1 - p) / n)
 
 
 def test_initial_policy_is_exactly_uniform_so_discovery_has_probability_M_to_the_minus_H():
@@ -198,6 +229,8 @@ def test_rare_p0_warm_start_makes_discovery_exponentially_rarer():
         ({"M": 1}, "M must be"),
         ({"rare_p0": 0.6}, "rare_p0 must be in"),
         ({"d_model": 30, "n_heads": 4}, "divisible"),
+        ({"H": 10, "min_correct": 11}, r"min_correct must be an integer in \[1, H\] = \[1, 10\], got 11"),
+        ({"min_correct": 0}, "min_correct must be an integer in"),
     ],
 )
 def test_bad_options_get_clear_errors(kwargs, needle):
