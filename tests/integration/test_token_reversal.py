@@ -2,10 +2,11 @@
 
 import json
 
+import numpy as np
 import pytest
 
 from testbed.cli import main
-from testbed.runner import RunConfig, run
+from testbed.runner import RunConfig, run_many
 from tests.integration.test_runner import check_behaviour_logp
 
 pytestmark = pytest.mark.integration
@@ -27,14 +28,20 @@ def test_runner_records_the_logp_of_the_version_that_sampled_each_token(delay, f
         assert any(bool((vs[:, -1] > vs[:, 0]).any()) for _, vs in checked[0])  # sequences that span versions
 
 
-def test_pg_learns_reversal_H4_M2_to_under_5_percent_sequence_error():
-    """No frictions, lag 0, the task's defaults (10 actors, 100 episodes per step, Adam 1e-3), exact reward."""
-    res = run(RunConfig(task="token_reversal", recipe="pg", delay="sync", steps=100, log_every=100, seed=0,
-                        task_args={"H": 4}))
-    final = res.rows[-1]
-    assert res.status == "ok"
-    assert final["test_error"] < 0.05
-    assert final["test_error_greedy"] < 0.05
+def test_pg_learns_reversal_H4_M2_in_most_seeds():
+    """No frictions, lag 0, the task's defaults (10 actors, 100 episodes per step, Adam 1e-3), exact reward.
+
+    Outcomes per seed are bimodal: most seeds solve every context, and some fix a wrong answer on a few
+    of the 16 contexts and never sample the right one again (the lost-class effect of a bandit policy).
+    So every seed must learn most tokens, and the median seed must solve the task."""
+    configs = [RunConfig(task="token_reversal", recipe="pg", delay="sync", steps=100, log_every=100, seed=seed,
+                         task_args={"H": 4}) for seed in range(5)]
+    results = run_many(configs)
+    assert all(r.status == "ok" for r in results)
+    finals = [r.rows[-1] for r in results]
+    assert max(f["test_token_error"] for f in finals) < 0.2  # chance is 0.5 per token
+    assert float(np.median([f["test_error"] for f in finals])) < 0.05
+    assert float(np.median([f["test_error_greedy"] for f in finals])) < 0.05
 
 
 def test_cli_run_with_task_flags_and_errors(tmp_path, capsys):
