@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import time
 import warnings
 from collections.abc import Mapping
@@ -75,7 +76,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without trl
 
 from testbed.stabilizers import NAMED_RECIPES, SURROGATES, PolicyTerms, Recipe, build, parse_spec
 
-from .hooks import TransformStep
+from .hooks import TransformStep, load_recipe_state, missing_state_warning, save_recipe_state
 
 MIRRORED_TRL = "1.16"
 if not trl.__version__.startswith(MIRRORED_TRL + "."):  # pragma: no cover - depends on the installed trl
@@ -197,20 +198,56 @@ TRAINING_ARGS_SETTINGS: dict[str, str] = {
 
 
 class GradientTransformCallback(TrainerCallback):
-    """Applies ``recipe``'s gradient transforms in ``on_pre_optimizer_step``; restores lr in ``on_optimizer_step``.
+    """Applies ``recipe``'s gradient transforms in ``on_pre_optimizer_step``; restores lr in ``on_optimizer_step``;
+    keeps the recipe's state in the trainer's checkpoints.
 
     ``step.collect(...)`` records the statistics of each loss call (the trainers below do it);
     ``step.history`` holds the transforms' metrics of every step, also appended to ``sink`` (e.g. a
     GRPOTrainer's ``_metrics["train"]``) so that they are logged with TRL's.
+
+    Checkpoints: ``on_save`` writes ``recipe.state_dict()`` (gac's reference gradient and threshold
+    history, a gate's random stream) to ``checkpoint-N/stabilizer_state.pt`` beside the trainer's own
+    files; `restore` loads it (the plugin's trainers call it from ``_load_from_checkpoint``, i.e. on
+    ``train(resume_from_checkpoint=...)``). With a plain ``GRPOTrainer`` the callback finds the state of
+    ``output_dir/checkpoint-N`` itself at ``on_train_begin``; a resumed run without one prints one
+    warning line. transformers' ``ExportableState`` is not used: it stores callback state as JSON in
+    ``trainer_state.json`` and rebuilds callbacks from JSON arguments (only with
+    ``restore_callback_states_from_checkpoint``), neither of which suits a gradient-sized tensor.
     """
 
     def __init__(self, recipe: Recipe, sink: dict[str, list[float]] | None = None) -> None:
         self.recipe = recipe
         self.sink = sink
         self.step = TransformStep()
+        self.restored_from: str | None = None
+
+    @property
+    def active(self) -> bool:
+        """Whether the recipe has gradient transforms to apply (state is saved either way)."""
+        return bool(self.recipe.transforms)
+
+    def collect(self, logp: Tensor, behavior_logp: Tensor, mask: Tensor) -> None:
+        if self.active:
+            self.step.collect(logp, behavior_logp, mask)
+
+    def restore(self, checkpoint: str | os.PathLike) -> bool:
+        """Load the recipe's state saved in ``checkpoint``; warn (one line) and return False when it has none."""
+        found = load_recipe_state(self.recipe, checkpoint)
+        self.restored_from = str(checkpoint)
+        if not found:
+            warnings.warn(missing_state_warning("TRL trainer", checkpoint, self.recipe.spec), stacklevel=2)
+        return found
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        if state.global_step > 0 and self.restored_from is None:  # resumed by a trainer that did not call restore
+            self.restore(os.path.join(args.output_dir, f"checkpoint-{state.global_step}"))
+
+    def on_save(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        if args.should_save:
+            save_recipe_state(self.recipe, os.path.join(args.output_dir, f"checkpoint-{state.global_step}"))
 
     def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, model: Any = None, optimizer: Any = None, **kw: Any) -> None:
-        if model is None or optimizer is None:
+        if model is None or optimizer is None or not self.active:
             return
         metrics = self.step.before_step(self.recipe, optimizer, [p for p in model.parameters() if p.requires_grad])
         if self.sink is not None:
@@ -395,8 +432,11 @@ class StabilizerGRPOTrainer(GRPOTrainer):
         if self.recipe is None:
             self.recipe = compose_recipe(recipe, self.args, behavior)
         self.stabilizer_callback = GradientTransformCallback(self.recipe, sink=self._metrics["train"])
-        if self.recipe.transforms:
-            self.add_callback(self.stabilizer_callback)
+        self.add_callback(self.stabilizer_callback)  # it saves the recipe's state even without transforms
+
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None:
+        super()._load_from_checkpoint(resume_from_checkpoint, model)
+        self.stabilizer_callback.restore(resume_from_checkpoint)
 
     def _behavior_logp(self, inputs: Mapping[str, Any], old: Tensor) -> Tensor:
         if self.behavior == "sampler" and inputs.get("sampling_per_token_logps") is not None:
@@ -471,7 +511,7 @@ class StabilizerGRPOTrainer(GRPOTrainer):
             self._metrics[mode]["kl"].append(global_masked_mean(per_token_kl.expand_as(logp)))
         self._metrics[mode]["entropy"].append(global_masked_mean(entropies))
         if mode == "train":
-            self.stabilizer_callback.step.collect(logp, behavior, terms.mask)
+            self.stabilizer_callback.collect(logp, behavior, terms.mask)
         for key, value in metrics.items():
             self._metrics[mode][f"stabilizer/{key}"].append(float(value))
         return loss
@@ -567,8 +607,11 @@ def _make_async_trainer() -> type:
             if self.recipe is None:
                 self.recipe = compose_recipe(recipe, self.args)
             self.stabilizer_callback = GradientTransformCallback(self.recipe, sink=self._metrics["train"])
-            if self.recipe.transforms:
-                self.add_callback(self.stabilizer_callback)
+            self.add_callback(self.stabilizer_callback)
+
+        def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None:
+            super()._load_from_checkpoint(resume_from_checkpoint, model)
+            self.stabilizer_callback.restore(resume_from_checkpoint)
 
         def compute_loss(self, model: Any, inputs: dict[str, Any], return_outputs: bool = False, num_items_in_batch: Any = None) -> Tensor:
             return stabilizer_async_loss(self, model, inputs)
@@ -617,7 +660,7 @@ def stabilizer_async_loss(trainer: Any, model: Any, inputs: dict[str, Any]) -> T
     metrics["nonfinite_masked"] = float(n_bad)
     for key, value in metrics.items():
         trainer._metrics["train"][f"stabilizer/{key}"].append(float(value))
-    trainer.stabilizer_callback.step.collect(logp, behavior, terms.mask)
+    trainer.stabilizer_callback.collect(logp, behavior, terms.mask)
     # the trainer's per-step accounting, as in AsyncGRPOTrainer.compute_loss
     n_forward_tokens = float(inputs["global_n_forward_tokens"][0])
     mean_seq_len = float(inputs["mean_seq_len"][0])

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import shutil
+import warnings
 from collections import defaultdict
 from types import SimpleNamespace
 
@@ -17,9 +19,10 @@ import torch
 
 pytest.importorskip("trl", reason="the TRL plugin needs the 'trl' extra: pip install -e '.[trl]'")
 
-from transformers import TrainingArguments
+from transformers import TrainerCallback, TrainingArguments
 from trl import GRPOConfig, GRPOTrainer
 
+from llm_scale.integrations import hooks
 from llm_scale.integrations import trl as plugin
 from llm_scale.integrations.trl import StabilizerGRPOTrainer, compose_recipe
 from testbed.stabilizers import PolicyTerms, Recipe, build
@@ -313,6 +316,92 @@ def test_gradient_transforms_clip_every_step_of_trls_loop(tmp_path):
     assert norms == pytest.approx([float(g.norm()) for g in recorder.grads], rel=1e-5)  # the recorder ran first
     logged = [row["stabilizer/grad_norm"] for row in trainer.state.log_history if "stabilizer/grad_norm" in row]
     assert logged == pytest.approx(norms, rel=1e-6)
+
+
+# -- the recipe's state in TRL's checkpoints -----------------------------------------------------
+
+
+class _ParamRecorder(TrainerCallback):
+    """The flat parameters after every optimizer step, by global step."""
+
+    def __init__(self) -> None:
+        self.params: dict[int, torch.Tensor] = {}
+
+    def on_step_end(self, args, state, control, model=None, **kw):
+        self.params[state.global_step] = torch.cat([p.detach().reshape(-1).clone() for p in model.parameters()])
+
+
+GAC_SPEC = "gac(t_low=0.05)"  # step 3's cosine to step 2's gradient is 0.08 on this setup: projected only with the state
+SAVING = dict(max_steps=4, save_strategy="steps", save_steps=2)
+
+
+def _resume(tmp_path, checkpoint, cls=StabilizerGRPOTrainer, **kwargs):
+    trainer, _ = fx.trainer(tmp_path, cls, **SAVING, **kwargs)
+    after = _ParamRecorder()
+    trainer.add_callback(after)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.train(resume_from_checkpoint=str(checkpoint))
+    return trainer, after, [str(w.message) for w in caught if "stabilizer state" in str(w.message)]
+
+
+def test_gac_resumes_bit_identically_from_trls_checkpoint(tmp_path):
+    """4 steps straight vs 2 steps, checkpoint, a new trainer resumed: steps 3 and 4 give the same parameters, bit for bit.
+
+    Without the saved state the resumed gac has no reference gradient, leaves step 3 unprojected and
+    the parameters differ: the equality is the state's doing, not a coincidence of this setup.
+    """
+    straight, _ = fx.trainer(tmp_path / "a", StabilizerGRPOTrainer, recipe=GAC_SPEC, **SAVING)
+    before = _ParamRecorder()
+    straight.add_callback(before)
+    straight.train()
+    projected = [row["stabilizer/projected"] for row in straight.state.log_history if "stabilizer/projected" in row]
+    assert projected[2] == 1.0  # step 3 is projected against step 2's gradient
+    checkpoint = tmp_path / "a" / "checkpoint-2"
+    saved = torch.load(checkpoint / hooks.STATE_FILE, weights_only=True)
+    assert saved["spec"] == GAC_SPEC and saved["recipe"]["transforms"][0]["prev"] is not None
+
+    shutil.copytree(checkpoint, tmp_path / "b" / "checkpoint-2")
+    resumed, after, warned = _resume(tmp_path / "b", tmp_path / "b" / "checkpoint-2", recipe=GAC_SPEC)
+    assert not warned
+    for step in (3, 4):
+        assert torch.equal(after.params[step], before.params[step]), step
+    logged = [row["stabilizer/projected"] for row in resumed.state.log_history if "stabilizer/projected" in row]
+    assert logged[-2:] == projected[2:]  # the log history holds the checkpoint's first two steps too
+
+    shutil.copytree(checkpoint, tmp_path / "c" / "checkpoint-2")
+    (tmp_path / "c" / "checkpoint-2" / hooks.STATE_FILE).unlink()
+    _, lost, warned = _resume(tmp_path / "c", tmp_path / "c" / "checkpoint-2", recipe=GAC_SPEC)
+    assert len(warned) == 1 and "restarts its state" in warned[0] and "\n" not in warned[0]
+    assert float((lost.params[3] - before.params[3]).abs().max()) > 1e-6
+
+
+def test_plain_grpo_trainer_with_the_callback_restores_its_state(tmp_path):
+    """The callback alone on TRL's own trainer: saved by on_save, found again at on_train_begin of a resumed run."""
+    recipe = build(GAC_SPEC)
+    trainer, _ = fx.trainer(tmp_path, GRPOTrainer, **SAVING)
+    trainer.add_callback(plugin.GradientTransformCallback(recipe))
+    trainer.train()
+    reference = recipe.state_dict()["transforms"][0]
+    fresh = build(GAC_SPEC)
+    again, _ = fx.trainer(tmp_path, GRPOTrainer, max_steps=4, save_strategy="no")
+    callback = plugin.GradientTransformCallback(fresh)
+    again.add_callback(callback)
+    again.state.global_step = 4
+    callback.on_train_begin(again.args, again.state, again.control)
+    restored = fresh.state_dict()["transforms"][0]
+    assert callback.restored_from.endswith("checkpoint-4")
+    assert restored["run"] == reference["run"] and restored["history"] == reference["history"]
+    assert all(torch.equal(a, b) for a, b in zip(restored["prev"], reference["prev"], strict=True))
+
+
+def test_state_of_another_recipe_is_refused(tmp_path):
+    hooks.save_recipe_state(build("gac"), tmp_path)
+    with pytest.raises(ValueError, match="is for recipe 'gac', not 'gac\\(t_low=0.05\\)'"):
+        hooks.load_recipe_state(build(GAC_SPEC), tmp_path)
+    (tmp_path / hooks.STATE_FILE).write_bytes(b"cut off")
+    with pytest.raises(ValueError, match="is unreadable"):
+        hooks.load_recipe_state(build("gac"), tmp_path)
 
 
 # -- TRL's asynchronous trainer --------------------------------------------------------------------
