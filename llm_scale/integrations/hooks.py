@@ -71,42 +71,48 @@ STATE_FILE = "stabilizer_state.pt"
 STATE_FORMAT = 1
 
 
-def save_recipe_state(recipe: Recipe, directory: str | Path, extra: dict[str, Any] | None = None) -> Path:
-    """Write ``recipe.state_dict()`` (gac's reference gradient and history, a gate's random stream, ...) to
-    ``directory/stabilizer_state.pt`` atomically (a temporary file renamed into place); return the path.
-
-    ``extra`` holds host-specific entries saved beside it (e.g. several recipes by spec).
-    """
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / STATE_FILE
-    tmp = directory / f".{STATE_FILE}.{os.getpid()}.tmp"
-    payload = {"format": STATE_FORMAT, "spec": recipe.spec, "recipe": recipe.state_dict(), "extra": extra or {}}
+def write_state(path: str | Path, payload: dict[str, Any]) -> Path:
+    """``torch.save`` ``payload`` (tagged with `STATE_FORMAT`) to ``path`` atomically: a temporary file renamed into place."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        torch.save(payload, tmp)
+        torch.save({**payload, "format": STATE_FORMAT}, tmp)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
     return path
 
 
-def read_recipe_state(directory: str | Path) -> dict[str, Any] | None:
-    """The payload written by `save_recipe_state` in ``directory``; None when there is none.
+def read_state(path: str | Path) -> dict[str, Any] | None:
+    """The payload written by `write_state` at ``path``; None when there is no file.
 
-    ValueError (one line, naming the file) when the file is unreadable or of another format.
+    ValueError (one line, naming the file) when the file is unreadable or of another format: a
+    damaged file must not pass for "no state".
     """
-    path = Path(directory) / STATE_FILE
+    path = Path(path)
     if not path.is_file():
         return None
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # a damaged file must not be mistaken for "no state"
-        raise ValueError(f"stabilizer state {path} is unreadable ({type(exc).__name__}: {exc}); delete it to restart the "
-                         "stabilizer from nothing, or resume from another checkpoint") from None  # fmt: skip
-    if not isinstance(payload, dict) or payload.get("format") != STATE_FORMAT:
-        raise ValueError(f"stabilizer state {path} has format {payload.get('format') if isinstance(payload, dict) else '?'!r}; "
-                         f"this version reads format {STATE_FORMAT}")  # fmt: skip
+    except Exception as exc:
+        raise ValueError(f"stabilizer state {path} is unreadable ({type(exc).__name__}: {' '.join(str(exc).split())[:200]}); "
+                         "delete it to restart the stabilizer from nothing, or resume from another checkpoint") from None  # fmt: skip
+    found = payload.get("format") if isinstance(payload, dict) else None
+    if found != STATE_FORMAT:
+        raise ValueError(f"stabilizer state {path} has format {found!r}; this version reads format {STATE_FORMAT}")
     return payload
+
+
+def save_recipe_state(recipe: Recipe, directory: str | Path) -> Path:
+    """Write ``recipe.state_dict()`` (gac's reference gradient and history, a gate's random stream, ...) to
+    ``directory/stabilizer_state.pt`` atomically; return the path."""
+    return write_state(Path(directory) / STATE_FILE, {"spec": recipe.spec, "recipe": recipe.state_dict()})
+
+
+def read_recipe_state(directory: str | Path) -> dict[str, Any] | None:
+    """The payload of `save_recipe_state` in ``directory`` (None when there is none); ValueError when damaged."""
+    return read_state(Path(directory) / STATE_FILE)
 
 
 def load_recipe_state(recipe: Recipe, directory: str | Path) -> bool:

@@ -397,7 +397,7 @@ def test_plain_grpo_trainer_with_the_callback_restores_its_state(tmp_path):
 
 def test_state_of_another_recipe_is_refused(tmp_path):
     hooks.save_recipe_state(build("gac"), tmp_path)
-    with pytest.raises(ValueError, match="is for recipe 'gac', not 'gac\\(t_low=0.05\\)'"):
+    with pytest.raises(ValueError, match=r"is for recipe 'gac', not 'gac\(t_low=0.05\)'"):
         hooks.load_recipe_state(build(GAC_SPEC), tmp_path)
     (tmp_path / hooks.STATE_FILE).write_bytes(b"cut off")
     with pytest.raises(ValueError, match="is unreadable"):
