@@ -42,6 +42,10 @@ the rollout engine's own log-probs (vLLM's ``sampling_per_token_logps``), so the
 correct staleness and the engine mismatch together; it requires
 ``vllm_importance_sampling_correction=False`` (otherwise the mismatch would be corrected twice).
 
+Logged values: ``loss`` is TRL's (the value of the loss above, so with the ``ppo`` recipe and TRL's clip
+range it equals ``GRPOTrainer``'s number for number); the surrogate's own value, normalised as
+``loss_type`` says but before TRL's masks, vLLM weights and KL term, is ``stabilizer/surrogate_loss``.
+
 Gradient transforms run in ``on_pre_optimizer_step``, i.e. after TRL's own ``max_grad_norm``
 clipping (set ``max_grad_norm=0`` to leave clipping to the recipe), with batch statistics
 (sequence log-ratios, hence ESS) gathered from the loss calls of the accumulation window; their lr
@@ -474,6 +478,7 @@ class StabilizerGRPOTrainer(GRPOTrainer):
         per_token_loss = torch.where(used, loss_mat, torch.zeros((), dtype=loss_mat.dtype, device=loss_mat.device))
         per_token_loss = per_token_loss.to(logp.dtype)
         metrics["nonfinite_masked"] = float(n_bad)
+        own_loss = per_token_loss.detach()  # the surrogate's own value, before TRL's masks, weights and KL
 
         if self.off_policy_mask_threshold is not None:
             per_token_loss = per_token_loss * off_policy_mask
@@ -494,7 +499,10 @@ class StabilizerGRPOTrainer(GRPOTrainer):
         mode = "train" if self.model.training else "eval"
         accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1.0
         loss = self._normalise(per_token_loss, mask, inputs, mode)
-        policy_loss = loss.detach() * (1.0 if self.loss_type in ("dapo", "cispo") else accumulation)
+        unscale = 1.0 if self.loss_type in ("dapo", "cispo") else accumulation
+        policy_loss = loss.detach() * unscale
+        with torch.no_grad():
+            metrics["surrogate_loss"] = float(self.accelerator.gather(self._normalise(own_loss, mask, inputs, mode) * unscale).nanmean())
 
         if self._entropy_bonus_enabled:
             loss = loss - self._entropy_bonus(entropies, mask, entropy_mask, mode, accumulation)

@@ -9,7 +9,10 @@ Importing this module registers each surrogate of ``testbed.stabilizers`` in ver
 
 and aggregates with verl's own ``agg_loss``, including the global-batch normalisation
 (``config.global_batch_info``: dp_size, batch_num_tokens, global_batch_size, loss_scale_factor)
-when the installed verl has it, so a ``tb_*`` loss is normalised exactly like verl's built-ins.
+when the installed verl has it, so a ``tb_*`` loss is normalised exactly like verl's built-ins. The loss returned is what verl's actor
+logs as ``actor/pg_loss``: for a surrogate verl also has (below) it is verl's own value, number for
+number; the surrogate's own value (without verl's rollout weights) is logged as
+``actor/tb_surrogate_loss``.
 
 Mapping of verl's quantities onto `PolicyTerms`: ``log_prob`` -> logp (learner, with grad);
 ``old_log_prob`` -> behavior_logp (in verl this is the policy recomputed at the start of the update,
@@ -223,18 +226,21 @@ def make_policy_loss(name: str) -> Any:
         explicit = dict(_get(loss_cfg, "stabilizer_params", {}) or {})
         surrogate = _surrogate(name, host_params(name, config, explicit))
         terms, n_bad = PolicyTerms(log_prob, old_log_prob, advantages, response_mask.bool()).checked("mask")
-        loss_mat, used, metrics = surrogate.per_token(terms)
-        if rollout_is_weights is not None:
-            loss_mat = loss_mat * rollout_is_weights.detach()
-        loss_mat = torch.where(used, loss_mat, torch.zeros_like(loss_mat))
+        own_mat, used, metrics = surrogate.per_token(terms)
+        own_mat = torch.where(used, own_mat, torch.zeros_like(own_mat))
+        loss_mat = own_mat if rollout_is_weights is None else own_mat * rollout_is_weights.detach()
         # verl's mode by default (gspo too, as verl's gspo); stabilizer_params.agg is the deliberate exception
         agg = explicit.get("agg") or loss_agg_mode
-        loss = core_algos.agg_loss(loss_mat=loss_mat, loss_mask=used, loss_agg_mode=agg, **_global_batch_info(config))
+        batch_info = _global_batch_info(config)
+        loss = core_algos.agg_loss(loss_mat=loss_mat, loss_mask=used, loss_agg_mode=agg, **batch_info)
+        with torch.no_grad():  # the surrogate's own value, without verl's rollout weights (verl logs `loss` as pg_loss)
+            own = loss if rollout_is_weights is None else core_algos.agg_loss(loss_mat=own_mat, loss_mask=used, loss_agg_mode=agg, **batch_info)
         transforms = str(_get(loss_cfg, "gradient_transforms", "") or "")
         if transforms:
             _HOOKS.collect(transforms, terms)
         out = {f"actor/{PREFIX}{k}": float(v) for k, v in metrics.items()}
         out[f"actor/{PREFIX}nonfinite_masked"] = float(n_bad)
+        out[f"actor/{PREFIX}surrogate_loss"] = float(own)
         return loss, out
 
     policy_loss.__name__ = f"compute_policy_loss_{PREFIX}{name}"

@@ -318,6 +318,31 @@ def test_gradient_transforms_clip_every_step_of_trls_loop(tmp_path):
     assert logged == pytest.approx(norms, rel=1e-6)
 
 
+# -- logged values ---------------------------------------------------------------------------------
+
+
+def _logged(trainer, key: str) -> list[float]:
+    return [row[key] for row in trainer.state.log_history if key in row]
+
+
+def test_logged_loss_is_grpo_trainers_and_the_surrogate_value_has_its_own_name(tmp_path):
+    """ppo recipe, off-policy steps, accumulation 2 and a KL term: TRL's logged ``loss`` is GRPOTrainer's, step
+    for step; ``stabilizer/surrogate_loss`` is the surrogate alone (it equals ``loss`` only without the KL term)."""
+    settings = dict(gradient_accumulation_steps=2, beta=0.1, **OFF_POLICY)
+    plain, _ = fx.trainer(tmp_path / "plain", **settings)
+    plain.train()
+    ours, _ = fx.trainer(tmp_path / "ours", StabilizerGRPOTrainer, recipe="ppo", **settings)
+    ours.train()
+    assert len(_logged(plain, "loss")) == 6
+    assert _logged(ours, "loss") == pytest.approx(_logged(plain, "loss"), rel=1e-6, abs=1e-9)
+    own = _logged(ours, "stabilizer/surrogate_loss")
+    assert len(own) == 6 and max(abs(a - b) for a, b in zip(own, _logged(ours, "loss"), strict=True)) > 1e-4
+
+    no_kl, _ = fx.trainer(tmp_path / "dg", StabilizerGRPOTrainer, recipe="dg", max_steps=3)
+    no_kl.train()
+    assert _logged(no_kl, "stabilizer/surrogate_loss") == pytest.approx(_logged(no_kl, "loss"), rel=1e-5, abs=1e-8)
+
+
 # -- the recipe's state in TRL's checkpoints -----------------------------------------------------
 
 

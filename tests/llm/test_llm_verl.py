@@ -438,3 +438,29 @@ def test_transform_state_round_trips_through_verls_fsdp_checkpoint_manager(tmp_p
     assert len(warned) == 1 and "\n" not in warned[0] and GAC_SPEC in warned[0]
     assert _actor_step(model, opt, 3)["projected"] == 0.0  # no reference gradient: nothing to project against
     assert float((_flat(model) - straight[0]).abs().max()) > 1e-6
+
+
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean"])
+def test_logged_pg_loss_is_vanillas_and_the_surrogate_value_has_its_own_name(mode):
+    """Through verl's actor loss (ppo_loss): tb_ppo's logged actor/pg_loss is vanilla's, number for number; the
+    surrogate's own value is actor/tb_surrogate_loss (equal to it here: no rollout weights in this batch)."""
+    model = _TinyLM()
+    data = _rollout(model)
+    tu.assign_non_tensor(data, dp_size=1, batch_num_tokens=int(data["response_mask"].sum()), global_batch_size=8)
+    logged = {}
+    for who, config in (("ours", _ours("ppo", mode)), ("theirs", _theirs("ppo", mode))):
+        _, metrics = ppo_loss(config, {"log_probs": _flat_logp(model, data[0:4])}, data[0:4])
+        logged[who] = {k: float(v.aggregate() if hasattr(v, "aggregate") else v) for k, v in metrics.items() if k in ("actor/pg_loss", "actor/tb_surrogate_loss")}
+    assert abs(logged["theirs"]["actor/pg_loss"]) > 1e-3
+    assert logged["ours"]["actor/pg_loss"] == pytest.approx(logged["theirs"]["actor/pg_loss"], rel=1e-6)
+    assert logged["ours"]["actor/tb_surrogate_loss"] == pytest.approx(logged["ours"]["actor/pg_loss"], rel=1e-6)
+
+
+def test_surrogate_value_leaves_out_verls_rollout_weights():
+    old, new, adv, mask = _batch(1)
+    w = torch.rand(old.shape, generator=torch.Generator().manual_seed(3)) + 0.5
+    fn = core_algos.get_policy_loss_fn("tb_ppo")
+    loss_w, metrics_w = fn(old, new, adv, mask, "token-mean", _ours("ppo"), w)
+    loss, _ = fn(old, new, adv, mask, "token-mean", _ours("ppo"), None)
+    assert metrics_w["actor/tb_surrogate_loss"] == pytest.approx(float(loss), rel=1e-6)
+    assert abs(float(loss_w) - float(loss)) > 1e-3
