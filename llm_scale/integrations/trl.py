@@ -61,14 +61,18 @@ normalisation (token sum / tokens per rank / accumulation steps).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import inspect
 import math
 import os
+import textwrap
 import time
 import warnings
 from collections.abc import Mapping
 from typing import Any
 
 import torch
+from packaging.version import InvalidVersion, Version
 from torch import Tensor
 
 try:
@@ -82,13 +86,44 @@ from testbed.stabilizers import NAMED_RECIPES, SURROGATES, PolicyTerms, Recipe, 
 
 from .hooks import TransformStep, load_recipe_state, missing_state_warning, save_recipe_state
 
-MIRRORED_TRL = "1.16"
-if not trl.__version__.startswith(MIRRORED_TRL + "."):  # pragma: no cover - depends on the installed trl
-    warnings.warn(
-        f"llm_scale.integrations.trl mirrors the loss of trl {MIRRORED_TRL}.x; trl {trl.__version__} may normalise or mask "
-        "differently (tests/llm/test_llm_trl.py compares the two)",
-        stacklevel=2,
-    )
+# The TRL releases whose loss this module mirrors, as [lowest, first unsupported), and the sha256 of the
+# source of each upstream function it copies (inspect.getsource, dedented) in those releases.
+SUPPORTED_TRL = ("1.16.0", "1.17.0")
+UPSTREAM_SOURCES = {
+    "GRPOTrainer._compute_loss": "16c4f3917b9fd26418d16176fd0aeb02ae30f3a41708061a5f8aa5bb74e25b26",
+    "AsyncGRPOTrainer.compute_loss": "4fad05bf0e8bb74090dc902b988afd9782b52bd42cf2931ffb690cb43381a255",
+}
+
+
+def source_fingerprint(fn: Any) -> str:
+    """sha256 of ``fn``'s dedented source: changes whenever the upstream function's code does."""
+    return hashlib.sha256(textwrap.dedent(inspect.getsource(fn)).encode()).hexdigest()
+
+
+def check_trl_version(version: str | None = None) -> None:
+    """ImportError (one line naming the supported range) unless ``version`` (default: the installed trl's) is in it."""
+    version = trl.__version__ if version is None else version
+    low, high = SUPPORTED_TRL
+    try:
+        supported = Version(low) <= Version(version) < Version(high)
+    except InvalidVersion:
+        supported = False
+    if not supported:
+        raise ImportError(f"llm_scale.integrations.trl supports trl >={low},<{high} (its loss mirrors that release's "
+                          f"GRPOTrainer line for line); trl {version} is installed: pip install 'trl>={low},<{high}'")  # fmt: skip
+
+
+def check_upstream(name: str, fn: Any) -> None:
+    """ImportError (one line) when the installed trl's ``name`` is not the code this module mirrors."""
+    got = source_fingerprint(fn)
+    if got != UPSTREAM_SOURCES[name]:
+        raise ImportError(f"trl {trl.__version__}'s {name} is not the code llm_scale.integrations.trl mirrors (source "
+                          f"sha256 {got[:12]}, expected {UPSTREAM_SOURCES[name][:12]}): the plugin's loss could differ from "
+                          f"TRL's; install trl >={SUPPORTED_TRL[0]},<{SUPPORTED_TRL[1]} as released")  # fmt: skip
+
+
+check_trl_version()
+check_upstream("GRPOTrainer._compute_loss", GRPOTrainer._compute_loss)
 
 _MM_KEYS = (
     "pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask", "spatial_shapes", "num_tiles",
@@ -594,6 +629,7 @@ def _async_trainer_class() -> type:
         from trl.experimental.async_grpo import AsyncGRPOTrainer
     except ImportError as exc:  # pragma: no cover - depends on the installed trl
         raise ImportError(f"StabilizerAsyncGRPOTrainer needs trl.experimental.async_grpo (trl >= 1.x): {exc}") from exc
+    check_upstream("AsyncGRPOTrainer.compute_loss", AsyncGRPOTrainer.compute_loss)
     return AsyncGRPOTrainer
 
 

@@ -318,6 +318,35 @@ def test_gradient_transforms_clip_every_step_of_trls_loop(tmp_path):
     assert logged == pytest.approx(norms, rel=1e-6)
 
 
+# -- TRL version discipline -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", ["1.15.2", "1.17.0", "2.0.0", "not-a-version"])
+def test_unsupported_trl_version_is_refused_in_one_line(monkeypatch, version):
+    monkeypatch.setattr(plugin.trl, "__version__", version)
+    with pytest.raises(ImportError) as info:
+        plugin.check_trl_version()
+    message = str(info.value)
+    assert "\n" not in message and f"trl {version} is installed" in message and "trl >=1.16.0,<1.17.0" in message
+
+
+def test_supported_versions_and_the_installed_loss_pass_the_checks():
+    for version in ("1.16.0", "1.16.3", "1.16.1.dev0"):
+        plugin.check_trl_version(version)
+    plugin.check_upstream("GRPOTrainer._compute_loss", GRPOTrainer._compute_loss)  # what the import itself checked
+
+
+def test_changed_upstream_loss_is_refused_in_one_line(monkeypatch):
+    """An upstream edit of the mirrored function, even one line, changes its fingerprint: the import refuses."""
+
+    def edited(self, model, inputs):  # stands in for a TRL release whose _compute_loss differs
+        return None
+
+    with pytest.raises(ImportError) as info:
+        plugin.check_upstream("GRPOTrainer._compute_loss", edited)
+    assert "\n" not in str(info.value) and "is not the code llm_scale.integrations.trl mirrors" in str(info.value)
+
+
 # -- logged values ---------------------------------------------------------------------------------
 
 
