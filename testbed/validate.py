@@ -31,9 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from . import scorecard
-from .scorecard import DEFAULT_DIR, slug  # noqa: F401  (re-exported: the scorecard path convention)
+from .scorecard import BATTERY_VERSION, DEFAULT_DIR, slug  # noqa: F401  (re-exported: the scorecard path convention)
 
-BATTERY_VERSION = "v1"
 TOL = 0.02
 scorecard_path = scorecard.path_for  # the file format lives in testbed/scorecard.py
 
@@ -147,7 +146,7 @@ def validate(
     score = sum(c["score"] for c in cells) / len(cells)
     card = {
         "recipe": spec,
-        "battery": BATTERY_VERSION,
+        **scorecard.provenance(),
         "seeds": seeds,
         "threshold": threshold,
         "tol": TOL,
