@@ -279,10 +279,16 @@ def write_evidence(ctx: Context, name: str, evidence: dict[str, Any]) -> Path:
 
 def read_evidence(out: Path) -> dict[str, dict[str, Any]]:
     """{figure name: payload} for every evidence file under ``out/data``."""
+    from testbed.usage import UsageError
+
     data = {}
     for path in sorted((Path(out) / "data").glob("*.json")):
-        payload = json.loads(path.read_text())
-        data[payload["figure"]] = payload
+        try:
+            payload = json.loads(path.read_text())
+            data[payload["figure"]] = payload
+        except (ValueError, KeyError, TypeError) as exc:  # cut short or edited: never report from fewer figures silently
+            raise UsageError(f"evidence file {str(path)!r} is damaged ({type(exc).__name__}: {exc}); remake it with "
+                             f"`python -m figures {path.stem}` (its runs are cached) or delete it") from None
     return data
 
 

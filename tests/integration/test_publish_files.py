@@ -70,3 +70,15 @@ def test_full_disk_during_figures_claims_leaves_the_old_files_and_one_line(repor
     for name, data in before.items():
         assert (report_dir / name).read_bytes() == data, name
     assert not [p.name for p in report_dir.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_cut_short_evidence_file_is_one_line_not_a_smaller_report(report_dir, capsys):
+    evidence = sorted((report_dir / "data").glob("*.json"))[0]
+    before = (report_dir / "claims.md").read_bytes()
+    text = evidence.read_text()
+    evidence.write_text(text[: len(text) // 2])
+    capsys.readouterr()
+    assert main(["claims", "--out", str(report_dir)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"evidence file '{evidence}' is damaged" in err[0] and f"python -m figures {evidence.stem}" in err[0]
+    assert (report_dir / "claims.md").read_bytes() == before
