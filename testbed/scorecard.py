@@ -3,7 +3,7 @@
 A scorecard is one JSON file per recipe spec, ``<dir>/<slug>.json``, holding the recipe's score on
 a fixed battery of staleness settings (each cell scored in [0, 1]) and whether it passed::
 
-    {"recipe": "dg", "score": 0.83, "threshold": 0.5, "passed": true, "battery": "v2", "seed_scheme": 2,
+    {"recipe": "dg", "score": 0.83, "threshold": 0.5, "passed": true, "battery": "v1", "seed_scheme": 2,
      "code": {"version": "0.1.0", "commit": "3c943f7..."}, "seeds": 1,
      "cells": [{"task": ..., "staleness": ..., "score": ..., "metric": ..., "recipe_value": ...,
                 "pg_value": ..., "sync_value": ..., "status": "ok"}, ...], ...}
@@ -32,7 +32,7 @@ from .seeding import SCHEME
 
 DEFAULT_DIR = "results/scorecards"
 # The battery's version: bumped whenever its cells, their settings or the score rule change.
-BATTERY_VERSION = "v2"
+BATTERY_VERSION = "v1"
 # Scorecards that ship with llm_scale for the recipes its README runs (written by the same battery).
 SHIPPED_DIR = Path(__file__).resolve().parent.parent / "llm_scale" / "scorecards"
 
