@@ -234,7 +234,7 @@ def make_policy_loss(name: str) -> Any:
         batch_info = _global_batch_info(config)
         loss = core_algos.agg_loss(loss_mat=loss_mat, loss_mask=used, loss_agg_mode=agg, **batch_info)
         with torch.no_grad():  # the surrogate's own value, without verl's rollout weights (verl logs `loss` as pg_loss)
-            own = loss if rollout_is_weights is None else core_algos.agg_loss(loss_mat=own_mat, loss_mask=used, loss_agg_mode=agg, **batch_info)
+            own = loss.detach() if rollout_is_weights is None else core_algos.agg_loss(loss_mat=own_mat, loss_mask=used, loss_agg_mode=agg, **batch_info)
         transforms = str(_get(loss_cfg, "gradient_transforms", "") or "")
         if transforms:
             _HOOKS.collect(transforms, terms)

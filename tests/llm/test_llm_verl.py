@@ -462,5 +462,5 @@ def test_surrogate_value_leaves_out_verls_rollout_weights():
     fn = core_algos.get_policy_loss_fn("tb_ppo")
     loss_w, metrics_w = fn(old, new, adv, mask, "token-mean", _ours("ppo"), w)
     loss, _ = fn(old, new, adv, mask, "token-mean", _ours("ppo"), None)
-    assert metrics_w["actor/tb_surrogate_loss"] == pytest.approx(float(loss), rel=1e-6)
-    assert abs(float(loss_w) - float(loss)) > 1e-3
+    assert metrics_w["actor/tb_surrogate_loss"] == pytest.approx(float(loss.detach()), rel=1e-6)
+    assert abs(float(loss_w.detach()) - float(loss.detach())) > 1e-3
