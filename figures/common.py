@@ -31,6 +31,8 @@ import pandas as pd
 from figures.budgets import Budget, budget
 from testbed.runner import RunConfig
 
+LOG_EVERY_HINT = "log less often (--log-every)"  # the testbed's disk refusal ends so; figures has no such flag
+
 
 @dataclass
 class Context:
@@ -63,17 +65,23 @@ class Context:
         """Train every config not yet in the cache (parallel over ``workers``)."""
         from testbed.results import ResultStore
         from testbed.sweep import run_sweep
+        from testbed.usage import UsageError
 
         configs = dedupe(configs)
         store = ResultStore(self.cache)
         todo = [c for c in configs if not store.done(c.run_id)]
+        if configs:
+            print(cache_line(store, configs, todo, self.cached_only), flush=True)
         if not todo or self.cached_only:
             return
         workers = max(1, min(self.workers, len(todo)))
         # largest first, so that parallel workers finish together
         todo.sort(key=cost_estimate, reverse=True)
         # runs sharing a model shape train in one loop (identical results); the sweep sizes the loops
-        run_sweep(todo, self.cache, workers=workers, meta={"command": "figures"}, progress=self.progress)
+        try:
+            run_sweep(todo, self.cache, workers=workers, meta={"command": "figures"}, progress=self.progress)
+        except UsageError as exc:  # the sweep's hints name testbed flags; figures has --cache and --quick instead
+            raise UsageError(str(exc).replace(LOG_EVERY_HINT, "choose another --cache, or use --quick")) from None
 
     def table(self, configs: list[RunConfig]) -> pd.DataFrame:
         """The tidy rows (one per run x logged step) of ``configs``, training what is missing.
@@ -99,6 +107,30 @@ class Context:
         if experiment.NAME not in memo:
             memo[experiment.NAME] = experiment.evidence(self)
         return memo[experiment.NAME]
+
+
+def cache_line(store: Any, configs: list[RunConfig], todo: list[RunConfig], cached_only: bool = False) -> str:
+    """One line saying what the cache gave: runs reused, runs whose record exists but whose files did not verify
+    (cut short, unreadable) or that failed, to be trained again, and new runs to train."""
+    failed = damaged = 0
+    for c in todo:
+        if store.has_record(c.run_id):
+            try:
+                status = store.record(c.run_id).get("status")
+            except (OSError, ValueError):
+                status = None
+            failed += status == "failed"
+            damaged += status != "failed"
+    new = len(todo) - failed - damaged
+    action = "left missing (--cached-only)" if cached_only else "to train"
+    parts = [f"cache {store.out}: {len(configs) - len(todo)} of {len(configs)} runs reused"]
+    if damaged:
+        parts.append(f"{damaged} damaged (files incomplete) {action}")
+    if failed:
+        parts.append(f"{failed} failed {action}")
+    if new:
+        parts.append(f"{new} new {action}")
+    return ", ".join(parts)
 
 
 def experiment_configs(experiment: ModuleType) -> Callable[[bool], list[RunConfig]]:
@@ -247,10 +279,16 @@ def write_evidence(ctx: Context, name: str, evidence: dict[str, Any]) -> Path:
 
 def read_evidence(out: Path) -> dict[str, dict[str, Any]]:
     """{figure name: payload} for every evidence file under ``out/data``."""
+    from testbed.usage import UsageError
+
     data = {}
     for path in sorted((Path(out) / "data").glob("*.json")):
-        payload = json.loads(path.read_text())
-        data[payload["figure"]] = payload
+        try:
+            payload = json.loads(path.read_text())
+            data[payload["figure"]] = payload
+        except (ValueError, KeyError, TypeError) as exc:  # cut short or edited: never report from fewer figures silently
+            raise UsageError(f"evidence file {str(path)!r} is damaged ({type(exc).__name__}: {exc}); remake it with "
+                             f"`python -m figures {path.stem}` (its runs are cached) or delete it") from None
     return data
 
 

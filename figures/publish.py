@@ -3,7 +3,9 @@
 `stamp` records when, from which commit and in how much wall time the report was made (the wall
 time is the one ``python -m figures`` wrote to ``timings.json`` for this command just before).
 `write_markdown` and `write_html` render the payload that claims.json holds, so the three files can
-never disagree; the HTML page embeds every figure as a PNG data URI and needs nothing else.
+never disagree; the HTML page embeds every figure once, as a PNG data URI, and needs nothing else. Both
+files are written whole or not at all (a temporary file renamed into place): a full disk leaves the
+previous ones.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import os
 import subprocess
 from pathlib import Path
 from typing import Any
+
+from testbed.results import atomic_write_text
 
 ROOT = Path(__file__).resolve().parent.parent
 COLORS = {"reproduced": "#1a7f37", "direction only": "#9a6700", "not reproduced": "#cf222e",
@@ -126,18 +130,24 @@ def write_markdown(path: Path, p: dict[str, Any]) -> None:
             lines += ["", f"**What we measured.** {g['measured']}", "", f"**Mechanism.** {g['mechanism']}", "",
                       f"**What would decide it.** {g['decide']}"]
         lines.append("")
-    Path(path).write_text("\n".join(lines))
+    atomic_write_text(Path(path), "\n".join(lines))
 
 
-def _img(out: Path, name: str) -> str:
+def _img(out: Path, name: str, shown: set[str]) -> str:
+    """The figure embedded once on the page (``shown`` collects the names embedded so far); a later claim citing
+    it links back to it. The caption is drawn in the PNG itself, so it is the image's alt text, not repeated."""
+    e = html.escape
+    if name in shown:
+        return f"<p class='seefig'>Figure <a href='#fig-{e(name)}'>{e(name)}</a> (shown above).</p>"
     png = Path(out) / f"{name}.png"
     if not png.is_file():
-        return f"<p class='missing'>figure {html.escape(name)} not made</p>"
+        return f"<p class='missing'>figure {e(name)} not made</p>"
+    shown.add(name)
     data = base64.b64encode(png.read_bytes()).decode("ascii")
     cap = Path(out) / f"{name}.caption.txt"
-    caption = html.escape(cap.read_text().strip()) if cap.is_file() else ""
-    return (f"<figure><img alt='{html.escape(name)}' src='data:image/png;base64,{data}'>"
-            f"<figcaption>{html.escape(name)}: {caption}</figcaption></figure>")
+    caption = cap.read_text().strip() if cap.is_file() else name
+    return (f"<figure id='fig-{e(name)}'><img alt='{e(caption)}' src='data:image/png;base64,{data}'>"
+            f"<figcaption>{e(name)} (<a href='{e(name)}.pdf'>PDF</a>)</figcaption></figure>")
 
 
 def _parts_html(parts: list[dict[str, Any]]) -> str:
@@ -171,6 +181,7 @@ def write_html(path: Path, p: dict[str, Any], out: Path) -> None:
         + ("".join(f"<br><small>{e(k)}: {e(v)}</small>" for k, v in r.get("variants", {}).items()))
         + f"</td><td>{'' if r.get('seeds_needed') is None else r['seeds_needed']}</td></tr>" for r in p["claims"])
     sections = []
+    shown: set[str] = set()
     for r in p["claims"]:
         margins = "".join(f"<li>margin <code>{e(m['name'])}</code> = {e(m['shown'])}: {e(m['derivation'])}</li>"
                           for m in r["margins"])
@@ -188,7 +199,7 @@ def write_html(path: Path, p: dict[str, Any], out: Path) -> None:
             f"<p>{e(r['ours'])}</p></div></div>"
             f"<ul><li>setting: {e(r['setting'])}</li><li>grid: {e(r['grid'] or 'n/a')}</li><li>rule: {e(r['rule'])}</li>"
             f"{margins}{('<li>note: ' + e(r['note']) + '</li>') if r.get('note') else ''}</ul>"
-            f"{_parts_html(r['parts'])}{other}{para}{''.join(_img(out, f) for f in r['figures'])}</section>")
+            f"{_parts_html(r['parts'])}{other}{para}{''.join(_img(out, f, shown) for f in r['figures'])}</section>")
     css = ("body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#1f2328}"
            "table{border-collapse:collapse;margin:1em 0;font-size:0.9em}td,th{border:1px solid #d0d7de;padding:4px 8px;"
            "vertical-align:top}th{background:#f6f8fa}.verdict{font-weight:bold}.pv{display:flex;gap:2em}.pv div{flex:1;"
@@ -199,4 +210,4 @@ def write_html(path: Path, p: dict[str, Any], out: Path) -> None:
             f"</title><style>{css}</style></head><body><h1>Published claims vs this testbed</h1>{head}"
             "<table><tr><th>id</th><th>claim</th><th>paper</th><th>ours</th><th>verdict</th><th>seeds needed</th></tr>"
             f"{table}</table><h2>Shared rules</h2><p>{e(p['shared_rules'])}</p>{''.join(sections)}</body></html>")
-    Path(path).write_text(page)
+    atomic_write_text(Path(path), page)

@@ -2,7 +2,8 @@
 
 Scorecards are written by ``python -m testbed validate RECIPE`` in the format of `testbed.scorecard`
 (``results/scorecards/<slug>.json`` by default). The scorecards of the recipes the README runs ship
-with llm_scale (``llm_scale/scorecards``) and are used when the user has not validated the recipe.
+with llm_scale (``llm_scale/scorecards``) and are used when the user has not validated the recipe. A
+scorecard made with another battery version or seed scheme than the running code's is reported stale.
 """
 
 from __future__ import annotations
@@ -38,4 +39,8 @@ def report(spec: str, where: str | None = None) -> tuple[bool, str]:
         lines.append(f"  note: the scorecard was written for {card['recipe']!r}")
     if not passed:
         lines.insert(0, f"WARNING: recipe {spec!r} FAILED its testbed validation; promoting it anyway.")
+    stale = scorecard.stale_reasons(card)
+    if stale:
+        lines.insert(0, f"WARNING: the scorecard for {spec!r} is stale ({'; '.join(stale)}): its numbers are not this "
+                        f"code's; re-run python -m testbed validate {spec!r}")  # fmt: skip
     return passed, "\n".join(lines)

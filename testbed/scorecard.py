@@ -3,9 +3,15 @@
 A scorecard is one JSON file per recipe spec, ``<dir>/<slug>.json``, holding the recipe's score on
 a fixed battery of staleness settings (each cell scored in [0, 1]) and whether it passed::
 
-    {"recipe": "dg", "score": 0.83, "threshold": 0.5, "passed": true, "battery": "v1", "seeds": 1,
+    {"recipe": "dg", "score": 0.83, "threshold": 0.5, "passed": true, "battery": "v1", "seed_scheme": 2,
+     "code": {"version": "0.1.0", "commit": "3c943f7..."}, "seeds": 1,
      "cells": [{"task": ..., "staleness": ..., "score": ..., "metric": ..., "recipe_value": ...,
                 "pg_value": ..., "sync_value": ..., "status": "ok"}, ...], ...}
+
+``battery`` (the cells and the score rule) and ``seed_scheme`` (`testbed.seeding.SCHEME`, which fixes
+every random stream) say which numbers the card can be compared with: a card whose versions differ
+from the running code's is stale (`stale_reasons`), and llm_scale says so. ``code`` records the
+package version and, where the card was made in a git checkout, its commit.
 
 This module knows paths, the schema, reading, writing and the pass rule; it imports nothing from
 the experiment layer (runner, sweeps, tasks), so llm_scale can read scorecards without it.
@@ -17,10 +23,16 @@ import json
 import math
 import os
 import re
+import subprocess
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from .seeding import SCHEME
+
 DEFAULT_DIR = "results/scorecards"
+# The battery's version: bumped whenever its cells, their settings or the score rule change.
+BATTERY_VERSION = "v1"
 # Scorecards that ship with llm_scale for the recipes its README runs (written by the same battery).
 SHIPPED_DIR = Path(__file__).resolve().parent.parent / "llm_scale" / "scorecards"
 
@@ -32,6 +44,31 @@ CELL_FIELDS: dict[str, type | tuple[type, ...]] = {"task": str, "staleness": str
 
 class ScorecardError(ValueError):
     """A scorecard file is missing, unreadable or does not follow the schema."""
+
+
+def provenance() -> dict[str, Any]:
+    """What a scorecard made now records about the code: battery version, seed scheme, package version and commit."""
+    try:
+        version = metadata.version("staleness-testbed")
+    except metadata.PackageNotFoundError:
+        version = None
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent, capture_output=True,
+                                text=True, timeout=10).stdout.strip() or None  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        commit = None
+    return {"battery": BATTERY_VERSION, "seed_scheme": SCHEME, "code": {"version": version, "commit": commit}}
+
+
+def stale_reasons(card: dict[str, Any]) -> list[str]:
+    """Why ``card``'s numbers cannot be reproduced by the running code (empty when they can)."""
+    reasons = []
+    if card.get("battery") != BATTERY_VERSION:
+        reasons.append(f"battery {card.get('battery')!r}, the code runs {BATTERY_VERSION!r}")
+    if card.get("seed_scheme") != SCHEME:
+        found = card.get("seed_scheme", "not recorded")
+        reasons.append(f"seed scheme {found}, the code uses {SCHEME}")
+    return reasons
 
 
 def slug(spec: str) -> str:

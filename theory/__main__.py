@@ -3,7 +3,30 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import tempfile
+from pathlib import Path
+
+
+def csv_problem(path: str) -> str | None:
+    """Why ``--csv path`` cannot be written (one line), or None. Probed before any check runs."""
+    target = Path(path)
+    if target.is_dir():
+        return f"--csv {path!r} is a directory; give a file path, e.g. {os.path.join(path, 'theory.csv')!r}"
+    parent = target.parent
+    if not parent.is_dir():
+        return f"--csv {path!r}: directory {str(parent)!r} does not exist; create it first"
+    try:
+        if target.exists():
+            with open(target, "a"):
+                pass
+        else:
+            with tempfile.NamedTemporaryFile(dir=parent, prefix=f".{target.name}.", suffix=".probe"):
+                pass
+    except OSError as exc:
+        return f"--csv {path!r} is not writable ({exc.strerror or exc}); choose another path"
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -18,6 +41,10 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.items and not set(args.items) <= set(ITEMS):
         parser.error(f"unknown item(s) {sorted(set(args.items) - set(ITEMS))}; allowed: {', '.join(map(str, ITEMS))}")
+    problem = csv_problem(args.csv) if args.csv else None
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     return report(args.items, args.csv)
 
 

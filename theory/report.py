@@ -6,9 +6,11 @@ the report and ``pytest -m theory`` cannot disagree.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Callable, Iterable
+from pathlib import Path
 
 import pandas as pd
 import torch
@@ -90,5 +92,13 @@ def main(items: Iterable[int] | None = None, csv: str | None = None) -> int:
     failed = int((frame["pass"] == "FAIL").sum())
     print(f"\n{len(frame) - failed} of {len(frame)} checks passed in {time.perf_counter() - start:.1f} s")
     if csv:
-        frame.to_csv(csv, index=False)
+        tmp = Path(csv).with_name(f".{Path(csv).name}.{os.getpid()}.tmp")
+        try:  # written whole or not at all: a temporary file renamed into place
+            frame.to_csv(tmp, index=False)
+            os.replace(tmp, csv)
+        except OSError as exc:
+            print(f"error: could not write --csv {csv!r} ({exc.strerror or exc}); the table above is complete", file=sys.stderr)
+            return 2
+        finally:
+            tmp.unlink(missing_ok=True)
     return 0 if failed == 0 else 1

@@ -10,6 +10,8 @@ are set to None, and torch optimizers leave parameters without a gradient (and t
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -61,3 +63,74 @@ class TransformStep:
         if saved is not None:
             for group, lr in zip(optimizer.param_groups, saved, strict=True):
                 group["lr"] = lr
+
+
+# -- the recipe's state in a host's checkpoint ------------------------------------------------------
+
+STATE_FILE = "stabilizer_state.pt"
+STATE_FORMAT = 1
+
+
+def write_state(path: str | Path, payload: dict[str, Any]) -> Path:
+    """``torch.save`` ``payload`` (tagged with `STATE_FORMAT`) to ``path`` atomically: a temporary file renamed into place."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        torch.save({**payload, "format": STATE_FORMAT}, tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def read_state(path: str | Path) -> dict[str, Any] | None:
+    """The payload written by `write_state` at ``path``; None when there is no file.
+
+    ValueError (one line, naming the file) when the file is unreadable or of another format: a
+    damaged file must not pass for "no state".
+    """
+    path = Path(path)
+    if not path.is_file():
+        return None
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise ValueError(f"stabilizer state {path} is unreadable ({type(exc).__name__}: {' '.join(str(exc).split())[:200]}); "
+                         "delete it to restart the stabilizer from nothing, or resume from another checkpoint") from None  # fmt: skip
+    found = payload.get("format") if isinstance(payload, dict) else None
+    if found != STATE_FORMAT:
+        raise ValueError(f"stabilizer state {path} has format {found!r}; this version reads format {STATE_FORMAT}")
+    return payload
+
+
+def save_recipe_state(recipe: Recipe, directory: str | Path) -> Path:
+    """Write ``recipe.state_dict()`` (gac's reference gradient and history, a gate's random stream, ...) to
+    ``directory/stabilizer_state.pt`` atomically; return the path."""
+    return write_state(Path(directory) / STATE_FILE, {"spec": recipe.spec, "recipe": recipe.state_dict()})
+
+
+def read_recipe_state(directory: str | Path) -> dict[str, Any] | None:
+    """The payload of `save_recipe_state` in ``directory`` (None when there is none); ValueError when damaged."""
+    return read_state(Path(directory) / STATE_FILE)
+
+
+def load_recipe_state(recipe: Recipe, directory: str | Path) -> bool:
+    """Load the state saved in ``directory`` into ``recipe``; False when the checkpoint holds none.
+
+    ValueError when the file is damaged or was written for another recipe spec.
+    """
+    payload = read_recipe_state(directory)
+    if payload is None:
+        return False
+    if payload.get("spec") != recipe.spec:
+        raise ValueError(f"stabilizer state in {Path(directory) / STATE_FILE} is for recipe {payload.get('spec')!r}, "
+                         f"not {recipe.spec!r}; resume with the same recipe")  # fmt: skip
+    recipe.load_state_dict(payload["recipe"])
+    return True
+
+
+def missing_state_warning(host: str, checkpoint: str | Path, spec: str) -> str:
+    """The one line printed when a resumed host run finds no stabilizer state to restore."""
+    return (f"WARNING: {host} resumed from {checkpoint}, which holds no stabilizer state ({STATE_FILE}): recipe {spec!r} "
+            "restarts its state (gac's reference gradient, ess_lr, gate streams) from nothing")  # fmt: skip

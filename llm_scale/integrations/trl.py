@@ -42,6 +42,10 @@ the rollout engine's own log-probs (vLLM's ``sampling_per_token_logps``), so the
 correct staleness and the engine mismatch together; it requires
 ``vllm_importance_sampling_correction=False`` (otherwise the mismatch would be corrected twice).
 
+Logged values: ``loss`` is TRL's (the value of the loss above, so with the ``ppo`` recipe and TRL's clip
+range it equals ``GRPOTrainer``'s number for number); the surrogate's own value, normalised as
+``loss_type`` says but before TRL's masks, vLLM weights and KL term, is ``stabilizer/surrogate_loss``.
+
 Gradient transforms run in ``on_pre_optimizer_step``, i.e. after TRL's own ``max_grad_norm``
 clipping (set ``max_grad_norm=0`` to leave clipping to the recipe), with batch statistics
 (sequence log-ratios, hence ESS) gathered from the loss calls of the accumulation window; their lr
@@ -57,13 +61,18 @@ normalisation (token sum / tokens per rank / accumulation steps).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import inspect
 import math
+import os
+import textwrap
 import time
 import warnings
 from collections.abc import Mapping
 from typing import Any
 
 import torch
+from packaging.version import InvalidVersion, Version
 from torch import Tensor
 
 try:
@@ -75,15 +84,46 @@ except ImportError as exc:  # pragma: no cover - exercised only without trl
 
 from testbed.stabilizers import NAMED_RECIPES, SURROGATES, PolicyTerms, Recipe, build, parse_spec
 
-from .hooks import TransformStep
+from .hooks import TransformStep, load_recipe_state, missing_state_warning, save_recipe_state
 
-MIRRORED_TRL = "1.16"
-if not trl.__version__.startswith(MIRRORED_TRL + "."):  # pragma: no cover - depends on the installed trl
-    warnings.warn(
-        f"llm_scale.integrations.trl mirrors the loss of trl {MIRRORED_TRL}.x; trl {trl.__version__} may normalise or mask "
-        "differently (tests/llm/test_llm_trl.py compares the two)",
-        stacklevel=2,
-    )
+# The TRL releases whose loss this module mirrors, as [lowest, first unsupported), and the sha256 of the
+# source of each upstream function it copies (inspect.getsource, dedented) in those releases.
+SUPPORTED_TRL = ("1.16.0", "1.17.0")
+UPSTREAM_SOURCES = {
+    "GRPOTrainer._compute_loss": "16c4f3917b9fd26418d16176fd0aeb02ae30f3a41708061a5f8aa5bb74e25b26",
+    "AsyncGRPOTrainer.compute_loss": "4fad05bf0e8bb74090dc902b988afd9782b52bd42cf2931ffb690cb43381a255",
+}
+
+
+def source_fingerprint(fn: Any) -> str:
+    """sha256 of ``fn``'s dedented source: changes whenever the upstream function's code does."""
+    return hashlib.sha256(textwrap.dedent(inspect.getsource(fn)).encode()).hexdigest()
+
+
+def check_trl_version(version: str | None = None) -> None:
+    """ImportError (one line naming the supported range) unless ``version`` (default: the installed trl's) is in it."""
+    version = trl.__version__ if version is None else version
+    low, high = SUPPORTED_TRL
+    try:
+        supported = Version(low) <= Version(version) < Version(high)
+    except InvalidVersion:
+        supported = False
+    if not supported:
+        raise ImportError(f"llm_scale.integrations.trl supports trl >={low},<{high} (its loss mirrors that release's "
+                          f"GRPOTrainer line for line); trl {version} is installed: pip install 'trl>={low},<{high}'")  # fmt: skip
+
+
+def check_upstream(name: str, fn: Any) -> None:
+    """ImportError (one line) when the installed trl's ``name`` is not the code this module mirrors."""
+    got = source_fingerprint(fn)
+    if got != UPSTREAM_SOURCES[name]:
+        raise ImportError(f"trl {trl.__version__}'s {name} is not the code llm_scale.integrations.trl mirrors (source "
+                          f"sha256 {got[:12]}, expected {UPSTREAM_SOURCES[name][:12]}): the plugin's loss could differ from "
+                          f"TRL's; install trl >={SUPPORTED_TRL[0]},<{SUPPORTED_TRL[1]} as released")  # fmt: skip
+
+
+check_trl_version()
+check_upstream("GRPOTrainer._compute_loss", GRPOTrainer._compute_loss)
 
 _MM_KEYS = (
     "pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask", "spatial_shapes", "num_tiles",
@@ -197,20 +237,56 @@ TRAINING_ARGS_SETTINGS: dict[str, str] = {
 
 
 class GradientTransformCallback(TrainerCallback):
-    """Applies ``recipe``'s gradient transforms in ``on_pre_optimizer_step``; restores lr in ``on_optimizer_step``.
+    """Applies ``recipe``'s gradient transforms in ``on_pre_optimizer_step``; restores lr in ``on_optimizer_step``;
+    keeps the recipe's state in the trainer's checkpoints.
 
     ``step.collect(...)`` records the statistics of each loss call (the trainers below do it);
     ``step.history`` holds the transforms' metrics of every step, also appended to ``sink`` (e.g. a
     GRPOTrainer's ``_metrics["train"]``) so that they are logged with TRL's.
+
+    Checkpoints: ``on_save`` writes ``recipe.state_dict()`` (gac's reference gradient and threshold
+    history, a gate's random stream) to ``checkpoint-N/stabilizer_state.pt`` beside the trainer's own
+    files; `restore` loads it (the plugin's trainers call it from ``_load_from_checkpoint``, i.e. on
+    ``train(resume_from_checkpoint=...)``). With a plain ``GRPOTrainer`` the callback finds the state of
+    ``output_dir/checkpoint-N`` itself at ``on_train_begin``; a resumed run without one prints one
+    warning line. transformers' ``ExportableState`` is not used: it stores callback state as JSON in
+    ``trainer_state.json`` and rebuilds callbacks from JSON arguments (only with
+    ``restore_callback_states_from_checkpoint``), neither of which suits a gradient-sized tensor.
     """
 
     def __init__(self, recipe: Recipe, sink: dict[str, list[float]] | None = None) -> None:
         self.recipe = recipe
         self.sink = sink
         self.step = TransformStep()
+        self.restored_from: str | None = None
+
+    @property
+    def active(self) -> bool:
+        """Whether the recipe has gradient transforms to apply (state is saved either way)."""
+        return bool(self.recipe.transforms)
+
+    def collect(self, logp: Tensor, behavior_logp: Tensor, mask: Tensor) -> None:
+        if self.active:
+            self.step.collect(logp, behavior_logp, mask)
+
+    def restore(self, checkpoint: str | os.PathLike) -> bool:
+        """Load the recipe's state saved in ``checkpoint``; warn (one line) and return False when it has none."""
+        found = load_recipe_state(self.recipe, checkpoint)
+        self.restored_from = str(checkpoint)
+        if not found:
+            warnings.warn(missing_state_warning("TRL trainer", checkpoint, self.recipe.spec), stacklevel=2)
+        return found
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        if state.global_step > 0 and self.restored_from is None:  # resumed by a trainer that did not call restore
+            self.restore(os.path.join(args.output_dir, f"checkpoint-{state.global_step}"))
+
+    def on_save(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        if args.should_save:
+            save_recipe_state(self.recipe, os.path.join(args.output_dir, f"checkpoint-{state.global_step}"))
 
     def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, model: Any = None, optimizer: Any = None, **kw: Any) -> None:
-        if model is None or optimizer is None:
+        if model is None or optimizer is None or not self.active:
             return
         metrics = self.step.before_step(self.recipe, optimizer, [p for p in model.parameters() if p.requires_grad])
         if self.sink is not None:
@@ -395,8 +471,11 @@ class StabilizerGRPOTrainer(GRPOTrainer):
         if self.recipe is None:
             self.recipe = compose_recipe(recipe, self.args, behavior)
         self.stabilizer_callback = GradientTransformCallback(self.recipe, sink=self._metrics["train"])
-        if self.recipe.transforms:
-            self.add_callback(self.stabilizer_callback)
+        self.add_callback(self.stabilizer_callback)  # it saves the recipe's state even without transforms
+
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None:
+        super()._load_from_checkpoint(resume_from_checkpoint, model)
+        self.stabilizer_callback.restore(resume_from_checkpoint)
 
     def _behavior_logp(self, inputs: Mapping[str, Any], old: Tensor) -> Tensor:
         if self.behavior == "sampler" and inputs.get("sampling_per_token_logps") is not None:
@@ -434,6 +513,7 @@ class StabilizerGRPOTrainer(GRPOTrainer):
         per_token_loss = torch.where(used, loss_mat, torch.zeros((), dtype=loss_mat.dtype, device=loss_mat.device))
         per_token_loss = per_token_loss.to(logp.dtype)
         metrics["nonfinite_masked"] = float(n_bad)
+        own_loss = per_token_loss.detach()  # the surrogate's own value, before TRL's masks, weights and KL
 
         if self.off_policy_mask_threshold is not None:
             per_token_loss = per_token_loss * off_policy_mask
@@ -454,7 +534,10 @@ class StabilizerGRPOTrainer(GRPOTrainer):
         mode = "train" if self.model.training else "eval"
         accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1.0
         loss = self._normalise(per_token_loss, mask, inputs, mode)
-        policy_loss = loss.detach() * (1.0 if self.loss_type in ("dapo", "cispo") else accumulation)
+        unscale = 1.0 if self.loss_type in ("dapo", "cispo") else accumulation
+        policy_loss = loss.detach() * unscale
+        with torch.no_grad():
+            metrics["surrogate_loss"] = float(self.accelerator.gather(self._normalise(own_loss, mask, inputs, mode) * unscale).nanmean())
 
         if self._entropy_bonus_enabled:
             loss = loss - self._entropy_bonus(entropies, mask, entropy_mask, mode, accumulation)
@@ -471,7 +554,7 @@ class StabilizerGRPOTrainer(GRPOTrainer):
             self._metrics[mode]["kl"].append(global_masked_mean(per_token_kl.expand_as(logp)))
         self._metrics[mode]["entropy"].append(global_masked_mean(entropies))
         if mode == "train":
-            self.stabilizer_callback.step.collect(logp, behavior, terms.mask)
+            self.stabilizer_callback.collect(logp, behavior, terms.mask)
         for key, value in metrics.items():
             self._metrics[mode][f"stabilizer/{key}"].append(float(value))
         return loss
@@ -546,6 +629,7 @@ def _async_trainer_class() -> type:
         from trl.experimental.async_grpo import AsyncGRPOTrainer
     except ImportError as exc:  # pragma: no cover - depends on the installed trl
         raise ImportError(f"StabilizerAsyncGRPOTrainer needs trl.experimental.async_grpo (trl >= 1.x): {exc}") from exc
+    check_upstream("AsyncGRPOTrainer.compute_loss", AsyncGRPOTrainer.compute_loss)
     return AsyncGRPOTrainer
 
 
@@ -567,8 +651,11 @@ def _make_async_trainer() -> type:
             if self.recipe is None:
                 self.recipe = compose_recipe(recipe, self.args)
             self.stabilizer_callback = GradientTransformCallback(self.recipe, sink=self._metrics["train"])
-            if self.recipe.transforms:
-                self.add_callback(self.stabilizer_callback)
+            self.add_callback(self.stabilizer_callback)
+
+        def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None:
+            super()._load_from_checkpoint(resume_from_checkpoint, model)
+            self.stabilizer_callback.restore(resume_from_checkpoint)
 
         def compute_loss(self, model: Any, inputs: dict[str, Any], return_outputs: bool = False, num_items_in_batch: Any = None) -> Tensor:
             return stabilizer_async_loss(self, model, inputs)
@@ -617,7 +704,7 @@ def stabilizer_async_loss(trainer: Any, model: Any, inputs: dict[str, Any]) -> T
     metrics["nonfinite_masked"] = float(n_bad)
     for key, value in metrics.items():
         trainer._metrics["train"][f"stabilizer/{key}"].append(float(value))
-    trainer.stabilizer_callback.step.collect(logp, behavior, terms.mask)
+    trainer.stabilizer_callback.collect(logp, behavior, terms.mask)
     # the trainer's per-step accounting, as in AsyncGRPOTrainer.compute_loss
     n_forward_tokens = float(inputs["global_n_forward_tokens"][0])
     mean_seq_len = float(inputs["mean_seq_len"][0])

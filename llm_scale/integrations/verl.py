@@ -9,7 +9,10 @@ Importing this module registers each surrogate of ``testbed.stabilizers`` in ver
 
 and aggregates with verl's own ``agg_loss``, including the global-batch normalisation
 (``config.global_batch_info``: dp_size, batch_num_tokens, global_batch_size, loss_scale_factor)
-when the installed verl has it, so a ``tb_*`` loss is normalised exactly like verl's built-ins.
+when the installed verl has it, so a ``tb_*`` loss is normalised exactly like verl's built-ins. The loss returned is what verl's actor
+logs as ``actor/pg_loss``: for a surrogate verl also has (below) it is verl's own value, number for
+number; the surrogate's own value (without verl's rollout weights) is logged as
+``actor/tb_surrogate_loss``.
 
 Mapping of verl's quantities onto `PolicyTerms`: ``log_prob`` -> logp (learner, with grad);
 ``old_log_prob`` -> behavior_logp (in verl this is the policy recomputed at the start of the update,
@@ -51,10 +54,25 @@ workers' environment (e.g. Ray's runtime_env ``env_vars``), or name it in the mo
     +actor_rollout_ref.actor.policy_loss.gradient_transforms='gac(t_low=0.1)'
 
 or start from the ready config ``llm_scale/integrations/configs/tb_dg_gac.yaml`` (README).
+
+Checkpoints: verl has no hook for extra actor state, so importing this module wraps the
+``save_checkpoint`` / ``load_checkpoint`` of verl's FSDP and Megatron checkpoint managers (used by the
+legacy FSDP / Megatron workers and the fsdp, veomni and megatron engines): each rank writes
+``stabilizer_state_world_size_W_rank_R.pt`` beside its ``model_world_size_W_rank_R.pt`` (the gradient
+transforms' state per spec: gac's reference gradient and threshold history, ess_lr's; and the stateful
+surrogates': a gate's random stream) and reads it back on ``trainer.resume_mode``. A state restored
+before the worker built its recipe is applied when it does. A resumed actor whose checkpoint holds no
+state while the run uses some logs one warning line; the torchtitan and automodel engines keep their
+own checkpointers, which this does not reach (`stabilizer_state_dict` / `load_stabilizer_state_dict`
+are the functions to call there).
 """
 
 from __future__ import annotations
 
+import functools
+import importlib
+import logging
+import os
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -74,7 +92,9 @@ except ImportError as exc:  # pragma: no cover - exercised only without verl
 from testbed.stabilizers import SURROGATES, PolicyTerms, Recipe, build
 from testbed.stabilizers.base import Surrogate
 
-from .hooks import TransformStep
+from .hooks import TransformStep, missing_state_warning, read_state, write_state
+
+LOGGER = logging.getLogger(__name__)
 
 PREFIX = "tb_"
 
@@ -128,6 +148,11 @@ def _policy_loss_config(config: Any) -> Any:
 
 _lock = threading.Lock()
 _surrogates: dict[tuple[str, tuple], Surrogate] = {}
+_pending_surrogate_state: dict[str, Any] = {}  # restored from a checkpoint before the surrogate was first built
+
+
+def _surrogate_key(key: tuple[str, tuple]) -> str:
+    return f"{key[0]}{key[1]!r}"
 
 
 def _surrogate(name: str, params: dict[str, Any]) -> Surrogate:
@@ -140,6 +165,9 @@ def _surrogate(name: str, params: dict[str, Any]) -> Surrogate:
                 _surrogates[key] = build(f"{name}({args})" if args else name).surrogate
             except ValueError as exc:
                 raise ValueError(f"policy_loss.stabilizer_params for {PREFIX}{name}: {exc}") from None
+            pending = _pending_surrogate_state.pop(_surrogate_key(key), None)
+            if pending:
+                _surrogates[key].load_state_dict(pending)
         return _surrogates[key]
 
 
@@ -198,18 +226,21 @@ def make_policy_loss(name: str) -> Any:
         explicit = dict(_get(loss_cfg, "stabilizer_params", {}) or {})
         surrogate = _surrogate(name, host_params(name, config, explicit))
         terms, n_bad = PolicyTerms(log_prob, old_log_prob, advantages, response_mask.bool()).checked("mask")
-        loss_mat, used, metrics = surrogate.per_token(terms)
-        if rollout_is_weights is not None:
-            loss_mat = loss_mat * rollout_is_weights.detach()
-        loss_mat = torch.where(used, loss_mat, torch.zeros_like(loss_mat))
+        own_mat, used, metrics = surrogate.per_token(terms)
+        own_mat = torch.where(used, own_mat, torch.zeros_like(own_mat))
+        loss_mat = own_mat if rollout_is_weights is None else own_mat * rollout_is_weights.detach()
         # verl's mode by default (gspo too, as verl's gspo); stabilizer_params.agg is the deliberate exception
         agg = explicit.get("agg") or loss_agg_mode
-        loss = core_algos.agg_loss(loss_mat=loss_mat, loss_mask=used, loss_agg_mode=agg, **_global_batch_info(config))
+        batch_info = _global_batch_info(config)
+        loss = core_algos.agg_loss(loss_mat=loss_mat, loss_mask=used, loss_agg_mode=agg, **batch_info)
+        with torch.no_grad():  # the surrogate's own value, without verl's rollout weights (verl logs `loss` as pg_loss)
+            own = loss.detach() if rollout_is_weights is None else core_algos.agg_loss(loss_mat=own_mat, loss_mask=used, loss_agg_mode=agg, **batch_info)
         transforms = str(_get(loss_cfg, "gradient_transforms", "") or "")
         if transforms:
             _HOOKS.collect(transforms, terms)
         out = {f"actor/{PREFIX}{k}": float(v) for k, v in metrics.items()}
         out[f"actor/{PREFIX}nonfinite_masked"] = float(n_bad)
+        out[f"actor/{PREFIX}surrogate_loss"] = float(own)
         return loss, out
 
     policy_loss.__name__ = f"compute_policy_loss_{PREFIX}{name}"
@@ -243,12 +274,16 @@ class _TransformHooks:
         self.handles: list[Any] = []
         self.explicit = False
         self.lock = threading.Lock()
+        self.pending_state: dict[str, Any] = {}  # restored from a checkpoint before the recipe was first built
+        self.stepped: set[int] = set()  # ids of the optimizers whose steps the transforms acted on
 
     def recipe(self, spec: str) -> Recipe:
         if spec not in self.recipes:
             recipe = build(spec)
             if not recipe.transforms:
                 raise ValueError(f"gradient_transforms {spec!r} names no gradient transform")
+            if spec in self.pending_state:
+                recipe.load_state_dict(self.pending_state.pop(spec))
             self.recipes[spec] = recipe
         return self.recipes[spec]
 
@@ -265,6 +300,7 @@ class _TransformHooks:
         with self.lock:
             if self.spec is None or (not self.step.pending and not self.explicit):
                 return
+            self.stepped.add(id(optimizer))
             self.step.before_step(self.recipe(self.spec), optimizer)
 
     def post_hook(self, optimizer: torch.optim.Optimizer, args: Any = (), kwargs: Any = None) -> None:
@@ -305,8 +341,113 @@ def transform_state_dict() -> dict[str, Any]:
 
 
 def load_transform_state_dict(state: dict[str, Any]) -> None:
+    """Load `transform_state_dict`'s output; a recipe not built yet in this process gets its state when it is."""
     for spec, sub in state.items():
-        _HOOKS.recipe(spec).load_state_dict(sub)
+        if spec in _HOOKS.recipes:
+            _HOOKS.recipes[spec].load_state_dict(sub)
+        else:
+            _HOOKS.pending_state[spec] = sub
+
+
+# -- the stabilizer's state beside verl's actor checkpoint ------------------------------------------
+
+STATE_NAME = "stabilizer_state_world_size_{world_size}_rank_{rank}.pt"
+
+
+def stabilizer_state_dict() -> dict[str, Any]:
+    """Everything of the plugin that an exact resume needs in this process: the gradient transforms' state
+    (gac's reference gradient and threshold history, per spec) and the stateful surrogates' (a gate's stream)."""
+    with _lock:
+        surrogates = {_surrogate_key(k): s.state_dict() for k, s in _surrogates.items() if s.state_dict()}
+    return {"transforms": transform_state_dict(), "surrogates": surrogates}
+
+
+def load_stabilizer_state_dict(state: dict[str, Any]) -> None:
+    load_transform_state_dict(state.get("transforms", {}))
+    with _lock:
+        built = {_surrogate_key(k): s for k, s in _surrogates.items()}
+        for key, sub in state.get("surrogates", {}).items():
+            if key in built:
+                built[key].load_state_dict(sub)
+            else:
+                _pending_surrogate_state[key] = sub
+
+
+def _has_state() -> bool:
+    return bool(_HOOKS.recipes) or any(s.state_dict() for s in list(_surrogates.values()))
+
+
+def state_path(local_path: str, world_size: int, rank: int) -> str:
+    """Where a rank's stabilizer state lives in verl's checkpoint directory (beside ``model_world_size_W_rank_R.pt``)."""
+    return os.path.join(local_path, STATE_NAME.format(world_size=world_size, rank=rank))
+
+
+def save_checkpoint_state(manager: Any, local_path: str) -> str | None:
+    """Write this rank's stabilizer state into ``local_path`` for ``manager`` (a verl checkpoint manager).
+
+    Nothing is written when the process holds no stabilizer state, or when the manager's optimizer is
+    not one the transforms acted on (a colocated critic's) while some other optimizer is.
+    """
+    if local_path is None or not _has_state():
+        return None
+    optimizer = getattr(manager, "optimizer", None)
+    if _HOOKS.stepped and optimizer is not None and id(optimizer) not in _HOOKS.stepped:
+        return None
+    path = state_path(local_path, manager.world_size, manager.rank)
+    write_state(path, stabilizer_state_dict())
+    return path
+
+
+def load_checkpoint_state(manager: Any, local_path: str) -> bool:
+    """Restore this rank's stabilizer state from ``local_path``; a loud warning line when a run that uses
+    stabilizer state resumes from a checkpoint without it (verl's ``critic`` directory is not the actor's)."""
+    if local_path is None:
+        return False
+    path = state_path(local_path, manager.world_size, manager.rank)
+    payload = read_state(path)
+    if payload is None:
+        if _has_state() and os.path.basename(os.path.normpath(local_path)) != "critic":
+            LOGGER.warning(missing_state_warning("verl actor", local_path, ", ".join(_HOOKS.recipes) or "tb_* loss"))
+        return False
+    load_stabilizer_state_dict(payload)
+    return True
+
+
+def _wrap_checkpoint_manager(cls: type) -> None:
+    """Make ``cls.save_checkpoint`` / ``load_checkpoint`` save / load the stabilizer state beside the actor's files."""
+    if getattr(cls.save_checkpoint, "_stabilizer_state", False):
+        return
+    save, load = cls.save_checkpoint, cls.load_checkpoint
+
+    @functools.wraps(save)
+    def save_checkpoint(self: Any, local_path: str, *args: Any, **kwargs: Any) -> Any:
+        out = save(self, local_path, *args, **kwargs)
+        save_checkpoint_state(self, local_path)
+        return out
+
+    @functools.wraps(load)
+    def load_checkpoint(self: Any, local_path: str, *args: Any, **kwargs: Any) -> Any:
+        out = load(self, local_path, *args, **kwargs)
+        load_checkpoint_state(self, local_path)
+        return out
+
+    save_checkpoint._stabilizer_state = load_checkpoint._stabilizer_state = True  # type: ignore[attr-defined]
+    cls.save_checkpoint, cls.load_checkpoint = save_checkpoint, load_checkpoint
+
+
+def wire_checkpoints() -> list[str]:
+    """Wrap verl's FSDP and Megatron checkpoint managers (those importable here); return their names."""
+    wired = []
+    for module, name in (("verl.utils.checkpoint.fsdp_checkpoint_manager", "FSDPCheckpointManager"),
+                         ("verl.utils.checkpoint.megatron_checkpoint_manager", "MegatronCheckpointManager")):  # fmt: skip
+        try:
+            cls = getattr(importlib.import_module(module), name)
+        except Exception:  # e.g. Megatron not installed: its manager cannot be used either
+            continue
+        _wrap_checkpoint_manager(cls)
+        wired.append(name)
+    return wired
 
 
 REGISTERED = register()
+WIRED_CHECKPOINTS = wire_checkpoints()

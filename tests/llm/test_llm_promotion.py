@@ -31,6 +31,52 @@ def test_battery_covers_three_tasks_at_two_staleness_levels():
         assert len({c.delay for c in BATTERY if c.task == task}) >= 2
 
 
+def test_select_battery_keeps_the_lowest_and_highest_lag_where_stale_pg_loses(tmp_path, monkeypatch):
+    """The rule applied to the baselines' values (stand-ins for the runs: sync 0.9, stale 0.9 - 0.06 * lag): gaps
+    0.06, 0.12, 0.24, 0.48 at lags 1, 2, 4, 8, so lags 2 to 8 qualify and the battery keeps lags 2 and 8."""
+    import testbed.sweep
+    from testbed import validate as v
+
+    candidates = tuple(Cell("bandit", f"fixed:{d}", 12, settings={"lr": 1.0}) for d in (1, 2, 4, 8))
+    by_id = {}
+    for cell in candidates:
+        for delay in (cell.delay, "sync"):
+            for seed in range(3):
+                cfg = v._config(cell, "pg", delay, seed)
+                by_id[cfg.run_id] = 0.9 if delay == "sync" else 0.9 - 0.06 * int(delay.split(":")[1])
+    monkeypatch.setattr(testbed.sweep, "run_sweep", lambda configs, *a, **k: None)
+    monkeypatch.setattr(v, "_final", lambda table, run_id, metric: (by_id[run_id], "ok"))
+    battery, rows = v.select_battery(tmp_path, candidates)
+    assert [r["qualifies"] for r in rows] == [False, True, True, True]
+    assert [c.delay for c in battery] == ["fixed:2", "fixed:8"]
+
+
+def test_selection_rule_is_on_the_baselines_only():
+    from testbed.validate import qualifies
+
+    assert qualifies([0.2, 0.3, 0.25], [0.8, 0.8, 0.9])
+    assert not qualifies([0.2, 0.3, 0.95], [0.8, 0.8, 0.9])  # one seed where stale PG does not lose
+    assert not qualifies([0.35, 0.35, 0.35], [0.4, 0.45, 0.45])  # synchronous PG does not learn (< 0.5)
+    assert not qualifies([0.75, 0.75, 0.75], [0.8, 0.8, 0.8])  # gap 0.05 < 0.1
+    assert not qualifies([float("nan")] * 3, [0.8] * 3)
+
+
+def test_stale_scorecard_is_reported_as_stale(tmp_path):
+    from testbed import scorecard
+
+    card = {"recipe": "dg", "score": 0.9, "threshold": 0.5, "passed": True, **scorecard.provenance(),
+            "cells": [{"task": "bandit", "staleness": "fixed:8", "score": 0.9}]}  # fmt: skip
+    assert card["seed_scheme"] == scorecard.SCHEME and card["battery"] == scorecard.BATTERY_VERSION
+    scorecard.write(card, tmp_path)
+    ok, text = report("dg", str(tmp_path))
+    assert ok and "is stale" not in text
+    for old in ({**card, "battery": "v0"}, {k: v for k, v in card.items() if k != "seed_scheme"}):
+        scorecard.write(old, tmp_path)
+        ok, text = report("dg", str(tmp_path))
+        first = text.splitlines()[0]
+        assert first.startswith("WARNING: the scorecard for 'dg' is stale") and "python -m testbed validate 'dg'" in first
+
+
 def test_scorecard_round_trip_and_llm_scale_report(tmp_path):
     battery = (Cell("bandit", "fixed:4", 8, settings={"batch_size": 8}), Cell("bandit", "fixed:8", 8, settings={"batch_size": 8}))
     card = validate("tis(c=2)", out=tmp_path, battery=battery, progress=False, threshold=0.0)
@@ -105,7 +151,7 @@ def test_the_readme_examples_have_shipped_passing_scorecards():
         path = scorecard.find(spec, None)
         assert path.parent.resolve() == scorecard.SHIPPED_DIR or path.is_file(), spec
         card = scorecard.read(scorecard.path_for(spec, scorecard.SHIPPED_DIR))
-        assert card["recipe"] == spec and card["passed"] and len(card["cells"]) == 6
+        assert card["recipe"] == spec and card["passed"] and len(card["cells"]) == len(BATTERY)
         ok, text = report(spec)
         assert ok and "PASSED" in text
 
@@ -132,3 +178,34 @@ def test_no_llm_scale_module_imports_the_testbed_experiment_layer():
                     ok = name.startswith(allowed) or (path.name, name) in exceptions
                     assert ok, f"{path.relative_to(root.parent)} imports {name}"
     assert "testbed.stabilizers" in seen and "testbed.scorecard" in seen
+
+
+SHIPPED = ("dg", "tis(c=2)+ess_lr")  # regenerated with: python -m testbed validate SPEC --out llm_scale/scorecards
+
+
+@pytest.mark.slow  # fails until the shipped scorecards are regenerated with this code (see SHIPPED)
+@pytest.mark.parametrize("spec", SHIPPED)
+def test_shipped_scorecard_reproduces(tmp_path, spec):
+    """`python -m testbed validate SPEC` (one seed, default settings) gives the shipped scorecard's numbers exactly:
+    a change to the loop, the seeds or the battery that moves them fails here until the cards are regenerated."""
+    from testbed import scorecard
+
+    shipped = scorecard.read(scorecard.path_for(spec, scorecard.SHIPPED_DIR))
+    assert not scorecard.stale_reasons(shipped), scorecard.stale_reasons(shipped)
+    card = validate(spec, out=tmp_path, progress=False)
+    assert [(c["task"], c["staleness"]) for c in card["cells"]] == [(c["task"], c["staleness"]) for c in shipped["cells"]]
+    for mine, theirs in zip(card["cells"], shipped["cells"], strict=True):
+        for key in ("recipe_value", "pg_value", "sync_value", "score"):
+            assert mine[key] == theirs[key], (spec, mine["task"], mine["staleness"], key, mine[key], theirs[key])
+    assert card["score"] == shipped["score"] and card["passed"] == shipped["passed"]
+
+
+@pytest.mark.slow  # fails on the earlier battery's bandit cells until the battery is the rule's pick
+def test_battery_baselines_lose_to_staleness_in_every_cell():
+    """The rule the battery was chosen by, on the shipped numbers: stale PG below synchronous PG by >= 0.1 in every cell."""
+    from testbed import scorecard
+    from testbed.validate import MIN_GAP
+
+    for spec in SHIPPED:
+        for cell in scorecard.read(scorecard.path_for(spec, scorecard.SHIPPED_DIR))["cells"]:
+            assert cell["sync_value"] - cell["pg_value"] >= MIN_GAP, (spec, cell["task"], cell["staleness"])

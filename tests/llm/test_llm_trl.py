@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import shutil
+import warnings
 from collections import defaultdict
 from types import SimpleNamespace
 
@@ -17,9 +19,10 @@ import torch
 
 pytest.importorskip("trl", reason="the TRL plugin needs the 'trl' extra: pip install -e '.[trl]'")
 
-from transformers import TrainingArguments
+from transformers import TrainerCallback, TrainingArguments
 from trl import GRPOConfig, GRPOTrainer
 
+from llm_scale.integrations import hooks
 from llm_scale.integrations import trl as plugin
 from llm_scale.integrations.trl import StabilizerGRPOTrainer, compose_recipe
 from testbed.stabilizers import PolicyTerms, Recipe, build
@@ -313,6 +316,146 @@ def test_gradient_transforms_clip_every_step_of_trls_loop(tmp_path):
     assert norms == pytest.approx([float(g.norm()) for g in recorder.grads], rel=1e-5)  # the recorder ran first
     logged = [row["stabilizer/grad_norm"] for row in trainer.state.log_history if "stabilizer/grad_norm" in row]
     assert logged == pytest.approx(norms, rel=1e-6)
+
+
+# -- TRL version discipline -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", ["1.15.2", "1.17.0", "2.0.0", "not-a-version"])
+def test_unsupported_trl_version_is_refused_in_one_line(monkeypatch, version):
+    monkeypatch.setattr(plugin.trl, "__version__", version)
+    with pytest.raises(ImportError) as info:
+        plugin.check_trl_version()
+    message = str(info.value)
+    assert "\n" not in message and f"trl {version} is installed" in message and "trl >=1.16.0,<1.17.0" in message
+
+
+def test_supported_versions_and_the_installed_loss_pass_the_checks():
+    for version in ("1.16.0", "1.16.3", "1.16.1.dev0"):
+        plugin.check_trl_version(version)
+    plugin.check_upstream("GRPOTrainer._compute_loss", GRPOTrainer._compute_loss)  # what the import itself checked
+
+
+def test_changed_upstream_loss_is_refused_in_one_line(monkeypatch):
+    """An upstream edit of the mirrored function, even one line, changes its fingerprint: the import refuses."""
+
+    def edited(self, model, inputs):  # stands in for a TRL release whose _compute_loss differs
+        return None
+
+    with pytest.raises(ImportError) as info:
+        plugin.check_upstream("GRPOTrainer._compute_loss", edited)
+    assert "\n" not in str(info.value) and "is not the code llm_scale.integrations.trl mirrors" in str(info.value)
+
+
+# -- logged values ---------------------------------------------------------------------------------
+
+
+def _logged(trainer, key: str) -> list[float]:
+    return [row[key] for row in trainer.state.log_history if key in row]
+
+
+def test_logged_loss_is_grpo_trainers_and_the_surrogate_value_has_its_own_name(tmp_path):
+    """ppo recipe, off-policy steps, accumulation 2 and a KL term: TRL's logged ``loss`` is GRPOTrainer's, step
+    for step; ``stabilizer/surrogate_loss`` is the surrogate alone (it equals ``loss`` only without the KL term)."""
+    settings = dict(gradient_accumulation_steps=2, beta=0.1, **OFF_POLICY)
+    plain, _ = fx.trainer(tmp_path / "plain", **settings)
+    plain.train()
+    ours, _ = fx.trainer(tmp_path / "ours", StabilizerGRPOTrainer, recipe="ppo", **settings)
+    ours.train()
+    assert len(_logged(plain, "loss")) == 6
+    assert _logged(ours, "loss") == pytest.approx(_logged(plain, "loss"), rel=1e-6, abs=1e-9)
+    own = _logged(ours, "stabilizer/surrogate_loss")
+    assert len(own) == 6 and max(abs(a - b) for a, b in zip(own, _logged(ours, "loss"), strict=True)) > 1e-4
+
+    no_kl, _ = fx.trainer(tmp_path / "dg", StabilizerGRPOTrainer, recipe="dg", max_steps=3)
+    no_kl.train()
+    assert _logged(no_kl, "stabilizer/surrogate_loss") == pytest.approx(_logged(no_kl, "loss"), rel=1e-5, abs=1e-8)
+
+
+# -- the recipe's state in TRL's checkpoints -----------------------------------------------------
+
+
+class _ParamRecorder(TrainerCallback):
+    """The flat parameters after every optimizer step, by global step."""
+
+    def __init__(self) -> None:
+        self.params: dict[int, torch.Tensor] = {}
+
+    def on_step_end(self, args, state, control, model=None, **kw):
+        self.params[state.global_step] = torch.cat([p.detach().reshape(-1).clone() for p in model.parameters()])
+
+
+GAC_SPEC = "gac(t_low=0.05)"  # step 3's cosine to step 2's gradient is 0.08 on this setup: projected only with the state
+SAVING = dict(max_steps=4, save_strategy="steps", save_steps=2)
+
+
+def _resume(tmp_path, checkpoint, cls=StabilizerGRPOTrainer, **kwargs):
+    trainer, _ = fx.trainer(tmp_path, cls, **SAVING, **kwargs)
+    after = _ParamRecorder()
+    trainer.add_callback(after)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.train(resume_from_checkpoint=str(checkpoint))
+    return trainer, after, [str(w.message) for w in caught if "stabilizer state" in str(w.message)]
+
+
+def test_gac_resumes_bit_identically_from_trls_checkpoint(tmp_path):
+    """4 steps straight vs 2 steps, checkpoint, a new trainer resumed: steps 3 and 4 give the same parameters, bit for bit.
+
+    Without the saved state the resumed gac has no reference gradient, leaves step 3 unprojected and
+    the parameters differ: the equality is the state's doing, not a coincidence of this setup.
+    """
+    straight, _ = fx.trainer(tmp_path / "a", StabilizerGRPOTrainer, recipe=GAC_SPEC, **SAVING)
+    before = _ParamRecorder()
+    straight.add_callback(before)
+    straight.train()
+    projected = [row["stabilizer/projected"] for row in straight.state.log_history if "stabilizer/projected" in row]
+    assert projected[2] == 1.0  # step 3 is projected against step 2's gradient
+    checkpoint = tmp_path / "a" / "checkpoint-2"
+    saved = torch.load(checkpoint / hooks.STATE_FILE, weights_only=True)
+    assert saved["spec"] == GAC_SPEC and saved["recipe"]["transforms"][0]["prev"] is not None
+
+    shutil.copytree(checkpoint, tmp_path / "b" / "checkpoint-2")
+    resumed, after, warned = _resume(tmp_path / "b", tmp_path / "b" / "checkpoint-2", recipe=GAC_SPEC)
+    assert not warned
+    for step in (3, 4):
+        assert torch.equal(after.params[step], before.params[step]), step
+    logged = [row["stabilizer/projected"] for row in resumed.state.log_history if "stabilizer/projected" in row]
+    assert logged[-2:] == projected[2:]  # the log history holds the checkpoint's first two steps too
+
+    shutil.copytree(checkpoint, tmp_path / "c" / "checkpoint-2")
+    (tmp_path / "c" / "checkpoint-2" / hooks.STATE_FILE).unlink()
+    _, lost, warned = _resume(tmp_path / "c", tmp_path / "c" / "checkpoint-2", recipe=GAC_SPEC)
+    assert len(warned) == 1 and "restarts its state" in warned[0] and "\n" not in warned[0]
+    assert float((lost.params[3] - before.params[3]).abs().max()) > 1e-6
+
+
+def test_plain_grpo_trainer_with_the_callback_restores_its_state(tmp_path):
+    """The callback alone on TRL's own trainer: saved by on_save, found again at on_train_begin of a resumed run."""
+    recipe = build(GAC_SPEC)
+    trainer, _ = fx.trainer(tmp_path, GRPOTrainer, **SAVING)
+    trainer.add_callback(plugin.GradientTransformCallback(recipe))
+    trainer.train()
+    reference = recipe.state_dict()["transforms"][0]
+    fresh = build(GAC_SPEC)
+    again, _ = fx.trainer(tmp_path, GRPOTrainer, max_steps=4, save_strategy="no")
+    callback = plugin.GradientTransformCallback(fresh)
+    again.add_callback(callback)
+    again.state.global_step = 4
+    callback.on_train_begin(again.args, again.state, again.control)
+    restored = fresh.state_dict()["transforms"][0]
+    assert callback.restored_from.endswith("checkpoint-4")
+    assert restored["run"] == reference["run"] and restored["history"] == reference["history"]
+    assert all(torch.equal(a, b) for a, b in zip(restored["prev"], reference["prev"], strict=True))
+
+
+def test_state_of_another_recipe_is_refused(tmp_path):
+    hooks.save_recipe_state(build("gac"), tmp_path)
+    with pytest.raises(ValueError, match=r"is for recipe 'gac', not 'gac\(t_low=0.05\)'"):
+        hooks.load_recipe_state(build(GAC_SPEC), tmp_path)
+    (tmp_path / hooks.STATE_FILE).write_bytes(b"cut off")
+    with pytest.raises(ValueError, match="is unreadable"):
+        hooks.load_recipe_state(build("gac"), tmp_path)
 
 
 # -- TRL's asynchronous trainer --------------------------------------------------------------------

@@ -335,3 +335,132 @@ def test_gradient_transforms_run_as_an_optimizer_pre_hook_only_after_a_tb_loss()
         assert opt_actor.param_groups[0]["lr"] == 0.1
     finally:
         plugin._HOOKS.reset()
+
+
+# -- the stabilizer's state through verl's checkpoint manager --------------------------------------
+
+GAC_SPEC = "gac(t_low=0.0)"  # every positively aligned step is projected: the reference gradient matters from step 2 on
+
+
+@pytest.fixture
+def process_group():
+    """A one-process gloo group, as verl's checkpoint managers need one."""
+    import torch.distributed as dist
+
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", str(29500 + os.getpid() % 1000))
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+        plugin._HOOKS.reset()
+        plugin._HOOKS.recipes.clear()
+        plugin._HOOKS.stepped.clear()
+
+
+def _forget_plugin_state() -> None:
+    """What a fresh worker process starts with: no recipes built, no hooks."""
+    plugin._HOOKS.reset()
+    plugin._HOOKS.recipes.clear()
+    plugin._HOOKS.pending_state.clear()
+    plugin._HOOKS.stepped.clear()
+
+
+def _fsdp_actor():
+    """A tiny HF causal LM sharded with FSDP2 on CPU, its SGD optimizer and verl's FSDP checkpoint manager."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from verl.utils.checkpoint.fsdp_checkpoint_manager import FSDPCheckpointManager
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=16, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                      num_key_value_heads=2, max_position_embeddings=16)  # fmt: skip
+    model = LlamaForCausalLM(cfg)
+    fully_shard(model, mesh=init_device_mesh("cpu", (1,)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    return model, opt, FSDPCheckpointManager(model=model, optimizer=opt, lr_scheduler=None, processing_class=None, checkpoint_config=None)
+
+
+def _actor_step(model, opt, step: int) -> dict[str, float]:
+    """One update through the registered tb_pg loss with gac as verl's optimizer hook; step ``step``'s advantages are fixed by its seed."""
+    ids = torch.randint(0, 16, (6, 6), generator=torch.Generator().manual_seed(100))  # the same prompts, new advantages
+    g = torch.Generator().manual_seed(100 + step)
+    logits = model(input_ids=ids).logits[:, :-1].float()
+    logp = torch.log_softmax(logits, -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+    adv = torch.randn(6, 1, generator=g).expand(6, 5).contiguous()
+    mask = torch.ones(6, 5, dtype=torch.bool)
+    cfg = _actor(plugin.StabilizerPolicyLossConfig(loss_mode="tb_pg", gradient_transforms=GAC_SPEC))
+    opt.zero_grad()
+    loss, _ = core_algos.get_policy_loss_fn("tb_pg")(logp.detach(), logp, adv, mask, "token-mean", cfg, None)
+    loss.backward()
+    opt.step()
+    return dict(plugin._HOOKS.last_metrics)
+
+
+def _flat(model) -> torch.Tensor:
+    return torch.cat([p.detach().full_tensor().reshape(-1) if hasattr(p, "full_tensor") else p.detach().reshape(-1)
+                      for p in model.parameters()])  # fmt: skip
+
+
+def test_transform_state_round_trips_through_verls_fsdp_checkpoint_manager(tmp_path, process_group, caplog):
+    """4 steps straight vs 2 steps, verl's save_checkpoint, a fresh actor loading it with verl's load_checkpoint:
+    steps 3 and 4 are bit-identical. The checkpoint without the state file gives one warning line and other steps."""
+    model, opt, manager = _fsdp_actor()
+    metrics = [_actor_step(model, opt, k) for k in (1, 2)]
+    ckpt = str(tmp_path / "global_step_2" / "actor")
+    manager.save_checkpoint(ckpt, global_step=2)
+    state_file = plugin.state_path(ckpt, 1, 0)
+    assert os.path.isfile(state_file) and os.path.isfile(os.path.join(ckpt, "model_world_size_1_rank_0.pt"))
+    straight = []
+    for k in (3, 4):
+        metrics.append(_actor_step(model, opt, k))
+        straight.append(_flat(model))
+    assert [m["projected"] for m in metrics] == [0.0, 1.0, 1.0, 1.0], [(m["grad_cos_prev"], m["projected"]) for m in metrics]
+
+    _forget_plugin_state()
+    model, opt, manager = _fsdp_actor()
+    manager.load_checkpoint(ckpt)
+    resumed = []
+    for k in (3, 4):
+        assert _actor_step(model, opt, k)["projected"] == metrics[k - 1]["projected"]
+        resumed.append(_flat(model))
+    assert all(torch.equal(a, b) for a, b in zip(resumed, straight, strict=True))
+
+    os.remove(state_file)
+    _forget_plugin_state()
+    model, opt, manager = _fsdp_actor()
+    plugin._HOOKS.recipe(GAC_SPEC)  # the worker built its config (and recipe) before loading, as verl's workers do
+    with caplog.at_level("WARNING", logger=plugin.LOGGER.name):
+        manager.load_checkpoint(ckpt)
+    warned = [r.getMessage() for r in caplog.records if "holds no stabilizer state" in r.getMessage()]
+    assert len(warned) == 1 and "\n" not in warned[0] and GAC_SPEC in warned[0]
+    assert _actor_step(model, opt, 3)["projected"] == 0.0  # no reference gradient: nothing to project against
+    assert float((_flat(model) - straight[0]).abs().max()) > 1e-6
+
+
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean"])
+def test_logged_pg_loss_is_vanillas_and_the_surrogate_value_has_its_own_name(mode):
+    """Through verl's actor loss (ppo_loss): tb_ppo's logged actor/pg_loss is vanilla's, number for number; the
+    surrogate's own value is actor/tb_surrogate_loss (equal to it here: no rollout weights in this batch)."""
+    model = _TinyLM()
+    data = _rollout(model)
+    tu.assign_non_tensor(data, dp_size=1, batch_num_tokens=int(data["response_mask"].sum()), global_batch_size=8)
+    logged = {}
+    for who, config in (("ours", _ours("ppo", mode)), ("theirs", _theirs("ppo", mode))):
+        _, metrics = ppo_loss(config, {"log_probs": _flat_logp(model, data[0:4])}, data[0:4])
+        logged[who] = {k: float(v.aggregate() if hasattr(v, "aggregate") else v) for k, v in metrics.items() if k in ("actor/pg_loss", "actor/tb_surrogate_loss")}
+    assert abs(logged["theirs"]["actor/pg_loss"]) > 1e-3
+    assert logged["ours"]["actor/pg_loss"] == pytest.approx(logged["theirs"]["actor/pg_loss"], rel=1e-6)
+    assert logged["ours"]["actor/tb_surrogate_loss"] == pytest.approx(logged["ours"]["actor/pg_loss"], rel=1e-6)
+
+
+def test_surrogate_value_leaves_out_verls_rollout_weights():
+    old, new, adv, mask = _batch(1)
+    w = torch.rand(old.shape, generator=torch.Generator().manual_seed(3)) + 0.5
+    fn = core_algos.get_policy_loss_fn("tb_ppo")
+    loss_w, metrics_w = fn(old, new, adv, mask, "token-mean", _ours("ppo"), w)
+    loss, _ = fn(old, new, adv, mask, "token-mean", _ours("ppo"), None)
+    assert metrics_w["actor/tb_surrogate_loss"] == pytest.approx(float(loss.detach()), rel=1e-6)
+    assert abs(float(loss_w.detach()) - float(loss.detach())) > 1e-3

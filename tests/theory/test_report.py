@@ -40,3 +40,24 @@ def test_report_rejects_unknown_item(capsys):
         main(["report", "--items", "11"])
     assert err.value.code == 2
     assert "allowed: 1, 2" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("where", "message"),
+    [("missing/dir/out.csv", "directory"), ("", "is a directory"), ("/proc/version", "is not writable"),
+     ("/proc/new.csv", "is not writable")],
+)  # fmt: skip
+def test_bad_csv_path_is_one_line_and_exit_2_before_any_check(tmp_path, capsys, where, message):
+    path = where if where.startswith("/") else str(tmp_path / where) if where else str(tmp_path)
+    assert main(["report", "--items", "4", "--csv", path]) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: --csv") and message in lines[0]
+    assert "predicted" not in captured.out  # refused before the checks ran
+
+
+def test_csv_is_written_whole(tmp_path, capsys):
+    path = tmp_path / "t.csv"
+    assert main(["report", "--items", "4", "--csv", str(path)]) == 0
+    text = path.read_text()
+    assert text.startswith("item,") and len(text.splitlines()) >= 2 and not list(tmp_path.glob(".*tmp"))
