@@ -107,7 +107,10 @@ class TrainConfig:
     epochs: int = 1
     """passes over each rollout batch (PPO epochs)"""
     minibatches: int = 1
-    """optimizer steps per epoch (the batch in a fresh seeded order, cut in this many slices)"""
+    """optimizer steps per epoch (the batch cut in this many slices, see --minibatch-split)"""
+    minibatch_split: Literal["groups", "random"] = "groups"
+    """groups: whole prompt groups in order (verl's split; minibatches hold disjoint prompts); random: a fresh
+    seeded permutation of the sequences each epoch"""
     micro_batch_size: int = 0
     """sequences per forward (0: a whole minibatch); bounds activation memory"""
     proximal: bool = True
@@ -205,6 +208,11 @@ class TrainConfig:
         batch = self.prompts_per_step * self.group_size
         if batch % self.minibatches:
             raise UsageError(f"--minibatches {self.minibatches} must divide the batch size {batch} (prompts x group size)")
+        if self.minibatch_split == "groups" and self.prompts_per_step % self.minibatches:
+            raise UsageError(
+                f"--minibatches {self.minibatches} must divide --prompts-per-step {self.prompts_per_step} with "
+                "--minibatch-split groups (each minibatch holds whole prompt groups); or use --minibatch-split random"
+            )
         if self.partial_chunk and (self.mode == "sync" or self.lag_policy != "latest"):
             raise UsageError("--partial-chunk needs asynchronous rollouts (--mode thread or process) with --lag-policy latest")
         if self.mode == "sync" and self.max_staleness:

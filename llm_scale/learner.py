@@ -5,8 +5,11 @@
 1. log-probs of the sampled tokens under the policy at the start of the batch (no gradient): the
    *proximal* policy (AReaL's pi_prox), which also feeds the advantage estimator;
 2. ``recipe.advantages(rewards, group_ids, logp=proximal, behavior_logp, mask[, score norms])``;
-3. ``epochs`` x ``minibatches`` optimizer steps: each epoch visits the batch in a fresh seeded
-   permutation cut into ``minibatches`` slices (in order when there is one slice); each step's
+3. ``epochs`` x ``minibatches`` optimizer steps: with ``minibatch_split="groups"`` (the default) each
+   epoch cuts the batch, in order, into ``minibatches`` slices of whole prompt groups (verl's split: a
+   group is never divided and consecutive minibatches hold disjoint prompts, so the cosine between their
+   gradients measures the gradient signal, not shared contexts; `group_minibatches`);
+   ``"random"`` cuts a fresh seeded permutation of the sequences instead; each step's
    loss is ``recipe.loss(PolicyTerms(current logp, behaviour logp, advantages, mask,
    proximal_logp))`` + ``kl_coef`` x KL(current || reference) - ``entropy_coef`` x entropy, all
    aggregated in the recipe's mode (verl's names), then ``recipe.step`` (gradient transforms, then
@@ -50,6 +53,7 @@ dropout > 0 are refused by the trainer).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -65,12 +69,27 @@ from testbed.stabilizers import fingerprint as fp
 from .generation import RolloutBatch, position_ids
 
 
+def group_minibatches(group_ids: Tensor, minibatches: int) -> tuple[Tensor, ...]:
+    """Row indices of ``minibatches`` slices of whole prompt groups, in batch order (verl's split).
+
+    The groups (runs of equal ids in ``group_ids``, in order of appearance) are cut into ``minibatches``
+    consecutive slices of as equal a count as `torch.tensor_split` gives; a slice holds every row of its
+    groups and no row of another. With fewer groups than slices the last slices are empty."""
+    _, group = torch.unique_consecutive(group_ids, return_inverse=True)
+    n_groups = int(group.max()) + 1 if group.numel() else 0
+    bounds = [int(c[0]) if c.numel() else n_groups for c in torch.tensor_split(torch.arange(n_groups), minibatches)]
+    bounds.append(n_groups)
+    rows = torch.arange(group_ids.numel(), device=group_ids.device)
+    return tuple(rows[(group >= lo) & (group < hi)] for lo, hi in itertools.pairwise(bounds))
+
+
 @dataclass
 class LearnerSettings:
     temperature: float = 1.0
     agg: str = "token-mean"
     epochs: int = 1
     minibatches: int = 1
+    minibatch_split: str = "groups"  # groups | random
     micro_batch_size: int = 0  # 0: a whole minibatch per forward
     proximal: bool = True
     nan_policy: str = "mask"
@@ -253,11 +272,12 @@ class Learner:
         pooled: list[tuple[dict[str, float], float]] = []
         self.steps = []
         for epoch in range(s.epochs):
-            order = (
-                torch.randperm(n, generator=seeding.generator(s.seed, "llm", "minibatch", step, epoch)).to(self.device)
-                if s.minibatches > 1 else torch.arange(n, device=self.device)
-            )  # fmt: skip
-            for mb, rows in enumerate(torch.tensor_split(order, s.minibatches)):
+            if s.minibatch_split == "random" and s.minibatches > 1:
+                order = torch.randperm(n, generator=seeding.generator(s.seed, "llm", "minibatch", step, epoch))
+                slices = torch.tensor_split(order.to(self.device), s.minibatches)
+            else:
+                slices = group_minibatches(batch.group_ids, s.minibatches)
+            for mb, rows in enumerate(slices):
                 size = rows.numel()
                 if size == 0:  # dynamic sampling left fewer sequences than minibatches
                     continue

@@ -47,7 +47,7 @@ from .tasks import build_task, completion_budget, truncation_warning
 RESUME_KEYS = (
     "model", "task", "data", "recipe", "seed", "max_staleness", "lag_policy", "partial_chunk", "prompts_per_step",
     "group_size", "max_new_tokens", "temperature", "top_k", "top_p", "steps", "lr", "lr_schedule", "warmup_steps",
-    "min_lr_ratio", "weight_decay", "agg", "epochs", "minibatches", "proximal", "kl_coef", "kl_estimator",
+    "min_lr_ratio", "weight_decay", "agg", "epochs", "minibatches", "minibatch_split", "proximal", "kl_coef", "kl_estimator",
     "entropy_coef", "dtype", "autocast", "prompt_style", "dynamic_sampling", "grad_cosine",
 )  # fmt: skip
 # Advantage estimators that need no groups (all others normalise within a prompt group).
@@ -139,6 +139,7 @@ class Trainer:
             reference = copy.deepcopy(self.model).eval().requires_grad_(False)  # the initial policy, frozen
         settings = LearnerSettings(
             temperature=cfg.temperature, agg=cfg.agg, epochs=cfg.epochs, minibatches=cfg.minibatches,
+            minibatch_split=cfg.minibatch_split,
             micro_batch_size=cfg.micro_batch_size, proximal=cfg.proximal, nan_policy=cfg.nan_policy,
             kl_coef=cfg.kl_coef, kl_estimator=cfg.kl_estimator, entropy_coef=cfg.entropy_coef, autocast=cfg.autocast,
             grad_checkpointing=cfg.grad_checkpointing, grad_cosine=cfg.grad_cosine, seed=cfg.seed,

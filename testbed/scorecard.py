@@ -32,7 +32,7 @@ from .seeding import SCHEME
 
 DEFAULT_DIR = "results/scorecards"
 # The battery's version: bumped whenever its cells, their settings or the score rule change.
-BATTERY_VERSION = "v1"
+BATTERY_VERSION = "v2"
 # Scorecards that ship with llm_scale for the recipes its README runs (written by the same battery).
 SHIPPED_DIR = Path(__file__).resolve().parent.parent / "llm_scale" / "scorecards"
 

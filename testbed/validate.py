@@ -60,10 +60,11 @@ class Cell:
 # and (b) loses to staleness: mean(sync - stale) >= 0.1 with sync > stale in every seed. For each task,
 # lag and setting the shortest qualifying budget is kept; per task the lowest and the highest qualifying
 # lag are kept (ties: the shorter budget, then the earlier candidate). A task with no qualifying cell is
-# left out. `select_battery` applies the rule. `BATTERY` below is still the earlier choice (bandit cells
-# where stale PG no longer loses); it is to be replaced by the rule's pick, with a new BATTERY_VERSION and
-# regenerated shipped scorecards:
+# left out. `select_battery` applies the rule; `BATTERY` is its pick (battery v2), made with
 #   python -c "from testbed.validate import select_battery; print(select_battery('results/scorecards/battery')[0])"
+# On the candidates above only MNIST qualifies: on the bandit stale PG reaches synchronous PG's value (no
+# gap to close), and on token reversal (H = 4, 6) synchronous PG is itself bimodal over seeds (0.56, 0.56,
+# 0.96 at 100 steps), so stale PG does not lose in every seed. The battery therefore scores MNIST only.
 SELECT_SEEDS = 3
 MIN_SYNC = 0.5
 MIN_GAP = 0.1
@@ -75,12 +76,8 @@ CANDIDATES: tuple[Cell, ...] = (
     *(Cell("token_reversal", f"fixed:{d}", 300, {"H": 6}) for d in (16, 64)),
 )
 BATTERY: tuple[Cell, ...] = (
-    Cell("bandit", "fixed:8", 100, settings={"lr": 1.0}),
-    Cell("bandit", "fixed:32", 100, settings={"lr": 1.0}),
-    Cell("mnist", "fixed:16", 300),
+    Cell("mnist", "fixed:4", 300),
     Cell("mnist", "fixed:64", 300),
-    Cell("token_reversal", "fixed:4", 100, {"H": 4}),
-    Cell("token_reversal", "fixed:16", 100, {"H": 4}),
 )
 
 
