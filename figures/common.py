@@ -79,7 +79,8 @@ class Context:
         todo.sort(key=cost_estimate, reverse=True)
         # runs sharing a model shape train in one loop (identical results); the sweep sizes the loops
         try:
-            run_sweep(todo, self.cache, workers=workers, meta={"command": "figures"}, progress=self.progress)
+            run_sweep(todo, self.cache, workers=workers, meta={"command": "figures"}, progress=self.progress,
+                      shared=True)
         except UsageError as exc:  # the sweep's hints name testbed flags; figures has --cache and --quick instead
             raise UsageError(str(exc).replace(LOG_EVERY_HINT, "choose another --cache, or use --quick")) from None
 

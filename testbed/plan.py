@@ -164,10 +164,12 @@ def _check_float32(text: str, recipe: Any) -> None:
 
 def plan_sweep(configs: list[RunConfig], out: str | Path, *, workers: int = 1, fmt: str = "csv",
                loop_size: int | None = None, create: bool = False, what: str = "--out",
-               specs: dict[str, RunSpec] | None = None) -> Plan:
+               specs: dict[str, RunSpec] | None = None, shared: bool = False) -> Plan:
     """Check everything about a sweep before anything is written (module docstring); with ``create``, make
     the output directory last. UsageError (or SpecError) with one line naming the problem otherwise.
-    ``specs``: configs already parsed by `expand`, by run id."""
+    ``specs``: configs already parsed by `expand`, by run id. ``shared``: the directory is a run store that
+    several commands add to (the figures cache, a scorecard battery): runs it holds that this command does not
+    run are kept as files and left out of its tables, instead of refusing the directory."""
     if fmt not in FORMATS:
         raise UsageError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     if fmt == "parquet" and importlib.util.find_spec("pyarrow") is None and importlib.util.find_spec("fastparquet") is None:
@@ -189,7 +191,8 @@ def plan_sweep(configs: list[RunConfig], out: str | Path, *, workers: int = 1, f
     tasks = {task_key(s): build_task(s) for s in specs.values()}
     shapes = {k: limits.task_shape(t) for k, t in tasks.items()}
     store = ResultStore(out)
-    _check_other_runs(Path(out), set(run_ids.values()), what)
+    if not shared:
+        _check_other_runs(Path(out), set(run_ids.values()), what)
     todo = [c for c in configs if not store.done(run_ids[id(c)])]
     if loop_size is None:
         loop_size = default_loop_size(len(todo), workers)

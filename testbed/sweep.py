@@ -171,14 +171,16 @@ def run_sweep(
     loop_size: int | None = None,
     warn: bool = False,
     plan: Plan | None = None,
+    shared: bool = False,
 ) -> pd.DataFrame:
     """Run every config not already finished under ``out``; write the tables; return results.
+    ``shared``: ``out`` is a run store several commands add to (`plan_sweep`).
 
     Runs sharing a model shape train together, at most ``loop_size`` per loop (None: up to `MAX_LOOP`,
     fewer when that keeps every worker busy). Everything is checked first (`plan_sweep`); ``warn`` prints
     its warnings (pointless settings) to stderr."""
     if plan is None:
-        plan = plan_sweep(configs, out, workers=workers, fmt=fmt, loop_size=loop_size, create=True)
+        plan = plan_sweep(configs, out, workers=workers, fmt=fmt, loop_size=loop_size, create=True, shared=shared)
     if warn:
         for line in plan.warnings:
             print(f"warning: {line}", file=sys.stderr)

@@ -109,7 +109,8 @@ def select_battery(out: str | Path, candidates: tuple[Cell, ...] = CANDIDATES, s
             for c in cfgs:
                 configs.setdefault(c.run_id, c)
         plan.append((cell, roles))
-    table = run_sweep(list(configs.values()), Path(out), workers=workers, progress=False, meta={"select_battery": BATTERY_VERSION})
+    table = run_sweep(list(configs.values()), Path(out), workers=workers, progress=False, meta={"select_battery": BATTERY_VERSION},
+                      shared=True)
     rows, chosen = [], {}
     for cell, roles in plan:
         values = {role: [_final(table, c.run_id, cell.metric)[0] for c in cfgs] for role, cfgs in roles.items()}
@@ -184,7 +185,7 @@ def validate(
         plan.append((cell, roles))
     t0 = time.perf_counter()
     table = run_sweep(list(configs.values()), Path(out) / "battery", workers=workers, progress=progress,
-                      meta={"validate": spec, "battery": BATTERY_VERSION})  # fmt: skip
+                      meta={"validate": spec, "battery": BATTERY_VERSION}, shared=True)  # fmt: skip
     cells = []
     for cell, roles in plan:
         values: dict[str, float] = {}

@@ -54,8 +54,8 @@ def _worker(rank: int, init_file: str) -> None:
         def same(run, to_full):
             for (grads, metrics, lr), (ref_grads, ref_metrics, ref_lr) in zip(run, reference):
                 assert lr == ref_lr and metrics.keys() == ref_metrics.keys()
-                for k in metrics:
-                    assert metrics[k] == pytest.approx(ref_metrics[k], abs=1e-6), k
+                for k in metrics:  # an undefined cosine (the first step) is NaN on both sides
+                    assert metrics[k] == pytest.approx(ref_metrics[k], abs=1e-6, nan_ok=True), k
                 for g, r in zip(grads, ref_grads):
                     assert torch.allclose(to_full(g), r, atol=1e-6)
 
@@ -77,7 +77,7 @@ def _worker(rank: int, init_file: str) -> None:
 
         run = _run(GAC(sharded=True, **kw), shard)
         for (grads, metrics, lr), (ref_grads, ref_metrics, ref_lr) in zip(run, reference):
-            assert lr == ref_lr and metrics["grad_cos_prev"] == pytest.approx(ref_metrics["grad_cos_prev"], abs=1e-6)
+            assert lr == ref_lr and metrics["grad_cos_prev"] == pytest.approx(ref_metrics["grad_cos_prev"], abs=1e-6, nan_ok=True)
             for g, r in zip(grads, ref_grads):
                 assert torch.allclose(unshard(g), r.reshape(-1), atol=1e-6)
 
