@@ -1,4 +1,4 @@
-"""Print the issue-4 closing tables from the token-reversal sweeps (finished runs only, so it also works
+"""Print the token-reversal tables from the token-reversal sweeps (finished runs only, so it also works
 while a sweep is still going).
 
     python sweeps/token_reversal/summarize.py     (from the repository root, package installed)

@@ -132,7 +132,7 @@ def _register_envs() -> None:
         "testbed/KArmedBandit-v0": "testbed.tasks.bandit:KArmedBanditEnv",
         "testbed/ContextualBandit-v0": "testbed.tasks.bandit:ContextualBanditEnv",
         "testbed/MNISTBandit-v0": "testbed.tasks.mnist:MNISTBanditEnv",
-        "testbed/TokenReversal-v0": "testbed.tasks.token_reversal:TokenReversalEnv",  # added by the issue-4 helper
+        "testbed/TokenReversal-v0": "testbed.tasks.token_reversal:TokenReversalEnv",
     }
     for env_id, entry in ids.items():
         if env_id not in gymnasium.registry:

@@ -30,7 +30,7 @@ two documented mechanisms, and nothing else:
    in every context. With 100 episodes per step that is about one rewarded episode every ten steps
    at H = 10, and learning cannot start before one is found. "Rare discovery off" means
    ``partial_credit=True``: every correct token is rewarded and the signal is dense. We chose this
-   because it is the mechanism the issue names ("only exact sequences count and M^H is large"),
+   because it is the mechanism of rare discovery itself ("only exact sequences count and M^H is large"),
    because its discovery rate is known in closed form, and because it leaves the policy class and
    the initialisation untouched (no hidden prior that a method could exploit).
 2. *A wrong habit* (optional, ``rare_p0=p0`` with 0 < p0 < 1/M). Averaged over uniform contexts,

@@ -147,7 +147,7 @@ def logged_once(out: Path, steps: int, every: int) -> str:
     return "; ".join(f"{name}: {len(got)} logged, {len(set(got))} distinct" for name, (got, want) in checks.items() if got != want)
 
 
-if __name__ == "__main__":  # the command (300 updates), killed at varied moments and resumed, N times
+if __name__ == "__main__":  # the full kill-and-resume command (300 updates), killed at varied moments and resumed, N times
     import argparse
     import tempfile
 

@@ -1,4 +1,4 @@
-"""The registry and spec parser: every recipe of issue 2 resolves; composition; errors that list what is allowed."""
+"""The registry and spec parser: every documented recipe resolves; composition; errors that list what is allowed."""
 
 from __future__ import annotations
 
