@@ -43,6 +43,7 @@ from figures.common import arr, by_experiment
 from figures.experiments import all_claims
 from figures.records import Claim, Judgement, assess
 from figures.stats import ALPHA, BETA, LEVEL, TRIM, VERDICTS, Outcome, fmt, fmt_interval, fmt_margin
+from testbed.results import atomic_write_text
 
 __all__ = ["VERDICTS", "evaluate", "judge", "write_report"]
 
@@ -181,12 +182,6 @@ def testability_markdown(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def _html_section(lines: list[str]) -> str:
-    import html
-
-    return "<section><pre style='white-space:pre-wrap'>" + html.escape("\n".join(lines)) + "</pre></section>"
-
-
 def write_report(out: Path, evidence: dict, quick: bool, command: str, missing_runs: int = 0,
                  total_runs: int | None = None, root: Path | None = None) -> list[dict[str, Any]]:
     """claims.md, claims.json and index.html under ``out`` from the figures' evidence payloads
@@ -196,7 +191,6 @@ def write_report(out: Path, evidence: dict, quick: bool, command: str, missing_r
     from figures.llm_column import llm_rows
     from figures.llm_column import markdown as llm_markdown
 
-    publish.COLORS.setdefault("not testable", "#57606a")  # a verdict the page's palette may not list yet
     out = Path(out)
     exp_evidence = by_experiment(evidence)
     rows = evaluate(exp_evidence, quick)
@@ -208,15 +202,10 @@ def write_report(out: Path, evidence: dict, quick: bool, command: str, missing_r
     payload = {"setting": "quick" if quick else "full", "command": command, "verdicts": list(VERDICTS),
                "stamp": meta, "missing_runs": missing_runs, "total_runs": total_runs, "shared_rules": SHARED_RULES,
                "claims": rows, "llm": llm}
-    (out / "claims.json").write_text(json.dumps(payload, indent=1))
-    publish.write_markdown(out / "claims.md", payload)
+    atomic_write_text(out / "claims.json", json.dumps(payload, indent=1))
     extra = testability_markdown(rows) + llm_markdown(llm)
-    with open(out / "claims.md", "a") as fh:
-        fh.write("\n".join(extra) + "\n")
-    publish.write_html(out / "index.html", payload, out)
-    page = (out / "index.html").read_text()
-    if "</body>" in page:
-        (out / "index.html").write_text(page.replace("</body>", _html_section(extra) + "</body>", 1))
+    publish.write_markdown(out / "claims.md", payload, extra)
+    publish.write_html(out / "index.html", payload, out, extra)
     return rows
 
 

@@ -23,7 +23,7 @@ from testbed.results import atomic_write_text
 
 ROOT = Path(__file__).resolve().parent.parent
 COLORS = {"reproduced": "#1a7f37", "direction only": "#9a6700", "not reproduced": "#cf222e",
-          "inconclusive": "#6e7781", "not applicable": "#8250df"}
+          "inconclusive": "#6e7781", "not applicable": "#8250df", "not testable": "#57606a"}
 
 
 def _git(*args: str) -> str:
@@ -102,7 +102,8 @@ def _parts_md(parts: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def write_markdown(path: Path, p: dict[str, Any]) -> None:
+def write_markdown(path: Path, p: dict[str, Any], extra: list[str] = ()) -> None:
+    """claims.md, written whole or not at all; ``extra``: markdown lines appended after the claims."""
     lines = ["# Published claims vs this testbed", "", *[x for ln in _header(p) for x in (ln, "")]]
     lines += ["| id | claim | paper | ours | verdict | seeds needed |", "| --- | --- | --- | --- | --- | --- |"]
     for r in p["claims"]:
@@ -130,7 +131,8 @@ def write_markdown(path: Path, p: dict[str, Any]) -> None:
             lines += ["", f"**What we measured.** {g['measured']}", "", f"**Mechanism.** {g['mechanism']}", "",
                       f"**What would decide it.** {g['decide']}"]
         lines.append("")
-    atomic_write_text(Path(path), "\n".join(lines))
+    lines += list(extra)
+    atomic_write_text(Path(path), "\n".join(lines) + ("\n" if extra else ""))
 
 
 def _img(out: Path, name: str, shown: set[str]) -> str:
@@ -171,8 +173,9 @@ def _md_inline(text: str) -> str:
     return re.sub(r"`(.+?)`", r"<code>\1</code>", t)
 
 
-def write_html(path: Path, p: dict[str, Any], out: Path) -> None:
-    """One page: header with the stamp, the verdict table, then each claim with its figures and parts."""
+def write_html(path: Path, p: dict[str, Any], out: Path, extra: list[str] = ()) -> None:
+    """One page: header with the stamp, the verdict table, then each claim with its figures and parts, then
+    ``extra`` (markdown lines, shown preformatted); written whole or not at all."""
     e = html.escape
     head = "".join(f"<p>{_md_inline(ln)}</p>" for ln in _header(p))
     table = "".join(
@@ -206,8 +209,9 @@ def write_html(path: Path, p: dict[str, Any], out: Path) -> None:
            "background:#f6f8fa;padding:0 1em}figure{margin:1em 0}img{max-width:100%}figcaption{font-size:0.8em;"
            "color:#57606a}.para{border-left:4px solid #d0d7de;padding-left:1em}.st-holds{color:#1a7f37}"
            ".st-fails{color:#cf222e}.st-direction{color:#9a6700}.st-undecided{color:#6e7781}section{margin-top:2.5em}")
+    tail = f"<section><pre style='white-space:pre-wrap'>{e(chr(10).join(extra))}</pre></section>" if extra else ""
     page = (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>Published claims vs this testbed"
             f"</title><style>{css}</style></head><body><h1>Published claims vs this testbed</h1>{head}"
             "<table><tr><th>id</th><th>claim</th><th>paper</th><th>ours</th><th>verdict</th><th>seeds needed</th></tr>"
-            f"{table}</table><h2>Shared rules</h2><p>{e(p['shared_rules'])}</p>{''.join(sections)}</body></html>")
+            f"{table}</table><h2>Shared rules</h2><p>{e(p['shared_rules'])}</p>{''.join(sections)}{tail}</body></html>")
     atomic_write_text(Path(path), page)
