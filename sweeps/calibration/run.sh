@@ -1,6 +1,6 @@
 #!/bin/sh
 # Run calibration sweep files in order, each timed (sweeps/calibration/RULE.md), e.g.
-#   PYTHONPATH=$PWD nohup cpuslot sh sweeps/calibration/run.sh stage1 stage2 > runs/calibration.log 2>&1 &
+#   nohup sh sweeps/calibration/run.sh stage1 stage2 > runs/calibration.log 2>&1 &
 set -e
 for stage in "$@"; do
   for f in sweeps/calibration/${stage}_*.toml; do

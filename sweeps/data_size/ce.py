@@ -2,7 +2,7 @@
 initialisation: the runner's ``generator(seed, "init")``), Adam 1e-3, batches of 100 labelled training
 images, on the same data settings as sweeps/data_size/*.toml. Writes runs/data_size/ce.csv.
 
-    PYTHONPATH=$PWD cpuslot python sweeps/data_size/ce.py [--steps 10000] [--seeds 2]
+    python sweeps/data_size/ce.py [--steps 10000] [--seeds 2]
 """
 
 from __future__ import annotations
