@@ -65,7 +65,6 @@ class Budget:
     tr_actors: int
     tr_episodes: int
     tr_n_eval: int
-    tr_stale: str
     tr_horizons: tuple[int, ...]
     # theory figures
     stability_steps: int
@@ -98,7 +97,7 @@ FULL = Budget(
     ablation_delays=("fixed:100", "fixed:1000"),
     async_steps=ASYNC_STEPS, async_log=50, async_seeds=(0, 1, 2, 3, 4),
     tr_H=10, tr_M=2, tr_steps=1000, tr_log=50, tr_seeds=(0, 1, 2), tr_actors=10, tr_episodes=100, tr_n_eval=2048,
-    tr_stale="uniform:8", tr_horizons=tuple(range(2, 17, 2)),
+    tr_horizons=tuple(range(2, 17, 2)),
     stability_steps=6000, quadratic_steps=600, quadratic_seeds=(0, 1, 2), contamination_deltas=40,
     mnist_design=Design(5, 5, 15), async_design=Design(5, 5, 15), tr_design=Design(3, 3, 6),
 )
@@ -109,7 +108,7 @@ QUICK = Budget(
     mnist_delays=("sync", "fixed:10"), samples_k=(1, 2), ablation_delays=("fixed:10",),
     async_steps=6, async_log=3, async_seeds=(0, 1),
     tr_H=3, tr_M=2, tr_steps=6, tr_log=3, tr_seeds=(0, 1), tr_actors=2, tr_episodes=20, tr_n_eval=32,
-    tr_stale="uniform:2", tr_horizons=(2, 3),
+    tr_horizons=(2, 3),
     stability_steps=400, quadratic_steps=80, quadratic_seeds=(0,), contamination_deltas=12,
     mnist_design=Design(2, 1, 2), async_design=Design(2, 1, 2), tr_design=Design(2, 1, 2),
 )

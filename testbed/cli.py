@@ -17,8 +17,9 @@ Bad input (a malformed spec, a value out of range, work that cannot fit in memor
 output path that is a file or not writable) gets one ``error:`` line on stderr and exit code 2, and
 nothing is written: every config is validated, every task built and the output directory checked
 before it is touched. A run that fails with an internal error is recorded as ``failed`` (traceback in
-``OUT/runs/<id>.log``), the others finish, and the command exits 1. Ctrl-C exits 130; finished runs
-are kept and rerunning the same command resumes.
+``OUT/runs/<id>.log``), the others finish, and the command exits 1. Ctrl-C (or SIGTERM) stops every loop
+in progress after its current step and saves it (testbed/stopping.py), and exits 130; rerunning the same
+command resumes each saved loop at its step, exactly; a second Ctrl-C stops at once.
 """
 
 from __future__ import annotations

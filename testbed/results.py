@@ -28,6 +28,7 @@ statuses, text task options) as strings, never inferred, so a run id such as ``6
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
 import tempfile
@@ -177,6 +178,11 @@ class ResultStore:
     def __init__(self, out: str | Path) -> None:
         self.out = Path(out)
         self.runs = self.out / "runs"
+
+    def checkpoint(self, run_ids: Iterable[str]) -> Path:
+        """Where the loop of these runs is saved when a sweep is stopped (testbed/stopping.py)."""
+        key = hashlib.sha1(",".join(run_ids).encode()).hexdigest()[:12]
+        return self.out / "checkpoints" / f"loop-{key}.pt"
 
     def has_record(self, run_id: str) -> bool:
         return (self.runs / f"{run_id}.json").is_file()

@@ -47,9 +47,12 @@ comparisons).
 from __future__ import annotations
 
 import functools
+import os
+import pickle
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -89,6 +92,22 @@ class RunResult:
 
 class Diverged(Exception):
     """A run's loss, gradient or parameters became non-finite (or its optimizer overflowed)."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """Raised by `Runner.run` between two steps when its ``stop`` callable asks: the runner is whole (every
+    run at the same version, nothing half done), so `Runner.save` can keep it and `Runner.load` + `run`
+    finish it exactly as an uninterrupted loop would have."""
+
+    def __init__(self, step: int) -> None:
+        super().__init__(step)
+        self.step = step
+
+    def __str__(self) -> str:
+        return f"stopped after step {self.step}"
+
+
+CHECKPOINT_FORMAT = 1
 
 
 @dataclass
@@ -177,6 +196,41 @@ class Runner(Actor, Learner):
         self.oracle = self.horizon == 1 and isinstance(self.task, ExactOracle)
         self.on_version: Callable[[int, int, dict[str, Tensor]], None] | None = None
         self.on_batch: Callable[[int, int, dict[str, Tensor]], None] | None = None
+        self.next_step = 0  # the first learner step `run` takes (> 0 in a runner restored by `load`)
+        self.wall = 0.0  # seconds spent in `run` before an interruption
+
+    # -- interruption: save and load a whole loop -------------------------------------------------------
+    def __getstate__(self) -> dict[str, Any]:
+        # the task (its data) is rebuilt from the configs, and hooks belong to the caller
+        return {k: v for k, v in self.__dict__.items() if k not in ("task", "on_version", "on_batch")}
+
+    def save(self, path: str | Path) -> None:
+        """Write the whole loop (parameters, optimizer and stabilizer state, queues of batches in flight,
+        logged rows) to ``path`` atomically; only between two steps (after `Interrupted`)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        try:
+            torch.save({"format": CHECKPOINT_FORMAT, "run_ids": [r.cfg.run_id for r in self.runs], "runner": self}, tmp)
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    @staticmethod
+    def load(path: str | Path, task: Any, run_ids: Sequence[str]) -> Runner | None:
+        """The loop saved at ``path`` if it holds exactly the runs ``run_ids`` (their ids fix config and seed
+        scheme) in a format this code reads, with ``task`` (built from the same configs) attached; None
+        otherwise (the caller trains afresh)."""
+        try:
+            state = torch.load(path, weights_only=False)
+        except (OSError, EOFError, RuntimeError, pickle.UnpicklingError, AttributeError, ImportError):
+            return None
+        if (not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT
+                or list(state.get("run_ids", ())) != list(run_ids) or not isinstance(state.get("runner"), Runner)):
+            return None
+        runner: Runner = state["runner"]
+        runner.task, runner.on_version, runner.on_batch = task, None, None
+        return runner
 
     # -- the policy's slots ------------------------------------------------------------------------
     def params(self, run: int) -> dict[str, Tensor]:
@@ -206,25 +260,32 @@ class Runner(Actor, Learner):
         return token_logp(self.task.logits(functools.partial(call_with, self.policy, params), contexts, actions), actions)
 
     # -- the loop ------------------------------------------------------------------------------------
-    def run(self, progress: bool = False) -> list[RunResult]:
-        """Train every run to its last step (or its divergence); one result per run, in order."""
-        t0 = time.perf_counter()
+    def run(self, progress: bool = False, stop: Callable[[], bool] | None = None) -> list[RunResult]:
+        """Train every run to its last step (or its divergence), from `next_step`; one result per run, in order.
+        ``stop``: asked after every step; when it returns True before the last step, `Interrupted` is raised
+        with the loop whole between two steps (`save` keeps it)."""
+        t0 = time.perf_counter() - self.wall
         bar = None
         if progress:
             from tqdm.auto import tqdm
 
             label = self.runs[0].cfg.recipe if len(self.runs) == 1 else f"{len(self.runs)} runs"
-            bar = tqdm(total=self.cfg0.steps, desc=label, leave=False)
+            bar = tqdm(total=self.cfg0.steps, initial=self.next_step, desc=label, leave=False)
         try:
-            self.publish(-1)
-            for t in range(self.cfg0.steps):
+            if self.next_step == 0:
+                self.publish(-1)
+            for t in range(self.next_step, self.cfg0.steps):
                 if not self.active:
                     break
                 self.act(t)
                 self.learn(t)
                 self.publish(t)
+                self.next_step = t + 1
                 if bar is not None:
                     bar.update(1)
+                if stop is not None and self.next_step < self.cfg0.steps and self.active and stop():
+                    self.wall = time.perf_counter() - t0
+                    raise Interrupted(t)
         finally:
             if bar is not None:
                 bar.close()

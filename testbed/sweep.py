@@ -18,6 +18,7 @@ import concurrent.futures as cf
 import contextlib
 import multiprocessing
 import os
+import shutil
 import sys
 import traceback
 from collections.abc import Callable, Iterator
@@ -41,7 +42,8 @@ from testbed.plan import (  # noqa: F401  (re-exported: the sweep's public names
 )
 from testbed.progress import Progress, interactive
 from testbed.results import ResultStore
-from testbed.runner import Loop, RunConfig, Runner, RunSpec
+from testbed.runner import Interrupted, Loop, RunConfig, Runner, RunSpec
+from testbed.stopping import StopRequest, note_in_worker, stop_on_signals
 from testbed.sweep_file import TOP_KEYS, expand, file_settings, load_file, parse_loop_size  # noqa: F401
 from testbed.usage import RunFailed, UsageError
 
@@ -50,20 +52,40 @@ from testbed.usage import RunFailed, UsageError
 
 def _train(configs: list[RunConfig], store: ResultStore, chance: dict[str, float | None],
            progress: bool = False, specs: list[RunSpec] | None = None,
-           on_version: Callable[[int, int, Any], None] | None = None) -> list[str]:
+           on_version: Callable[[int, int, Any], None] | None = None,
+           stop: Callable[[], bool] | None = None) -> list[str]:
     """Train ``configs`` in one loop and save each result with its status; an exception marks the run
     ``failed`` (a loop of several is retried run by run first, parsed afresh). Returns the statuses.
     ``specs``: the configs as the plan parsed them; the task is the one the plan built. ``on_version``:
-    the runner's hook (every new version of every run)."""
+    the runner's hook (every new version of every run). ``stop``: asked after every step; when it says so,
+    the loop is saved whole in ``OUT/checkpoints/`` (testbed/stopping.py) and KeyboardInterrupt raised; a loop
+    saved so is resumed at its step."""
+    if stop is not None and stop():
+        raise KeyboardInterrupt
+    runner = None
     try:
         specs = specs if specs is not None else [c.parse() for c in configs]
-        runner = Runner(Loop(configs, specs, build_task(specs[0])))
+        ids = [s.config.run_id for s in specs]
+        checkpoint = store.checkpoint(ids)
+        task = build_task(specs[0])
+        runner = Runner.load(checkpoint, task, ids) if checkpoint.is_file() else None
+        if runner is not None:
+            print(f"resuming {len(ids)} run(s) at step {runner.next_step} of {runner.cfg0.steps} from "
+                  f"{str(checkpoint)!r}", file=sys.stderr, flush=True)
+        else:
+            runner = Runner(Loop(configs, specs, task))
         if on_version is not None:
             runner.on_version = on_version
-        results = runner.run(progress=progress)
+        results = runner.run(progress=progress, stop=stop)
+    except Interrupted as stopped:
+        assert runner is not None
+        runner.save(checkpoint)
+        print(f"saved {len(ids)} run(s) at step {stopped.step + 1} of {runner.cfg0.steps} in {str(checkpoint)!r}",
+              file=sys.stderr, flush=True)
+        raise
     except Exception as exc:
         if len(configs) > 1:
-            return [s for cfg in configs for s in _train([cfg], store, chance, progress)]
+            return [s for cfg in configs for s in _train([cfg], store, chance, progress, stop=stop)]
         store.save_failure(configs[0], f"{type(exc).__name__}: {exc}", traceback.format_exc())
         return ["failed"]
     try:
@@ -75,19 +97,23 @@ def _train(configs: list[RunConfig], store: ResultStore, chance: dict[str, float
         result = outcomes.classify(result, chance.get(result.config.run_id), entropies.get(i))
         store.save(result)
         statuses.append(result.status)
+    checkpoint.unlink(missing_ok=True)
     return statuses
 
 
 _DONE: Any = None  # in a worker process: the sweep's shared count of runs done, fractions of runs included
+_STOP = StopRequest()  # in a worker process: the sweep's stop request (testbed/stopping.py)
 
 
-def _worker_init(threads: int, parent: int, done: Any = None) -> None:
+def _worker_init(threads: int, parent: int, done: Any = None, stop: Any = None) -> None:
     import torch
 
     from testbed.workers import die_with_parent
 
-    global _DONE
+    global _DONE, _STOP
     _DONE = done
+    _STOP = StopRequest(stop)
+    note_in_worker(_STOP)
     die_with_parent(parent)
     torch.set_num_threads(threads)
 
@@ -106,12 +132,11 @@ def _execute(configs: list[dict[str, Any]], out: str, chance: dict[str, float | 
                 _DONE.value += share
             added[0] += share
 
-    try:
-        return _train(cfgs, ResultStore(out), chance, on_version=advance)
-    finally:
-        if _DONE is not None:
-            with _DONE.get_lock():
-                _DONE.value += len(cfgs) - added[0]
+    statuses = _train(cfgs, ResultStore(out), chance, on_version=advance, stop=_STOP)
+    if _DONE is not None:
+        with _DONE.get_lock():
+            _DONE.value += len(cfgs) - added[0]
+    return statuses
 
 
 @contextlib.contextmanager
@@ -135,7 +160,7 @@ def _lock(out: Path) -> Iterator[None]:
         fh.truncate()
         fh.write(str(os.getpid()))
         fh.flush()
-        for tmp in [*out.glob(".*.tmp"), *(out / "runs").glob(".*.tmp")]:  # left by a killed process
+        for tmp in [*out.glob(".*.tmp"), *(out / "runs").glob(".*.tmp"), *(out / "checkpoints").glob(".*.tmp")]:
             tmp.unlink(missing_ok=True)
         yield
     finally:
@@ -197,21 +222,28 @@ def run_sweep(
                 import torch
 
                 torch.set_num_threads(threads_per_worker)
-                for group in plan.groups:
-                    _train(group, store, chance, progress=inner, specs=[plan.specs[plan.run_ids[id(c)]] for c in group])
-                    bar.update(len(group))
+                with stop_on_signals(StopRequest()) as stop:
+                    for group in plan.groups:
+                        _train(group, store, chance, progress=inner, specs=[plan.specs[plan.run_ids[id(c)]] for c in group],
+                               stop=stop)
+                        bar.update(len(group))
             else:
                 _run_pool(plan, store, chance, threads_per_worker, bar)
         finally:
             bar.close()
+        if all(store.done(plan.run_ids[id(c)]) for c in plan.configs):  # nothing left to resume
+            shutil.rmtree(store.out / "checkpoints", ignore_errors=True)
         return store.finish(plan.configs, plan.fmt)
 
 
 def _run_pool(plan: Plan, store: ResultStore, chance: dict[str, float | None], threads: int, bar: Progress) -> None:
+    """Run the plan's loops in worker processes. A stop request (testbed/stopping.py) cancels the loops not yet
+    started and waits for the running ones to save themselves, then raises KeyboardInterrupt."""
     ctx = multiprocessing.get_context("spawn")
     done = ctx.Value("d", 0.0)  # runs done in the workers, fractions of runs included (`_execute`)
-    with cf.ProcessPoolExecutor(plan.workers, mp_context=ctx, initializer=_worker_init,
-                                initargs=(threads, os.getpid(), done)) as pool:
+    with stop_on_signals(StopRequest(ctx.Event())) as stop, \
+            cf.ProcessPoolExecutor(plan.workers, mp_context=ctx, initializer=_worker_init,
+                                   initargs=(threads, os.getpid(), done, stop.event)) as pool:
         futures = [pool.submit(_execute, [c.to_dict() for c in g], str(store.out),
                                {plan.run_ids[id(c)]: chance.get(plan.run_ids[id(c)]) for c in g})
                    for g in plan.groups]
@@ -219,9 +251,13 @@ def _run_pool(plan: Plan, store: ResultStore, chance: dict[str, float | None], t
         try:
             pending = set(futures)
             while pending:
-                finished, pending = cf.wait(pending, timeout=1.0, return_when=cf.FIRST_COMPLETED)
+                finished, pending = cf.wait(pending, timeout=0.5, return_when=cf.FIRST_COMPLETED)
                 for fut in finished:
-                    fut.result()  # a worker's exception surfaces here
+                    if not fut.cancelled() and not isinstance(fut.exception(), KeyboardInterrupt):
+                        fut.result()  # a worker's exception surfaces here
+                if stop():
+                    for fut in pending:
+                        fut.cancel()
                 value = min(float(done.value), float(len(plan.todo)))
                 if value > shown:
                     bar.update(value - shown)
@@ -233,6 +269,8 @@ def _run_pool(plan: Plan, store: ResultStore, chance: dict[str, float | None], t
             for f in futures:
                 f.cancel()
             raise
+        if stop():
+            raise KeyboardInterrupt
 
 
 def failures(out: str | Path, configs: list[RunConfig]) -> list[dict[str, Any]]:

@@ -44,7 +44,8 @@ correct staleness and the engine mismatch together; it requires
 
 Logged values: ``loss`` is TRL's (the value of the loss above, so with the ``ppo`` recipe and TRL's clip
 range it equals ``GRPOTrainer``'s number for number); the surrogate's own value, normalised as
-``loss_type`` says but before TRL's masks, vLLM weights and KL term, is ``stabilizer/surrogate_loss``.
+``loss_type`` says but before TRL's masks, vLLM weights and KL term, is ``stabilizer/surrogate_loss``
+(in the asynchronous trainer: its mean over the step's tokens, the logged loss less the MoE auxiliary loss).
 
 Gradient transforms run in ``on_pre_optimizer_step``, i.e. after TRL's own ``max_grad_norm``
 clipping (set ``max_grad_norm=0`` to leave clipping to the recipe), with batch statistics
@@ -701,6 +702,10 @@ def stabilizer_async_loss(trainer: Any, model: Any, inputs: dict[str, Any]) -> T
     with torch.no_grad():
         stats = trainer.accelerator.reduce(torch.stack([entropy.sum(), torch.tensor(float(entropy.numel()), device=entropy.device)]), reduction="sum")
         trainer._metrics["train"]["entropy"].append((stats[0] / stats[1].clamp(min=1.0)).item())
+        # the surrogate's own value: its mean over the step's tokens on every rank (the logged loss, less the
+        # MoE auxiliary loss and the accumulation scaling)
+        own = trainer.accelerator.reduce(per_token_loss.detach().float().sum(), reduction="sum")
+        metrics["surrogate_loss"] = float(own / global_n_tokens.to(torch.float32).clamp(min=1.0))
     metrics["nonfinite_masked"] = float(n_bad)
     for key, value in metrics.items():
         trainer._metrics["train"][f"stabilizer/{key}"].append(float(value))

@@ -57,14 +57,14 @@ or start from the ready config ``llm_scale/integrations/configs/tb_dg_gac.yaml``
 
 Checkpoints: verl has no hook for extra actor state, so importing this module wraps the
 ``save_checkpoint`` / ``load_checkpoint`` of verl's FSDP and Megatron checkpoint managers (used by the
-legacy FSDP / Megatron workers and the fsdp, veomni and megatron engines): each rank writes
-``stabilizer_state_world_size_W_rank_R.pt`` beside its ``model_world_size_W_rank_R.pt`` (the gradient
-transforms' state per spec: gac's reference gradient and threshold history, ess_lr's; and the stateful
-surrogates': a gate's random stream) and reads it back on ``trainer.resume_mode``. A state restored
-before the worker built its recipe is applied when it does. A resumed actor whose checkpoint holds no
-state while the run uses some logs one warning line; the torchtitan and automodel engines keep their
-own checkpointers, which this does not reach (`stabilizer_state_dict` / `load_stabilizer_state_dict`
-are the functions to call there).
+legacy FSDP / Megatron workers and the fsdp, veomni and megatron engines) and of the torchtitan and
+automodel engines, which keep checkpointers of their own (each wrapped where it is importable;
+`wrap_checkpointing` wraps any class with the same two methods): each rank writes
+``stabilizer_state_world_size_W_rank_R.pt`` into the actor's checkpoint directory, beside
+``model_world_size_W_rank_R.pt`` (the gradient transforms' state per spec: gac's reference gradient and
+threshold history, ess_lr's; and the stateful surrogates': a gate's random stream) and reads it back on
+``trainer.resume_mode``. A state restored before the worker built its recipe is applied when it does. A
+resumed actor whose checkpoint holds no state while the run uses some logs one warning line.
 """
 
 from __future__ import annotations
@@ -382,8 +382,25 @@ def state_path(local_path: str, world_size: int, rank: int) -> str:
     return os.path.join(local_path, STATE_NAME.format(world_size=world_size, rank=rank))
 
 
+def _rank(manager: Any) -> tuple[int, int]:
+    """(world size, rank) of a checkpoint manager, or of the process group for an engine that does not keep them."""
+    if hasattr(manager, "world_size") and hasattr(manager, "rank"):
+        return int(manager.world_size), int(manager.rank)
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_world_size(), dist.get_rank()
+    return 1, 0
+
+
+def _optimizer_ids(optimizer: Any) -> set[int]:
+    """The torch optimizers behind ``optimizer`` (torchtitan's container holds several in ``optimizers``)."""
+    inner = getattr(optimizer, "optimizers", None)
+    return {id(o) for o in inner} if isinstance(inner, (list, tuple)) else {id(optimizer)}
+
+
 def save_checkpoint_state(manager: Any, local_path: str) -> str | None:
-    """Write this rank's stabilizer state into ``local_path`` for ``manager`` (a verl checkpoint manager).
+    """Write this rank's stabilizer state into ``local_path`` for ``manager`` (a verl checkpoint manager or
+    engine).
 
     Nothing is written when the process holds no stabilizer state, or when the manager's optimizer is
     not one the transforms acted on (a colocated critic's) while some other optimizer is.
@@ -391,9 +408,9 @@ def save_checkpoint_state(manager: Any, local_path: str) -> str | None:
     if local_path is None or not _has_state():
         return None
     optimizer = getattr(manager, "optimizer", None)
-    if _HOOKS.stepped and optimizer is not None and id(optimizer) not in _HOOKS.stepped:
+    if _HOOKS.stepped and optimizer is not None and not _optimizer_ids(optimizer) & set(_HOOKS.stepped):
         return None
-    path = state_path(local_path, manager.world_size, manager.rank)
+    path = state_path(local_path, *_rank(manager))
     write_state(path, stabilizer_state_dict())
     return path
 
@@ -403,7 +420,7 @@ def load_checkpoint_state(manager: Any, local_path: str) -> bool:
     stabilizer state resumes from a checkpoint without it (verl's ``critic`` directory is not the actor's)."""
     if local_path is None:
         return False
-    path = state_path(local_path, manager.world_size, manager.rank)
+    path = state_path(local_path, *_rank(manager))
     payload = read_state(path)
     if payload is None:
         if _has_state() and os.path.basename(os.path.normpath(local_path)) != "critic":
@@ -413,8 +430,9 @@ def load_checkpoint_state(manager: Any, local_path: str) -> bool:
     return True
 
 
-def _wrap_checkpoint_manager(cls: type) -> None:
-    """Make ``cls.save_checkpoint`` / ``load_checkpoint`` save / load the stabilizer state beside the actor's files."""
+def wrap_checkpointing(cls: type) -> None:
+    """Make ``cls.save_checkpoint(local_path, ...)`` / ``load_checkpoint(local_path, ...)`` (a verl checkpoint
+    manager's or engine's) save / load the stabilizer state in ``local_path`` too; wrapping twice is a no-op."""
     if getattr(cls.save_checkpoint, "_stabilizer_state", False):
         return
     save, load = cls.save_checkpoint, cls.load_checkpoint
@@ -435,16 +453,24 @@ def _wrap_checkpoint_manager(cls: type) -> None:
     cls.save_checkpoint, cls.load_checkpoint = save_checkpoint, load_checkpoint
 
 
+CHECKPOINTING = (
+    ("verl.utils.checkpoint.fsdp_checkpoint_manager", "FSDPCheckpointManager"),
+    ("verl.utils.checkpoint.megatron_checkpoint_manager", "MegatronCheckpointManager"),
+    ("verl.workers.engine.torchtitan.transformer_impl", "TorchTitanEngine"),
+    ("verl.workers.engine.automodel.transformer_impl", "AutomodelEngine"),
+)
+
+
 def wire_checkpoints() -> list[str]:
-    """Wrap verl's FSDP and Megatron checkpoint managers (those importable here); return their names."""
+    """Wrap verl's checkpoint managers and the engines with checkpointers of their own (`CHECKPOINTING`, those
+    importable here); return their names."""
     wired = []
-    for module, name in (("verl.utils.checkpoint.fsdp_checkpoint_manager", "FSDPCheckpointManager"),
-                         ("verl.utils.checkpoint.megatron_checkpoint_manager", "MegatronCheckpointManager")):  # fmt: skip
+    for module, name in CHECKPOINTING:
         try:
             cls = getattr(importlib.import_module(module), name)
-        except Exception:  # e.g. Megatron not installed: its manager cannot be used either
+        except Exception:  # e.g. Megatron or torchtitan not installed: that backend cannot be used either
             continue
-        _wrap_checkpoint_manager(cls)
+        wrap_checkpointing(cls)
         wired.append(name)
     return wired
 

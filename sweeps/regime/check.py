@@ -1,8 +1,8 @@
 """Health by rule (a) of testbed/regimes.py and the synchronous within-batch cosine of one run directory.
 
-    python sweeps/regime/check.py runs/regime/done_sync runs/regime/reference_pg
+    python sweeps/regime/check.py runs/regime/done_sync runs/regime/reference_pg_batch
 
-Prints, over the directory's seeds: the final test error against 1.5x one-step PG's, the zero-gradient share of
+Prints, over the directory's seeds: the final test error against 1.5x one-step PG's at the same batch size, the zero-gradient share of
 the optimizer steps in the second half, the seeds that lost no class, and the within-batch cosine of
 consecutive minibatches of whole groups (second half): mean over steps per seed, then its 90% Student-t
 interval over seeds, and the 5% / 95% quantiles of the per-step values (pooled).
@@ -28,7 +28,11 @@ def main() -> None:
     p.add_argument("reference", type=Path)
     args = p.parse_args()
     data = runs(args.out)
-    pg = pd.read_csv(args.reference / "summary.csv")["final_test_error"].mean()
+    ref = pd.read_csv(args.reference / "summary.csv")
+    batch = data["batch_size"].unique()
+    if len(batch) != 1 or batch[0] not in set(ref["batch_size"]):
+        sys.exit(f"error: {args.out} has batch sizes {sorted(batch)}; the reference has {sorted(set(ref['batch_size']))}")
+    pg = ref.loc[ref["batch_size"] == batch[0], "final_test_error"].mean()
     err = data["final_test_error"].mean()
     zero = data["zero_grad_frac_late"].mean()
     lost = data["lost_classes_final"]

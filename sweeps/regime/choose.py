@@ -1,10 +1,11 @@
 """Apply the regime selection rule of testbed/regimes.py to the whole-group search.
 
     python sweeps/regime/choose.py runs/regime/search_groups/lr1e-3 runs/regime/search_groups/lr3e-3 \
-        --reference runs/regime/reference_pg [--markdown] [--real results/llm/fingerprint]
+        runs/regime/search_batch --reference runs/regime/reference_pg runs/regime/reference_pg_batch \
+        [--markdown] [--real results/llm/fingerprint]
 
-One row per candidate setting (group size G, minibatches N, lr): rule (a) (health at sync against one-step
-PG), rule (b) (degradation at bounded:32,4, paired by seed, the rule of summarize.py) and the distance (c)
+One row per candidate setting (batch size, group size G, minibatches N, lr): rule (a) (health at sync against
+one-step PG at the same batch size), rule (b) (degradation at bounded:32,4, paired by seed, the rule of summarize.py) and the distance (c)
 to the real model's fingerprint; the selected setting is the passing one with the smallest distance.
 Columns: ``sync`` / ``pg``: final test error (mean over seeds); ``zero_grad``: zero-gradient share of the
 optimizer steps in the second half (mean over seeds); ``no_lost``: seeds that lost no class; ``cos_within``:
@@ -26,7 +27,7 @@ import pandas as pd
 from testbed.stabilizers.fingerprint import summarize_cosines
 
 REAL_COS16 = 0.10  # SmolLM2-135M-Instruct, arithmetic, dense reward, 16 sequences (ALGORITHMS.md)
-KEYS = ("group_size", "minibatches", "lr")
+KEYS = ("batch_size", "group_size", "minibatches", "lr")
 HIGH, LOW = "bounded:32,4", "bounded:8,4"
 
 
@@ -65,16 +66,17 @@ def real_target(real: Path) -> dict[str, float]:
     return out
 
 
-def select(search: list[Path], reference: Path, real: Path) -> tuple[pd.DataFrame, dict[str, float]]:
+def select(search: list[Path], reference: list[Path], real: Path) -> tuple[pd.DataFrame, dict[str, float]]:
     data = pd.concat([runs(out) for out in search], ignore_index=True)
-    pg = pd.read_csv(reference / "summary.csv")["final_test_error"].mean()
+    ref = pd.concat([pd.read_csv(out / "summary.csv") for out in reference], ignore_index=True)
+    pg_by_batch = ref.groupby("batch_size")["final_test_error"].mean()
     target = real_target(real)
     rows = []
     for setting, grp in data.groupby(list(KEYS)):
         sync = grp[grp["delay"] == "sync"].set_index("seed")
         row: dict[str, object] = dict(zip(KEYS, setting, strict=True))
         row["sync"] = sync["final_test_error"].mean()
-        row["pg"] = pg
+        pg = row["pg"] = pg_by_batch.get(row["batch_size"], math.nan)
         row["zero_grad"] = sync["zero_grad_frac_late"].mean()
         lost = sync["lost_classes_final"]
         row["no_lost"] = f"{int((lost == 0).sum())}/{len(lost)}"
@@ -119,7 +121,8 @@ def select(search: list[Path], reference: Path, real: Path) -> tuple[pd.DataFram
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("search", type=Path, nargs="+", help="output directories of the search")
-    p.add_argument("--reference", type=Path, required=True, help="output directory of one-step PG")
+    p.add_argument("--reference", type=Path, nargs="+", required=True,
+                   help="output directories of one-step PG (at each batch size of the search)")
     p.add_argument("--real", type=Path, default=Path("results/llm/fingerprint"))
     p.add_argument("--markdown", action="store_true")
     args = p.parse_args()

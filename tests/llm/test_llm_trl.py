@@ -519,6 +519,8 @@ def test_async_trainer_ppo_recipe_equals_trls_async_loss():
         grads.append((float(loss), model.table.grad.clone()))
     (loss_trl, g_trl), (loss_ours, g_ours) = grads
     assert math.isclose(loss_ours, loss_trl, rel_tol=1e-6)
+    # the surrogate's own value, logged under its own name: the loss without the accumulation scaling
+    assert math.isclose(trainer._metrics["train"]["stabilizer/surrogate_loss"][-1], 2 * loss_ours, rel_tol=1e-6)
     assert float((g_ours - g_trl).abs().max()) <= 1e-6 * float(g_trl.abs().max())
     assert float(g_trl.abs().max()) > 1e-3
 

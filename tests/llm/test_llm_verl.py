@@ -13,6 +13,7 @@ import inspect
 import os
 import subprocess
 import sys
+import types
 import warnings
 
 import pytest
@@ -367,17 +368,23 @@ def _forget_plugin_state() -> None:
     plugin._HOOKS.stepped.clear()
 
 
-def _fsdp_actor():
-    """A tiny HF causal LM sharded with FSDP2 on CPU, its SGD optimizer and verl's FSDP checkpoint manager."""
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
+def _tiny_llama():
+    """A one-layer HF Llama with vocabulary 16, the same weights every call."""
     from transformers import LlamaConfig, LlamaForCausalLM
-    from verl.utils.checkpoint.fsdp_checkpoint_manager import FSDPCheckpointManager
 
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=16, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
                       num_key_value_heads=2, max_position_embeddings=16)  # fmt: skip
-    model = LlamaForCausalLM(cfg)
+    return LlamaForCausalLM(cfg)
+
+
+def _fsdp_actor():
+    """A tiny HF causal LM sharded with FSDP2 on CPU, its SGD optimizer and verl's FSDP checkpoint manager."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from verl.utils.checkpoint.fsdp_checkpoint_manager import FSDPCheckpointManager
+
+    model = _tiny_llama()
     fully_shard(model, mesh=init_device_mesh("cpu", (1,)))
     opt = torch.optim.SGD(model.parameters(), lr=0.5)
     return model, opt, FSDPCheckpointManager(model=model, optimizer=opt, lr_scheduler=None, processing_class=None, checkpoint_config=None)
@@ -404,6 +411,19 @@ def _flat(model) -> torch.Tensor:
                       for p in model.parameters()])  # fmt: skip
 
 
+def _assert_resumes_exactly(make, ckpt, metrics, straight) -> None:
+    """A fresh worker (``make()`` -> model, optimizer, checkpointer) loads ``ckpt`` and takes steps 3 and 4: GAC acts
+    as in the uninterrupted run (``metrics``) and the parameters equal its (``straight``) bit for bit."""
+    _forget_plugin_state()
+    model, opt, checkpointer = make()
+    checkpointer.load_checkpoint(ckpt)
+    resumed = []
+    for k in (3, 4):
+        assert _actor_step(model, opt, k)["projected"] == metrics[k - 1]["projected"]
+        resumed.append(_flat(model))
+    assert all(torch.equal(a, b) for a, b in zip(resumed, straight, strict=True))
+
+
 def test_transform_state_round_trips_through_verls_fsdp_checkpoint_manager(tmp_path, process_group, caplog):
     """4 steps straight vs 2 steps, verl's save_checkpoint, a fresh actor loading it with verl's load_checkpoint:
     steps 3 and 4 are bit-identical. The checkpoint without the state file gives one warning line and other steps."""
@@ -419,14 +439,7 @@ def test_transform_state_round_trips_through_verls_fsdp_checkpoint_manager(tmp_p
         straight.append(_flat(model))
     assert [m["projected"] for m in metrics] == [0.0, 1.0, 1.0, 1.0], [(m["grad_cos_prev"], m["projected"]) for m in metrics]
 
-    _forget_plugin_state()
-    model, opt, manager = _fsdp_actor()
-    manager.load_checkpoint(ckpt)
-    resumed = []
-    for k in (3, 4):
-        assert _actor_step(model, opt, k)["projected"] == metrics[k - 1]["projected"]
-        resumed.append(_flat(model))
-    assert all(torch.equal(a, b) for a, b in zip(resumed, straight, strict=True))
+    _assert_resumes_exactly(_fsdp_actor, ckpt, metrics, straight)
 
     os.remove(state_file)
     _forget_plugin_state()
@@ -438,6 +451,53 @@ def test_transform_state_round_trips_through_verls_fsdp_checkpoint_manager(tmp_p
     assert len(warned) == 1 and "\n" not in warned[0] and GAC_SPEC in warned[0]
     assert _actor_step(model, opt, 3)["projected"] == 0.0  # no reference gradient: nothing to project against
     assert float((_flat(model) - straight[0]).abs().max()) > 1e-6
+
+
+class _EngineWithOwnCheckpointer:
+    """A stand-in with the checkpoint methods of verl's torchtitan and automodel engines: their own files (in the
+    parent of verl's actor directory, as torchtitan's ``step-N``), no ``world_size`` / ``rank`` attributes, and
+    the optimizer behind a container (torchtitan's ``OptimizersContainer.optimizers``)."""
+
+    def __init__(self, model, opt) -> None:
+        self.module, self.optimizer = model, types.SimpleNamespace(optimizers=[opt])
+
+    def save_checkpoint(self, local_path, hdfs_path=None, global_step=0, max_ckpt_to_keep=None, **kwargs):
+        os.makedirs(os.path.dirname(local_path), exist_ok=True)
+        torch.save({"model": self.module.state_dict(), "optim": self.optimizer.optimizers[0].state_dict()},
+                   os.path.join(os.path.dirname(local_path), f"step-{global_step}.pt"))
+
+    def load_checkpoint(self, local_path, hdfs_path=None, del_local_after_load=True, **kwargs):
+        step = int(os.path.basename(os.path.dirname(local_path)).split("_")[-1])
+        state = torch.load(os.path.join(os.path.dirname(local_path), f"step-{step}.pt"), weights_only=False)
+        self.module.load_state_dict(state["model"])
+        self.optimizer.optimizers[0].load_state_dict(state["optim"])
+
+
+def test_engines_with_their_own_checkpointers_carry_the_transform_state(tmp_path, process_group):
+    """The torchtitan / automodel engines are wrapped like the managers (where importable); through the same
+    wrapper, 2 steps + save + a fresh engine's load gives steps 3 and 4 bit-identical to 4 steps straight."""
+    assert set(plugin.WIRED_CHECKPOINTS) >= {"FSDPCheckpointManager"}
+    assert {name for _, name in plugin.CHECKPOINTING} >= {"TorchTitanEngine", "AutomodelEngine"}
+    cls = type("Engine", (_EngineWithOwnCheckpointer,), {})
+    plugin.wrap_checkpointing(cls)
+    plugin.wrap_checkpointing(cls)  # twice: still one state file per save
+
+    def engine():
+        model = _tiny_llama()
+        opt = torch.optim.SGD(model.parameters(), lr=0.5)
+        return model, opt, cls(model, opt)
+
+    model, opt, eng = engine()
+    metrics = [_actor_step(model, opt, k) for k in (1, 2)]
+    ckpt = str(tmp_path / "global_step_2" / "actor")
+    eng.save_checkpoint(ckpt, global_step=2)
+    assert os.path.isfile(plugin.state_path(ckpt, 1, 0))
+    straight = []
+    for k in (3, 4):
+        metrics.append(_actor_step(model, opt, k))
+        straight.append(_flat(model))
+    assert metrics[2]["projected"] == 1.0
+    _assert_resumes_exactly(engine, ckpt, metrics, straight)
 
 
 @pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean"])
