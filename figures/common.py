@@ -31,8 +31,6 @@ import pandas as pd
 from figures.budgets import Budget, budget
 from testbed.runner import RunConfig
 
-LOG_EVERY_HINT = "log less often (--log-every)"  # the testbed's disk refusal ends so; figures has no such flag
-
 
 @dataclass
 class Context:
@@ -63,6 +61,7 @@ class Context:
     # -- runs ------------------------------------------------------------------------------------
     def ensure(self, configs: list[RunConfig]) -> None:
         """Train every config not yet in the cache (parallel over ``workers``)."""
+        from testbed.limits import DiskTooSmall
         from testbed.results import ResultStore
         from testbed.sweep import run_sweep
         from testbed.usage import UsageError
@@ -81,8 +80,8 @@ class Context:
         try:
             run_sweep(todo, self.cache, workers=workers, meta={"command": "figures"}, progress=self.progress,
                       shared=True)
-        except UsageError as exc:  # the sweep's hints name testbed flags; figures has --cache and --quick instead
-            raise UsageError(str(exc).replace(LOG_EVERY_HINT, "choose another --cache, or use --quick")) from None
+        except DiskTooSmall as exc:  # the testbed's remedy names its flags; figures has --cache and --quick instead
+            raise UsageError(exc.message("free some space, choose another --cache, or use --quick")) from None
 
     def table(self, configs: list[RunConfig]) -> pd.DataFrame:
         """The tidy rows (one per run x logged step) of ``configs``, training what is missing.

@@ -13,7 +13,7 @@ Shapes that differ only in the token-reversal length H are sampled at a few leng
 b interpolated linearly in H. The figure's wall time is the list schedule of its loops over the
 workers; the exact-gradient MNIST runs (figures/oracle_runs.py) are timed the same way; the theory
 figures are timed by running their evidence at the full budget; drawing adds the seconds measured in
-the quick setting. Assumes a quiet machine (time it under ``/work/bin/heavy --quiet`` or alone): on
+the quick setting. Assumes a quiet machine (time it alone): on
 a loaded machine every loop slows down by the load.
 
 Seeds. The claims' sequential designs (figures/budgets.py, figures/sequential.py) train the first look's

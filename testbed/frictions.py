@@ -282,7 +282,7 @@ def token_reversal_setting(level: dict[str, object], which: str) -> dict[str, ob
 # with its table in sweeps/calibration/TABLE.md (baselines only; DG never run). Final sampled sequence
 # error with all four frictions, 1,000 learner steps of 100 episodes (100k episodes), mean over seeds:
 #   level  PG      PPO     PMPO    D     seeds  admissible
-#   G0     91.0%   87.8%   91.0%   3.38  2      not established (its staleness and rare discovery alone unscreened)
+#   G0     91.0%   87.8%   91.0%   3.38  2      no (its rare discovery alone leaves every baseline >= 90.8%)
 #   G1     99.7%   98.5%   97.5%   5.72  3      no (its rare discovery alone leaves every baseline >= 97%)
 #   L3     99.9%   99.9%   99.9%   8.13  3      no (the definitions used before calibration)
 # Paper (secondary summary): PG ~60%, PPO ~10%, PMPO ~15%. Not reached: the nearest candidate is frozen.

@@ -200,10 +200,26 @@ def estimate_run(spec: Any, shape: TaskShape) -> Estimate:
     return est
 
 
+DISK_REMEDY = "free some space, choose another --out or log less often (--log-every)"
+
+
+class DiskTooSmall(UsageError):
+    """The results of a sweep cannot fit on its output's file system. The line ends with the testbed's remedy
+    (`DISK_REMEDY`); a command with other options says its own with `message`."""
+
+    def __init__(self, n_runs: int, need: int, free: int, out: Path) -> None:
+        self.n_runs, self.need, self.free, self.out = n_runs, need, free, out
+        super().__init__(self.message(DISK_REMEDY))
+
+    def message(self, remedy: str) -> str:
+        return (f"the results of {self.n_runs:,} run(s) need about {fmt_bytes(self.need)} on disk under "
+                f"{str(self.out)!r} but {fmt_bytes(self.free)} is free; {remedy}")
+
+
 def check_fits(loops: list[Estimate], workers: int, n_runs: int, total_disk: int, out: Path,
                memory: int | None = None, disk: int | None = None) -> tuple[int, int | None, int | None]:
-    """Raise UsageError when the ``workers`` largest loops cannot be held in memory at once, or the results
-    cannot fit on the output's file system; return (memory needed, memory available, disk free)."""
+    """Raise UsageError when the ``workers`` largest loops cannot be held in memory at once, or `DiskTooSmall`
+    when the results cannot fit on the output's file system; return (memory needed, memory available, disk free)."""
     memory = available_memory() if memory is None else memory
     disk = free_disk(out) if disk is None else disk
     biggest = sorted(loops, key=lambda e: e.memory, reverse=True)[: max(1, workers)]
@@ -216,9 +232,7 @@ def check_fits(loops: list[Estimate], workers: int, n_runs: int, total_disk: int
                          f"available; the largest part is the {part} ({top.why.get(part, '')}: "
                          f"{fmt_bytes(top.parts[part])}); try {HINTS.get(part, 'less work')}")
     if disk is not None and total_disk > disk:
-        raise UsageError(f"the results of {n_runs:,} run(s) need about {fmt_bytes(total_disk)} on disk under "
-                         f"{str(out)!r} but {fmt_bytes(disk)} is free; free some space, choose another --out or "
-                         "log less often (--log-every)")
+        raise DiskTooSmall(n_runs, total_disk, disk, out)
     return need, memory, disk
 
 

@@ -238,3 +238,17 @@ def test_sigkill_of_a_two_worker_sweep_orphans_nothing_and_rerun_is_exact(tmp_pa
     summary = read_frame(out / "summary.csv")
     assert len(summary) == 12 and summary["run_id"].is_unique and set(summary["status"]) == {"ok"}
     assert len(list((out / "runs").glob("*.json"))) == 12 and not list(out.rglob("*.tmp"))
+
+
+def test_figures_disk_refusal_names_the_figures_options(tmp_path, capsys, monkeypatch):
+    """The testbed's refusal names --out and --log-every; ``figures`` has neither and says --cache / --quick."""
+    from figures.__main__ import main as figures_main
+
+    class Usage:
+        free = 50_000
+
+    monkeypatch.setattr(limits_mod.shutil, "disk_usage", lambda path: Usage)
+    assert figures_main(["mnist_delay", "--quick", "--out", str(tmp_path / "f"), "--cache", str(tmp_path / "c")]) == 2
+    line = one_error(capsys)
+    assert "on disk under" in line and "but 48.8 KiB is free" in line
+    assert line.endswith("free some space, choose another --cache, or use --quick") and "--log-every" not in line
