@@ -225,7 +225,8 @@ def _check_other_runs(out: Path, run_ids: set[str], what: str) -> None:
         recorded = json.loads(path.read_text()).get("runs", {})
     except (OSError, ValueError, AttributeError):
         return  # not ours to judge: the directory check reports what is wrong with it
-    others = [rid for rid in recorded if rid not in run_ids]
+    # only runs with results on disk count: a planned run that never finished loses nothing
+    others = [rid for rid in recorded if rid not in run_ids and (out / "runs" / f"{rid}.json").is_file()]
     if others:
         raise UsageError(f"{str(out)!r} holds the results of {len(others)} run(s) that this command does not run (written "
                          f"by another sweep or run); its tables would lose them: give another {what}, or rerun the "

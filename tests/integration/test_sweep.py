@@ -227,3 +227,16 @@ def test_a_command_into_a_directory_holding_other_runs_is_refused(tmp_path, caps
     assert main([*argv[:4], "6", *argv[5:]]) == 2  # other runs (6 steps): refused, nothing rewritten
     assert "holds the results of 2 run(s) that this command does not run" in capsys.readouterr().err
     assert (tmp_path / "out" / "results.csv").read_bytes() == before
+
+
+def test_planned_runs_that_never_finished_do_not_block_another_command(tmp_path, capsys):
+    """config.json lists what a command planned; runs of it with no result files hold nothing to lose."""
+    from testbed.cli import main
+
+    out = str(tmp_path / "out")
+    argv = ["run", "--task", "bandit", "--steps", "4", "--log-every", "2", "--no-progress", "--out", out]
+    assert main(argv) == 0
+    for f in (tmp_path / "out" / "runs").iterdir():  # as if the first command had been stopped before any run ended
+        f.unlink()
+    assert main([*argv[:4], "6", *argv[5:]]) == 0
+    assert len(read_frame(tmp_path / "out" / "summary.csv")) == 1
