@@ -101,6 +101,20 @@ class Context:
                 frames.append(frame)
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["run_id", "status"])
 
+    def step_records(self, configs: list[RunConfig]) -> dict[str, pd.DataFrame]:
+        """Each trained run's per-optimizer-step records (``runs/<id>.steps.csv``: ESS, gradient norm, cosine, ...;
+        testbed/health.py), by run id; runs without the file (trained before it existed) are left out. Trains
+        nothing."""
+        from testbed.results import ResultStore
+
+        store = ResultStore(self.cache)
+        out = {}
+        for c in configs:
+            path = store.runs / f"{c.run_id}.steps.csv"
+            if store.done(c.run_id) and path.is_file():
+                out[c.run_id] = pd.read_csv(path, dtype={"kind": str})
+        return out
+
     def evidence(self, experiment: ModuleType) -> dict[str, Any]:
         """The experiment's evidence (figures/experiments/), computed once per invocation."""
         memo = self.extra.setdefault("evidence", {})

@@ -11,9 +11,11 @@ Seeds: the MNIST design of figures/budgets.py (first look at 5 seeds, more for u
 stages, figures/staging.py); each claim stages only the cells it compares (`CLAIM_RUNS`).
 
 Per-seed numbers: the final test error (mean of the evaluations over the last 5% of training, 1,000
-held-out images; a diverged run counts as chance, 0.9) and, for VCPO-1, each run's collapses (test
-error rising more than 0.2 above its running minimum, or divergence) with the precursors in the three
-logged steps before.
+held-out images; a diverged run counts as chance, 0.9) and, for VCPO-1, each run's collapse (test
+error rising more than 0.2 above its running minimum, or divergence), located to the evaluation at
+which it shows, with the precursors read at per-step resolution from the run's optimizer-step records
+(ESS and gradient norm of every learner step, ``runs/<id>.steps.csv``) in the window of the three
+evaluation intervals up to it.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ RECIPES = ("pg", "is", "tis", "ppo", "decoupled_ppo", "vcpo", "dg")
 ABLATIONS = {"vcpo": "vcpo", "no ess_lr": "opob+tis(level=sequence, c=8)", "no opob": "tis(level=sequence, c=8)+ess_lr"}
 CHANCE = 0.9
 RISE = 0.2  # a collapse: test error more than RISE above its running minimum
-WINDOW = 3  # logged steps before a collapse examined for the precursors
+WINDOW = 3  # evaluation intervals up to a collapse whose learner steps are examined for the precursors
 
 
 def run(b: Budget, recipe: str, delay: str, seed: int, frictions: str = "none") -> RunConfig:
@@ -108,34 +110,47 @@ def collapse_index(run) -> int | None:
     return int(hit[0]) if len(hit) else None
 
 
-def precursors(run, idx: int) -> dict[str, bool]:
-    """Did ESS drop (< half its earlier median) and the grad norm spike (> twice its earlier median) within
-    the WINDOW logged steps up to ``idx``?"""
-    ess = run["ess"].to_numpy(dtype=float) if "ess" in run else np.full(len(run), np.nan)
-    gn = run["grad_norm"].to_numpy(dtype=float)
-    lo = max(0, idx - WINDOW)
-    before_e, before_g = ess[:lo], gn[:lo]
-    win_e, win_g = ess[lo: idx + 1], gn[lo: idx + 1]
-    win_e, win_g = win_e[np.isfinite(win_e)], win_g[np.isfinite(win_g)]
-    if lo < 2 or not len(win_e) or not len(win_g) or not np.isfinite(before_e).any():
-        return {"ess_drop": False, "grad_spike": False, "enough_history": False}
-    return {"ess_drop": bool(win_e.min() < 0.5 * np.nanmedian(before_e)),
-            "grad_spike": bool(win_g.max() > 2.0 * np.nanmedian(before_g)), "enough_history": True}
+def precursors(steps, end: float, span: float) -> dict[str, Any]:
+    """Per-step precursors of an event at learner step ``end``: among the optimizer steps in the window
+    (end - span, end], did ESS drop below half the median of every earlier step's ESS, and did the gradient norm
+    exceed twice the earlier steps' median? ``steps``: the run's per-step records (None: not recorded).
+    ``lead_*``: learner steps from the first step that shows the precursor to ``end`` (None when it does not).
+    ``enough_history``: the records exist and at least ``span`` learner steps come before the window."""
+    none = {"ess_drop": False, "grad_spike": False, "lead_ess": None, "lead_grad": None, "enough_history": False}
+    if steps is None or not len(steps):
+        return none
+    t = steps["step"].to_numpy(dtype=float)
+    ess, gn = steps["ess"].to_numpy(dtype=float), steps["grad_norm"].to_numpy(dtype=float)
+    before, window = t <= end - span, (t > end - span) & (t <= end)
+    if not window.any() or t[before].size == 0 or t[before].max() < span:
+        return none
+    out: dict[str, Any] = {"enough_history": True}
+    for key, lead, series, hit in (("ess_drop", "lead_ess", ess, lambda x, m: x < 0.5 * m),
+                                   ("grad_spike", "lead_grad", gn, lambda x, m: x > 2.0 * m)):
+        ref = np.nanmedian(series[before]) if np.isfinite(series[before]).any() else float("nan")
+        shown = window & np.isfinite(series) & (hit(series, ref) if math.isfinite(ref) else False)
+        out[key] = bool(shown.any())
+        out[lead] = float(end - t[shown].min()) if shown.any() else None
+    return out
 
 
-def collapses(table) -> tuple[list[dict], list[dict]]:
-    """(collapse events, the same test at the last logged step of runs that did not collapse)."""
+def collapses(table, step_records: dict[str, Any], span: float) -> tuple[list[dict], list[dict]]:
+    """(collapse events, the same test at the last logged step of runs that did not collapse); ``span``: the
+    window of `precursors` in learner steps (WINDOW evaluation intervals)."""
     events, quiet = [], []
     if not len(table):
         return events, quiet
-    for (recipe, delay, seed), run in table.groupby(["recipe", "delay", "seed"], sort=False):
+    for (recipe, delay, seed, run_id), run in table.groupby(["recipe", "delay", "seed", "run_id"], sort=False):
         run = run.sort_values("step")
         idx = collapse_index(run)
+        steps = step_records.get(run_id)
         if idx is not None:
-            events.append({"recipe": recipe, "delay": delay, "seed": int(seed), "step": float(run["step"].iloc[idx]),
-                           **precursors(run, idx)})
+            end = float(run["step"].iloc[idx])
+            events.append({"recipe": recipe, "delay": delay, "seed": int(seed), "step": end,
+                           **precursors(steps, end, span)})
         elif len(run) > WINDOW + 3:
-            quiet.append({"recipe": recipe, "delay": delay, "seed": int(seed), **precursors(run, len(run) - 1)})
+            quiet.append({"recipe": recipe, "delay": delay, "seed": int(seed),
+                          **precursors(steps, float(run["step"].iloc[-1]), span)})
     return events, quiet
 
 
@@ -172,9 +187,10 @@ def _evidence(ctx: Context, seeds: tuple[int, ...]) -> dict[str, Any]:
             c = cell(b, spec, d, seeds=seeds)
             ev["error"][f"{name}|{d}"] = values(table, c, "test_error", CHANCE)
             ev["health"][f"{name}|{d}"] = cell_health(ctx, c)
-    first = {cfg.run_id for cfg in sweep(b)}  # VCPO-1 reads the first look's sweep (not staged)
-    sweep_rows = table[table["run_id"].isin(first)] if len(table) else table
-    ev["events"], ev["quiet"] = collapses(sweep_rows)
+    first = sweep(b)  # VCPO-1 reads the first look's sweep (not staged)
+    ids = {cfg.run_id for cfg in first}
+    sweep_rows = table[table["run_id"].isin(ids)] if len(table) else table
+    ev["events"], ev["quiet"] = collapses(sweep_rows, ctx.step_records(first), WINDOW * b.mnist_log)
     return ev
 
 
@@ -286,8 +302,14 @@ def judge_vcpo1(ev: dict[str, Any]) -> Judgement:
         parts.append(proportion(f"{what} before the collapse", k, n, VCPO1_MOST.value, kq, nq,
                                 f"{k}/{n} collapses; {kq}/{nq} non-collapsing run ends"))
     which = sorted({f"{x['recipe']}@{lag_of(x['delay'])}" for x in events})
+    leads = []
+    for key, what in (("lead_ess", "ESS drop"), ("lead_grad", "spike")):
+        shown = [x[key] for x in events if x.get(key) is not None]
+        if shown:
+            leads.append(f"{what} first shows a median {np.median(shown):.0f} learner steps before the evaluation "
+                         "that shows the collapse")
     ours = (f"{n} collapses ({', '.join(which[:8])}{'...' if len(which) > 8 else ''}): "
-            + "; ".join(p.detail for p in parts))
+            + "; ".join(p.detail for p in parts) + (f" ({'; '.join(leads)})" if leads else ""))
     return Judgement(ours, parts)
 
 
@@ -302,7 +324,8 @@ def _collapsed(ev: dict[str, Any]) -> tuple[str, str]:
     events = [x for x in ev.get("events", []) if x.get("enough_history")]
     if events:
         return "met", f"{len(events)} collapse(s) after enough logged history"
-    return "failed", f"{len(ev.get('events', []))} collapse(s), none with {WINDOW} logged steps of history before it"
+    return "failed", (f"{len(ev.get('events', []))} collapse(s), none with per-step records and {WINDOW} evaluation "
+                      "intervals of history before its window")
 
 
 def _cells_of(claim_id: str):
@@ -314,9 +337,10 @@ def _cells_of(claim_id: str):
 CLAIMS = (
     Claim("VCPO-1", "ESS drops and gradient-norm spikes precede collapse", "2602.17616", "qualitative", NAME,
           "every run of the MNIST delay sweep (all recipes and delays)", (VCPO1_MOST,),
-          "A collapse: test error rises more than 0.2 above its running minimum, or the run diverges. Precursors in "
-          "the 3 logged steps up to it: ESS below half its earlier median; gradient norm above twice its earlier "
-          "median. Per precursor: holds if its rate among collapses has a 90% Clopper-Pearson interval above 1/2 and "
+          "A collapse: test error rises more than 0.2 above its running minimum, or the run diverges. Precursors at "
+          "per-step resolution, among the learner steps of the 3 evaluation intervals up to the evaluation that shows "
+          "it: some step's ESS below half the median of all earlier steps'; some step's gradient norm above twice "
+          "theirs. Per precursor: holds if its rate among collapses has a 90% Clopper-Pearson interval above 1/2 and "
           "exceeds the rate at the ends of non-collapsing runs (Fisher, one-sided 0.05); direction if only the "
           "latter; fails if the interval is below 1/2; not testable if nothing collapsed.",
           judge_vcpo1, ("vcpo_traces",),

@@ -264,6 +264,26 @@ def test_vcpo_claims():
     assert _judge("VCPO-1", {"events": [], "quiet": quiet}).verdict == "not testable"
 
 
+def test_vcpo1_precursors_are_read_at_per_step_resolution():
+    """An ESS drop at one learner step inside the window is found, with its lead; one just before the window is not;
+    a spike is judged against the median of every earlier step; no records or too little history: not enough."""
+    import pandas as pd
+
+    from figures.experiments.mnist_delay import precursors
+
+    t = np.arange(1, 1001, dtype=float)
+    ess, gn = np.full(1000, 0.9), np.full(1000, 1.0)
+    ess[949] = 0.3  # learner step 950, 50 steps before the evaluation at 1000
+    gn[600] = 5.0  # step 601, before the window (700, 1000]
+    steps = pd.DataFrame({"step": t, "ess": ess, "grad_norm": gn})
+    got = precursors(steps, 1000.0, 300.0)
+    assert got == {"enough_history": True, "ess_drop": True, "lead_ess": 50.0, "grad_spike": False, "lead_grad": None}
+    ess[949] = 0.46  # not below half the earlier median (0.45)
+    assert not precursors(pd.DataFrame({"step": t, "ess": ess, "grad_norm": gn}), 1000.0, 300.0)["ess_drop"]
+    assert precursors(steps, 1000.0, 900.0)["enough_history"] is False  # 100 steps of history < the window's span
+    assert precursors(None, 1000.0, 300.0)["enough_history"] is False
+
+
 def test_dg1_fraction_and_floor():
     e = {"pg|1": _v(0.20), "dg|1": _v(0.14), "pg|inf": _v(0.18), "dg|inf": _v(0.12), "ce": _v(0.08)}
     ev = {"k": [1, 2], "error": e, "floor": 5e-4}
