@@ -154,6 +154,7 @@ def evaluate(evidence: dict[str, dict[str, Any]], quick: bool = False) -> list[d
             "preconditions": list(j.preconditions), "verdict_if_testable": j.verdict_if_testable,
             "stop": dict(j.stop), "seeds_used": j.stop.get("n"), "stop_reason": j.stop.get("reason", ""),
             "stop_shown": stop_text(j), "per_seed": per_seed(claim, ev, j),
+            "sensitivity": [x.line() for x in claim.sensitivity],
         }
         if j.verdict in NEGATIVE:
             row["paragraph"] = paragraph(claim, j)

@@ -122,6 +122,8 @@ def write_markdown(path: Path, p: dict[str, Any], extra: list[str] = ()) -> None
             lines.append(f"- Note: {r['note']}")
         if r["figures"]:
             lines.append("- Figures: " + ", ".join(f"[{f}]({f}.png)" for f in r["figures"]))
+        for sens in r.get("sensitivity", []):
+            lines.append(f"- Sensitivity to {sens}")
         lines.append("")
         lines += _parts_md(r["parts"])
         if r.get("other_parts"):
@@ -201,7 +203,8 @@ def write_html(path: Path, p: dict[str, Any], out: Path, extra: list[str] = ()) 
             f"<div class='pv'><div><h4>paper</h4><p>{e(r['paper_value'])}</p></div><div><h4>ours</h4>"
             f"<p>{e(r['ours'])}</p></div></div>"
             f"<ul><li>setting: {e(r['setting'])}</li><li>grid: {e(r['grid'] or 'n/a')}</li><li>rule: {e(r['rule'])}</li>"
-            f"{margins}{('<li>note: ' + e(r['note']) + '</li>') if r.get('note') else ''}</ul>"
+            f"{margins}{('<li>note: ' + e(r['note']) + '</li>') if r.get('note') else ''}"
+            f"{''.join('<li>sensitivity to ' + e(x) + '</li>' for x in r.get('sensitivity', []))}</ul>"
             f"{_parts_html(r['parts'])}{other}{para}{''.join(_img(out, f, shown) for f in r['figures'])}</section>")
     css = ("body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#1f2328}"
            "table{border-collapse:collapse;margin:1em 0;font-size:0.9em}td,th{border:1px solid #d0d7de;padding:4px 8px;"

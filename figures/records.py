@@ -119,6 +119,31 @@ class Precondition:
 
 
 @dataclass(frozen=True)
+class Sensitivity:
+    """Where a free parameter the verdict hinges on is varied: a committed table (``table``, a path in the
+    repository, made by the commands written in it) and what it shows per setting (``shows``)."""
+
+    parameter: str
+    table: str
+    shows: str
+
+    def line(self) -> str:
+        return f"{self.parameter}: {self.table} ({self.shows})"
+
+
+REGIME_SENSITIVITY = Sensitivity(
+    "the regime's batch size, group size G, minibatches N and learning rate", "sweeps/regime/search_groups.md",
+    "GRPO's health at sync, its degradation at eta = 32 and the within-batch cosine of every searched setting")
+FRICTION_SENSITIVITY = Sensitivity(
+    "the token-reversal frictions' kinds and strengths and the budget unit", "sweeps/calibration/TABLE.md",
+    "the baselines' sequence error under each candidate friction, alone and all four together")
+DATA_SIZE_SENSITIVITY = Sensitivity(
+    "the number of training images and the dataset", "sweeps/data_size/TABLE.md",
+    "pg, dg, exact IS and supervised CE at 1,000 / 4,000 / 60,000 Fashion-MNIST images and the embedded MNIST, "
+    "on-policy and 1,000 versions stale")
+
+
+@dataclass(frozen=True)
 class Claim:
     """One published claim and how this project tests it (module docstring)."""
 
@@ -137,6 +162,7 @@ class Claim:
     preconditions: tuple[Precondition, ...] = ()
     cells: Callable[[dict[str, Any]], list[str]] | None = None  # evidence cells compared (their health rates shown)
     staged: bool = True  # more seeds for it when undecided (False: judged at the design's first look only)
+    sensitivity: tuple[Sensitivity, ...] = ()  # where the free parameters it hinges on are varied
 
     def margin(self, name: str) -> Margin:
         for m in self.margins:

@@ -27,7 +27,17 @@ import numpy as np
 
 from figures.budgets import Budget, lag_of
 from figures.common import Context, arr, diverged, values
-from figures.records import Claim, Judgement, Margin, Precondition, healthy_base, judged_on, resolution, with_direction
+from figures.records import (
+    DATA_SIZE_SENSITIVITY,
+    Claim,
+    Judgement,
+    Margin,
+    Precondition,
+    healthy_base,
+    judged_on,
+    resolution,
+    with_direction,
+)
 from figures.staging import cached_table, cell_health, staged
 from figures.stats import at_least, equivalence, exact, fmt, proportion, superiority
 from testbed.runner import RunConfig
@@ -368,5 +378,6 @@ CLAIMS = (
           "above log 3); (b) PG's error is above 0.5 (interval of its trimmed mean above 0.5).", judge_ddg1,
           ("mnist_delay",),
           decide="absolute levels are not comparable (5,000-image MNIST here, 60,000 in the paper); the ratio is",
-          preconditions=(_healthy_sync(("dg", "is", "pg")),), cells=_cells_of("DDG-1")),
+          preconditions=(_healthy_sync(("dg", "is", "pg")),), cells=_cells_of("DDG-1"),
+          sensitivity=(DATA_SIZE_SENSITIVITY,)),
 )

@@ -27,7 +27,7 @@ from typing import Any
 
 from figures.budgets import Budget
 from figures.common import Context, arr, values
-from figures.records import Claim, Judgement, Margin, Precondition, judged_on
+from figures.records import FRICTION_SENSITIVITY, Claim, Judgement, Margin, Precondition, judged_on
 from figures.staging import cached_table, cell_health, staged
 from figures.stats import at_most, fmt, superiority
 from testbed.frictions import TOKEN_REVERSAL_PRESET, token_reversal_preset
@@ -176,5 +176,5 @@ CLAIMS = (
                                       lambda ev: off_floor(ev["error"], "all four"),
                                       "a budget or rare-discovery strength at which at least one method solves "
                                       "some sequences (more learner steps, or a shorter H)"),),
-          cells=lambda ev: [f"{r}|all four" for r in METHODS]),
+          cells=lambda ev: [f"{r}|all four" for r in METHODS], sensitivity=(FRICTION_SENSITIVITY,)),
 )

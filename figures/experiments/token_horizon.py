@@ -16,7 +16,7 @@ import numpy as np
 from figures.budgets import Budget
 from figures.common import Context, arr, values
 from figures.experiments import token_frictions as tf
-from figures.records import Claim, Judgement, Margin, Precondition, judged_on
+from figures.records import FRICTION_SENSITIVITY, Claim, Judgement, Margin, Precondition, judged_on
 from figures.staging import cached_table, staged
 from figures.stats import Outcome, fmt, superiority
 from testbed.runner import RunConfig
@@ -127,5 +127,5 @@ CLAIMS = (
           decide="the budget per length (1,000 learner steps) is ours; the paper's is not known",
           preconditions=(Precondition("some method leaves the floor (solves the grid's shortest length)", _solves_some,
                                       "a budget at which some method solves short sequences with all four frictions"),),
-          ),
+          sensitivity=(FRICTION_SENSITIVITY,)),
 )

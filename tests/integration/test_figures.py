@@ -309,6 +309,9 @@ def test_every_record_is_complete_and_listed_in_the_docs():
         assert set(c.figures) <= set(FIGURES)
         if c.experiment in modules:
             assert c in modules[c.experiment].CLAIMS
+        for sens in c.sensitivity:  # a committed table, made by the commands it names
+            assert (ROOT / sens.table).is_file(), sens.table
     # every judge copes with missing evidence (a report from a partial run)
     rows = evaluate({})
     assert {r["verdict"] for r in rows} <= {"inconclusive", "not applicable"}
+    assert {r["id"] for r in rows if r["sensitivity"]} >= {"GAC-1", "GAC-2", "AREAL-1", "DG-1", "DDG-1", "DDG-2"}
