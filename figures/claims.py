@@ -33,14 +33,16 @@ or derived one), what would decide it (from the undecided or failing parts and t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
 from typing import Any
 
 from figures.budgets import DESIGN_OF, budget
-from figures.common import arr, by_experiment
-from figures.experiments import all_claims
+from figures.common import arr
+from figures.evidence import Evidence
+from figures.experiments import all_claims, experiment
 from figures.records import Claim, Judgement, assess
 from figures.stats import ALPHA, BETA, LEVEL, TRIM, VERDICTS, Outcome, fmt, fmt_interval, fmt_margin
 from testbed.results import atomic_write_text
@@ -64,17 +66,38 @@ SHARED_RULES = (
     f"(0.9 on MNIST, every sequence wrong on token reversal). Details: figures/stats.py.")
 
 
-def judge(claim: Claim, evidence: dict[str, dict[str, Any]], quick: bool = False) -> Judgement:
+def by_experiment(payloads: dict[str, dict[str, Any]]) -> dict[str, Evidence]:
+    """{experiment: its typed evidence} from the figures' payloads (`figures.common.read_evidence`; several figures
+    may carry one experiment). A payload that does not fit the experiment's record is one clear error."""
+    from testbed.usage import UsageError
+
+    merged: dict[str, Evidence] = {}
+    for figure, payload in payloads.items():
+        for name, data in (payload.get("evidence") or {}).items():
+            try:
+                merged[name] = experiment(name).Evidence.from_json(data)
+            except (ValueError, TypeError) as exc:
+                raise UsageError(f"the {name!r} evidence in {figure}'s data file does not fit this code's record "
+                                 f"({exc}); remake it with python -m figures {figure}") from None
+    return merged
+
+
+def evidence_of(evidence: dict[str, Evidence], name: str) -> Evidence:
+    """The experiment's evidence, or its empty record when it has not run."""
+    return evidence.get(name) or experiment(name).Evidence()
+
+
+def judge(claim: Claim, evidence: dict[str, Evidence], quick: bool = False) -> Judgement:
     """The claim's judgement of its experiment's evidence at its sequential stop (empty evidence: the judge says
     so). Evidence without a stop record (written before the designs) is judged as its design's first look."""
-    ev = evidence.get(claim.experiment, {})
+    ev = evidence_of(evidence, claim.experiment)
     kind = DESIGN_OF.get(claim.experiment)
-    if ev and kind and claim.id not in (ev.get("sequential") or {}):
+    if ev and kind and claim.id not in ev.sequential:
         design = getattr(budget(quick), f"{kind}_design")
-        n = min(len(ev.get("seeds", [])), design.n0) or None
+        n = min(len(ev.seeds), design.n0) or None
         stop = {"n": n, "look": 0, "level": design.level(0), "looks": list(design.looks),
                 "reason": "evidence from before the sequential design: judged as its first look"}
-        ev = {**ev, "sequential": {**(ev.get("sequential") or {}), claim.id: stop}}
+        ev = dataclasses.replace(ev, sequential={**ev.sequential, claim.id: stop})
     return assess(claim, ev)
 
 
@@ -109,15 +132,15 @@ def paragraph(claim: Claim, j: Judgement) -> dict[str, str]:
     return {"measured": measured, "mechanism": mechanism, "decide": decide}
 
 
-def per_seed(claim: Claim, ev: dict[str, Any], j: Judgement) -> dict[str, Any]:
+def per_seed(claim: Claim, ev: Evidence, j: Judgement) -> dict[str, Any]:
     """The compared cells' per-seed values (the seeds the claim was judged on; None = not run)."""
     if claim.cells is None or not ev:
         return {}
-    n = j.stop.get("n") or len(ev.get("seeds", []))
-    seeds = list(ev.get("seeds", []))[:n]
+    n = j.stop.get("n") or len(ev.seeds)
+    seeds = list(ev.seeds)[:n]
     cells = {}
     for key in claim.cells(ev):
-        v = (ev.get("error") or {}).get(key)
+        v = (getattr(ev, "error", None) or {}).get(key)
         if v is not None:
             cells[key] = [None if x is None or not math.isfinite(x) else round(float(x), 5) for x in arr(v)[:n]]
     return {"seeds": seeds, "metric": "final test error", "cells": cells}
@@ -132,11 +155,11 @@ def stop_text(j: Judgement) -> str:
             f"{s.get('reason', '')}")
 
 
-def evaluate(evidence: dict[str, dict[str, Any]], quick: bool = False) -> list[dict[str, Any]]:
+def evaluate(evidence: dict[str, Evidence], quick: bool = False) -> list[dict[str, Any]]:
     """One row per claim from {experiment: evidence}."""
     rows = []
     for claim in all_claims():
-        ev = evidence.get(claim.experiment, {})
+        ev = evidence_of(evidence, claim.experiment)
         try:
             j = judge(claim, evidence, quick)
         except KeyError as exc:  # the evidence lacks a key the judge needs (an older or partial data file)
@@ -144,7 +167,7 @@ def evaluate(evidence: dict[str, dict[str, Any]], quick: bool = False) -> list[d
         assert j.verdict in VERDICTS, j.verdict
         row = {
             "id": claim.id, "claim": claim.text, "source": f"arXiv {claim.source}", "paper_value": claim.paper_value,
-            "ours": j.ours, "verdict": j.verdict, "setting": claim.setting, "grid": ev.get("grid", ""),
+            "ours": j.ours, "verdict": j.verdict, "setting": claim.setting, "grid": ev.grid,
             "rule": claim.rule, "figures": list(claim.figures), "experiment": claim.experiment,
             "margins": [{"name": m.name, "value": m.value, "scale": m.scale, "shown": m.shown(),
                          "derivation": m.derivation} for m in claim.margins],
@@ -195,11 +218,12 @@ def write_report(out: Path, evidence: dict, quick: bool, command: str, missing_r
     out = Path(out)
     exp_evidence = by_experiment(evidence)
     rows = evaluate(exp_evidence, quick)
-    m = _minibatch(exp_evidence.get("async_grpo", {}))
+    grpo = evidence_of(exp_evidence, "async_grpo")
+    m = _minibatch(grpo)
     llm = llm_rows(Path(root or "."), _testbed_column(rows), m)
     meta = publish.stamp(out, command, quick)
     meta.update({"missing_runs": missing_runs, "total_runs": total_runs,
-                 "provisional_regime": exp_evidence.get("async_grpo", {}).get("registered") is False})
+                 "provisional_regime": bool(grpo) and grpo.registered is False})
     payload = {"setting": "quick" if quick else "full", "command": command, "verdicts": list(VERDICTS),
                "stamp": meta, "missing_runs": missing_runs, "total_runs": total_runs, "shared_rules": SHARED_RULES,
                "claims": rows, "llm": llm}
@@ -221,9 +245,9 @@ def _testbed_column(rows: list[dict[str, Any]]) -> dict[str, str]:
     return col
 
 
-def _minibatch(ev: dict[str, Any]) -> float | None:
+def _minibatch(ev: Evidence) -> float | None:
     """The async-GRPO regime's minibatch size in samples (batch / minibatches), if its settings are recorded."""
-    reg = ev.get("regime") or {}
+    reg = getattr(ev, "regime", None) or {}
     try:
         return float(reg.get("batch_size", 100)) / float(reg.get("minibatches", 1))
     except (TypeError, ValueError, ZeroDivisionError):

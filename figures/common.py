@@ -18,7 +18,6 @@ can be rebuilt without re-plotting (figures/claims.py).
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from figures.budgets import Budget, budget
+from figures.evidence import Evidence
 from testbed.runner import RunConfig
 
 
@@ -115,7 +115,7 @@ class Context:
                 out[c.run_id] = pd.read_csv(path, dtype={"kind": str})
         return out
 
-    def evidence(self, experiment: ModuleType) -> dict[str, Any]:
+    def evidence(self, experiment: ModuleType) -> Evidence:
         """The experiment's evidence (figures/experiments/), computed once per invocation."""
         memo = self.extra.setdefault("evidence", {})
         if experiment.NAME not in memo:
@@ -263,28 +263,11 @@ def arr(v: Any) -> np.ndarray:
 # -- evidence on disk ----------------------------------------------------------------------------------
 
 
-def to_jsonable(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {str(k): to_jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [to_jsonable(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return [to_jsonable(v) for v in obj.tolist()]
-    if isinstance(obj, np.bool_):
-        return bool(obj)
-    if isinstance(obj, np.floating | float):
-        f = float(obj)
-        return f if math.isfinite(f) else None
-    if isinstance(obj, np.integer):
-        return int(obj)
-    return obj
-
-
-def write_evidence(ctx: Context, name: str, evidence: dict[str, Any]) -> Path:
-    """``<out>/data/NAME.json``: {figure, quick, evidence: {experiment: numbers}}."""
+def write_evidence(ctx: Context, name: str, evidence: dict[str, Evidence]) -> Path:
+    """``<out>/data/NAME.json``: {figure, quick, evidence: {experiment: its evidence as JSON}}."""
     ctx.data_dir.mkdir(parents=True, exist_ok=True)
     path = ctx.data_dir / f"{name}.json"
-    payload = {"figure": name, "quick": ctx.quick, "evidence": to_jsonable(evidence)}
+    payload = {"figure": name, "quick": ctx.quick, "evidence": {exp: ev.to_json() for exp, ev in evidence.items()}}
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(payload, indent=1))
     tmp.replace(path)
@@ -306,10 +289,3 @@ def read_evidence(out: Path) -> dict[str, dict[str, Any]]:
     return data
 
 
-def by_experiment(payloads: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """{experiment: evidence} merged from the figures' payloads (several figures may carry one experiment)."""
-    merged: dict[str, dict[str, Any]] = {}
-    for payload in payloads.values():
-        for exp, ev in (payload.get("evidence") or {}).items():
-            merged[exp] = ev
-    return merged

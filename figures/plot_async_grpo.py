@@ -26,16 +26,16 @@ def make(ctx: Context) -> dict:
     b = ctx.budget
     ev = ctx.evidence(exp)
     table = ctx.table(exp.configs(b))
-    levels = ev["levels"]
+    levels = ev.levels
     lags = [lag_of(d) for d in levels]
     fig, (ax, ax2) = style.subplots(2, width=4.0, height=3.2)
     for r in SHOWN:
-        vals = np.stack([arr(ev["error"][f"{r}|{d}"]) for d in levels], axis=1)
+        vals = np.stack([arr(ev.error[f"{r}|{d}"]) for d in levels], axis=1)
         style.band(ax, lags, vals, name=r, marker="o")
         x, ys = curves(table, exp.cell(b, r, levels[-1]), "test_error")
         if len(x):
             style.band(ax2, x, ys, name=r)
-    sync = np.nanmean(arr(ev["error"]["grpo|sync"]))
+    sync = np.nanmean(arr(ev.error["grpo|sync"]))
     for a in (ax, ax2):
         a.axhline(sync, color="k", ls=":", lw=0.8, label="grpo sync" if a is ax else None)
     ax.set_xscale("symlog", linthresh=1)
@@ -48,8 +48,8 @@ def make(ctx: Context) -> dict:
     ax2.set_xlabel("learner batch")
     ax2.set_ylabel("test error (fraction)")
     ax2.set_title(f"learning curves at {levels[-1]}")
-    tag = "" if ev["registered"] else " [provisional regime settings]"
-    settings = ", ".join(f"{k}={v}" for k, v in ev["regime"].items())
+    tag = "" if ev.registered else " [provisional regime settings]"
+    settings = ", ".join(f"{k}={v}" for k, v in ev.regime.items())
     cap = style.caption_text(CLAIMS, f"MNIST bandit, async-GRPO regime ({settings}){tag}; mean +- s.e. over "
                              f"{len(b.async_seeds)} seeds; dotted: grpo at sync", ctx.cmd(NAME))
     style.save(fig, ctx.out, NAME, cap)

@@ -30,7 +30,7 @@ configs = experiment_configs(exp)
 
 def make(ctx: Context) -> dict:
     ev = ctx.evidence(exp)
-    th = ev["theory"]
+    th = ev.theory
     deltas = np.asarray(th["deltas"])
     cases = th["cases"]
     fig, axes = style.subplots(3, width=3.6, height=3.0)

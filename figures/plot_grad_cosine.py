@@ -26,7 +26,7 @@ def make(ctx: Context) -> dict:
     b = ctx.budget
     ev = ctx.evidence(exp)
     table = ctx.table(exp.configs(b))
-    levels = ev["levels"]
+    levels = ev.levels
     fig, axes = style.subplots(len(exp.BASES) + 1, ncols=4, width=3.2, height=2.9)
     for ax, base in zip(axes, exp.BASES, strict=False):
         for j, d in enumerate(levels):
@@ -42,13 +42,13 @@ def make(ctx: Context) -> dict:
     ax = axes[-1]
     width = 0.8 / len(levels)
     for j, d in enumerate(levels):
-        means = [np.nanmean(arr(ev["cos"][f"{base}|{d}"])) for base in exp.BASES]
+        means = [np.nanmean(arr(ev.cos[f"{base}|{d}"])) for base in exp.BASES]
         xs = np.arange(len(exp.BASES)) + (j - (len(levels) - 1) / 2) * width
         ax.bar(xs, means, width, color=style.level_color(j - 1, sync=d == "sync"), label=d, zorder=1)
         for x0, base in zip(xs, exp.BASES, strict=True):
-            v = arr(ev["cos"][f"{base}|{d}"])
+            v = arr(ev.cos[f"{base}|{d}"])
             ax.plot(np.full(len(v), x0), v, "k.", markersize=3, zorder=3)
-            across = arr((ev.get("cos_across") or {}).get(f"{base}|{d}"))
+            across = arr((ev.cos_across or {}).get(f"{base}|{d}"))
             if np.isfinite(across).any():  # the pair across batches (previous step in the previous batch)
                 ax.plot(np.full(len(across), x0), across, "kx", markersize=3, zorder=3)
     ax.axhspan(-exp.BAND.value, exp.BAND.value, color="k", alpha=0.06)
@@ -58,7 +58,7 @@ def make(ctx: Context) -> dict:
     ax.set_title("what GAC-1 is judged on")
     # the legend goes outside the bars (it was drawn behind them)
     ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.0, 1.0), framealpha=0.95).set_zorder(10)
-    tag = "" if ev["registered"] else " [provisional regime settings]"
+    tag = "" if ev.registered else " [provisional regime settings]"
     cap = style.caption_text(CLAIMS, f"MNIST, async-GRPO regime{tag}, {b.async_steps} batches; raw-gradient cosine "
                              "between consecutive optimizer steps (3-point smoothing), mean +- s.e. over "
                              f"{len(b.async_seeds)} seeds; grey band |cos| < {exp.BAND.value}. Pair compared: each "

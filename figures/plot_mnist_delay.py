@@ -26,14 +26,14 @@ def make(ctx: Context) -> dict:
     b = ctx.budget
     ev = ctx.evidence(exp)
     table = ctx.table(exp.configs(b))
-    delays = ev["delays"]
+    delays = ev.delays
     lags = [lag_of(d) for d in delays]
     fig, (ax, ax2) = style.subplots(2, width=4.0, height=3.2)
     for r in exp.RECIPES:
-        vals = np.stack([arr(ev["error"][f"{r}|{d}"]) for d in delays], axis=1)  # [seeds, delays]
+        vals = np.stack([arr(ev.error[f"{r}|{d}"]) for d in delays], axis=1)  # [seeds, delays]
         style.band(ax, lags, vals, name=r, marker="o")
         for j, d in enumerate(delays):
-            if ev["diverged"][f"{r}|{d}"]:
+            if ev.diverged[f"{r}|{d}"]:
                 ax.plot([lags[j]], [exp.CHANCE], "x", color=style.color(r), markersize=6)
         x, ys = curves(table, exp.cell(b, r, delays[-1]), "test_error")
         if len(x):
@@ -43,7 +43,7 @@ def make(ctx: Context) -> dict:
             ax.plot([lags[-1]], [PAPER[r]], marker="*", color=style.color(r), markeredgecolor="k",
                     markeredgewidth=0.4, markersize=8, ls="none")
         for j, d in enumerate(delays):  # per-seed dots
-            v = arr(ev["error"][f"{r}|{d}"])
+            v = arr(ev.error[f"{r}|{d}"])
             ax.plot(np.full(len(v), lags[j]), v, ".", color=style.color(r), markersize=2, alpha=0.6)
     ax.set_xscale("symlog", linthresh=1)
     ax.set_xticks(lags)

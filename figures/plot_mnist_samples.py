@@ -25,17 +25,17 @@ configs = experiment_configs(exp)
 def make(ctx: Context) -> dict:
     b = ctx.budget
     ev = ctx.evidence(exp)
-    ks = ev["k"]
+    ks = ev.k
     x_inf = ks[-1] * 4
     fig, (ax,) = style.subplots(1, width=4.6, height=3.3)
     for r in exp.METHODS:
-        vals = np.stack([arr(ev["error"][f"{r}|{k}"]) for k in ks], axis=1)
+        vals = np.stack([arr(ev.error[f"{r}|{k}"]) for k in ks], axis=1)
         style.band(ax, ks, vals, name=r, marker="o")
-        ex = arr(ev["error"][f"{r}|inf"])
+        ex = arr(ev.error[f"{r}|inf"])
         se = np.nanstd(ex, ddof=1) / np.sqrt(len(ex)) if len(ex) > 1 else 0.0
         ax.errorbar([x_inf], [np.nanmean(ex)], yerr=[se], fmt="s", color=style.color(r), markersize=5, capsize=2)
         ax.plot([ks[-1], x_inf], [np.nanmean(vals[:, -1]), np.nanmean(ex)], ":", color=style.color(r), lw=1)
-    ce = arr(ev["error"]["ce"])
+    ce = arr(ev.error["ce"])
     sd = np.nanstd(ce, ddof=1) if len(ce) > 1 else 0.0
     ax.axhline(np.nanmean(ce), color=style.COLORS["ce"], ls="--", lw=1.2, label=style.label("ce"))
     ax.axhspan(np.nanmean(ce) - sd, np.nanmean(ce) + sd, color="k", alpha=0.08)

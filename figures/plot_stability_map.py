@@ -30,12 +30,12 @@ def make(ctx: Context) -> dict:
     fracs_line = np.linspace(0.02, 0.98, 60)
     fig, (ax, ax2) = style.subplots(2, width=3.8)
     for i, tau in enumerate(exp.TAUS):
-        row = ev["rows"][str(tau)]
+        row = ev.rows[str(tau)]
         ac = row["a_crit"]
         c = style.level_color(i - 1, sync=tau == 0)
         ax.plot(fracs_line, [exp.autocorr(f * ac, tau) for f in fracs_line], color=c,
                 label=f"tau = {tau} (a_crit = {ac:.3f})")
-        ax.plot(ev["fracs"], row["sim"], "o", color=c, markersize=3.5, markerfacecolor="none")
+        ax.plot(ev.fracs, row["sim"], "o", color=c, markersize=3.5, markerfacecolor="none")
     ax.axhline(0, color="k", lw=0.6)
     ax.set_xlabel("step size relative to the stability edge, a / a_crit(tau)")
     ax.set_ylabel("lag-1 autocorrelation of applied gradients")

@@ -26,7 +26,7 @@ def make(ctx: Context) -> dict:
     b = ctx.budget
     ev = ctx.evidence(exp)
     table = ctx.table(exp.configs(b))
-    names = ev["settings"]
+    names = ev.settings
     fig, axes = style.subplots(len(names) + 1, ncols=4, width=3.0, height=2.6)
     for ax, name in zip(axes, names, strict=False):
         for r in exp.METHODS:
@@ -44,7 +44,7 @@ def make(ctx: Context) -> dict:
     height = 0.8 / len(exp.METHODS)
     for i, r in enumerate(exp.METHODS):
         ys = np.arange(len(names)) + (i - (len(exp.METHODS) - 1) / 2) * height
-        vals = [arr(ev["error"][f"{r}|{n}"]) for n in names]
+        vals = [arr(ev.error[f"{r}|{n}"]) for n in names]
         ax.barh(ys, [np.nanmean(v) for v in vals], height, color=style.color(r), label=r, zorder=1)
         for y0, v in zip(ys, vals, strict=True):  # per-seed dots
             ax.plot(v, np.full(len(v), y0), "k.", markersize=2.5, zorder=3)

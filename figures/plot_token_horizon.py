@@ -24,11 +24,11 @@ configs = experiment_configs(exp)
 def make(ctx: Context) -> dict:
     b = ctx.budget
     ev = ctx.evidence(exp)
-    hs = ev["H"]
+    hs = ev.H
     fig, (ax, ax2) = style.subplots(2, width=3.8)
     for i, r in enumerate(exp.METHODS):
-        style.band(ax, hs, np.stack([arr(ev["error"][f"{r}|{h}"]) for h in hs], axis=1), name=r, marker="o")
-        lg = arr(ev["longest"][r])
+        style.band(ax, hs, np.stack([arr(ev.error[f"{r}|{h}"]) for h in hs], axis=1), name=r, marker="o")
+        lg = arr(ev.longest[r])
         lg = lg[np.isfinite(lg)]  # seeds not trained (a later look's) are NaN
         ax2.bar(i, np.mean(lg) if len(lg) else np.nan, color=style.color(r),
                 yerr=np.std(lg, ddof=1) / np.sqrt(len(lg)) if len(lg) > 1 else None, capsize=2)

@@ -25,7 +25,7 @@ def make(ctx: Context) -> dict:
     b = ctx.budget
     ev = ctx.evidence(exp)
     table = ctx.table(exp.configs(b))
-    delays = ev["ablation_delays"]
+    delays = ev.ablation_delays
     fig, axes = style.subplots(len(delays) + 1, width=3.5, height=2.9)
     colors = dict(zip(exp.ABLATIONS, (style.COLORS["vcpo"], "#bcbd22", "#e377c2"), strict=True))
     for ax, d in zip(axes[:-1], delays, strict=True):
@@ -42,7 +42,7 @@ def make(ctx: Context) -> dict:
     width = 0.25
     for i, name in enumerate(exp.ABLATIONS):
         for j, d in enumerate(delays):
-            v = arr(ev["error"][f"{name}|{d}"])
+            v = arr(ev.error[f"{name}|{d}"])
             ax.bar(j + (i - 1) * width, np.nanmean(v), width, color=colors[name], label=name if j == 0 else None,
                    yerr=np.nanstd(v, ddof=1) / np.sqrt(len(v)) if len(v) > 1 else None, capsize=2)
             ax.plot(np.full(len(v), j + (i - 1) * width), v, "k.", markersize=3)

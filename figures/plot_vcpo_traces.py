@@ -28,7 +28,7 @@ def make(ctx: Context) -> dict:
     ev = ctx.evidence(exp)
     table = ctx.table(exp.configs(b))
     fig, axes = style.subplots(4, ncols=4, width=3.2, height=2.9)
-    delays = ev["delays"]
+    delays = ev.delays
     for j, d in enumerate(delays):
         c = style.level_color(j - 1, sync=d == "sync")
         for ax, (metric, recipe) in zip(axes[:3], (("ess", "is"), ("grad_norm", "is"), ("lr_scale", "vcpo")),
@@ -36,7 +36,7 @@ def make(ctx: Context) -> dict:
             x, ys = curves(table, exp.cell(b, recipe, d), metric)
             if len(x):
                 style.band(ax, x, ys, color_=c, label_=f"D = {lag_of(d)}")
-    for e in ev["events"]:
+    for e in ev.events:
         axes[0].plot([e["step"]], [0.02], "v", color=style.color(e["recipe"]), markersize=4)
     axes[0].set_ylabel("ESS / B of behaviour ratios")
     axes[0].set_title("exact IS: effective sample size")
@@ -51,7 +51,7 @@ def make(ctx: Context) -> dict:
     ax = axes[3]
     lags = [lag_of(d) for d in delays]
     for r in ("vcpo", "pg", "is"):
-        style.band(ax, lags, np.stack([arr(ev["error"][f"{r}|{d}"]) for d in delays], axis=1), name=r, marker="o")
+        style.band(ax, lags, np.stack([arr(ev.error[f"{r}|{d}"]) for d in delays], axis=1), name=r, marker="o")
     ax.set_xscale("symlog", linthresh=1)
     ax.set_xticks(lags)
     ax.set_xticklabels([str(v) for v in lags])

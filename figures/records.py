@@ -38,7 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from figures.sequential import truncate
+from figures.evidence import Evidence
 from figures.stats import TRIM, VERDICTS, Outcome, combine, max_needed, rate, using_level
 
 PRECONDITION_STATUSES = ("met", "failed", "unknown")
@@ -105,10 +105,10 @@ class Precondition:
     read, in words. ``remedy``: what would make the claim testable when it is not met."""
 
     name: str
-    check: Callable[[dict[str, Any]], tuple[str, str]]
+    check: Callable[[Evidence], tuple[str, str]]
     remedy: str
 
-    def evaluate(self, ev: dict[str, Any]) -> dict[str, str]:
+    def evaluate(self, ev: Evidence) -> dict[str, str]:
         try:
             status, measured = self.check(ev)
         except KeyError as exc:
@@ -155,12 +155,12 @@ class Claim:
     setting: str  # the regime and comparison in words
     margins: tuple[Margin, ...]
     rule: str
-    judge: Callable[[dict[str, Any]], Judgement]
+    judge: Callable[[Evidence], Judgement]
     figures: tuple[str, ...]
     mechanism: str = ""  # what this project found or derived to explain the result, else empty
     decide: str = ""  # what would settle a negative verdict beyond more seeds
     preconditions: tuple[Precondition, ...] = ()
-    cells: Callable[[dict[str, Any]], list[str]] | None = None  # evidence cells compared (their health rates shown)
+    cells: Callable[[Evidence], list[str]] | None = None  # evidence cells compared (their health rates shown)
     staged: bool = True  # more seeds for it when undecided (False: judged at the design's first look only)
     sensitivity: tuple[Sensitivity, ...] = ()  # where the free parameters it hinges on are varied
 
@@ -171,10 +171,15 @@ class Claim:
         raise KeyError(f"{self.id} has no margin {name!r}; it has {[m.name for m in self.margins]}")
 
 
-def unhealthy_flags(ev: dict[str, Any], key: str) -> list[bool | None]:
+def cell_health(ev: Evidence, key: str) -> dict[str, list[Any]]:
+    """The health flags of cell ``key`` (empty when the experiment records none for it)."""
+    return (getattr(ev, "health", None) or {}).get(key) or {}
+
+
+def unhealthy_flags(ev: Evidence, key: str) -> list[bool | None]:
     """Per seed of cell ``key``: True if the run's health flag is not "healthy" or it diverged, False if
     healthy, None if unknown (not run, or no flag recorded)."""
-    h = (ev.get("health") or {}).get(key) or {}
+    h = cell_health(ev, key)
     flags = list(h.get("health", []))
     div = list(h.get("diverged", []))
     out: list[bool | None] = []
@@ -184,13 +189,13 @@ def unhealthy_flags(ev: dict[str, Any], key: str) -> list[bool | None]:
     return out
 
 
-def healthy_base(cells: Callable[[dict[str, Any]], list[str]], remedy: str,
+def healthy_base(cells: Callable[[Evidence], list[str]], remedy: str,
                  name: str = "the base is healthy") -> Precondition:
     """Met when, in every cell ``cells(evidence)`` names, at most a fraction TRIM of the seeds is unhealthy
     (stalled, lost a class, diverged): what the trimmed estimator tolerates (figures/stats.py); failed when
     more are; unknown when a cell has no health flag at all."""
 
-    def check(ev: dict[str, Any]) -> tuple[str, str]:
+    def check(ev: Evidence) -> tuple[str, str]:
         seen, failed, unknown = [], [], []
         for key in cells(ev):
             known = [f for f in unhealthy_flags(ev, key) if f is not None]
@@ -211,27 +216,26 @@ def healthy_base(cells: Callable[[dict[str, Any]], list[str]], remedy: str,
     return Precondition(name, check, remedy)
 
 
-def health_rates(ev: dict[str, Any], keys: list[str]) -> list[Outcome]:
+def health_rates(ev: Evidence, keys: list[str]) -> list[Outcome]:
     """Per compared cell: the seeds flagged unhealthy (lost a class, stalled) or diverged, with the exact
     interval (figures/stats.py `rate`); cells without health data are skipped."""
     out = []
     for key in keys:
         flags = unhealthy_flags(ev, key)
         if any(f is not None for f in flags):
-            h = (ev.get("health") or {}).get(key) or {}
-            names = list(h.get("health", []))
+            names = list(cell_health(ev, key).get("health", []))
             bad = [f"seed {s}: {names[i] if i < len(names) and names[i] else 'diverged'}"
-                   for i, (s, f) in enumerate(zip(ev.get("seeds", []), flags, strict=False)) if f]
+                   for i, (s, f) in enumerate(zip(ev.seeds, flags, strict=False)) if f]
             out.append(rate(f"{key}: seeds lost a class / stalled / diverged", flags, "; ".join(bad) or "none"))
     return out
 
 
-def assess(claim: Claim, ev: dict[str, Any]) -> Judgement:
+def assess(claim: Claim, ev: Evidence) -> Judgement:
     """The claim's judgement of its evidence at its sequential stop (seeds and interval level of that look),
     with its preconditions checked and the compared cells' health rates beside the verdict."""
-    stop = dict((ev.get("sequential") or {}).get(claim.id) or {})
+    stop = dict(ev.sequential.get(claim.id) or {})
     level = stop.get("level")
-    sub = truncate(ev, int(stop["n"])) if stop.get("n") else ev
+    sub = ev.truncated(int(stop["n"])) if stop.get("n") else ev
     with using_level(level) if level else contextlib.nullcontext():
         j = claim.judge(sub)
         pre = [p.evaluate(sub) for p in claim.preconditions] if sub else []
@@ -267,12 +271,12 @@ def no_evidence(what: str) -> Judgement:
     return Judgement(f"no data ({what})", [], verdict="inconclusive", note=f"no evidence: {what}")
 
 
-def judged_on(experiment: str) -> Callable[[Callable[[dict[str, Any]], Judgement]], Callable[[dict[str, Any]], Judgement]]:
+def judged_on(experiment: str) -> Callable[[Callable[[Evidence], Judgement]], Callable[[Evidence], Judgement]]:
     """Decorate a judge: empty evidence (the experiment has not run) gives `no_evidence`."""
 
-    def wrap(fn: Callable[[dict[str, Any]], Judgement]) -> Callable[[dict[str, Any]], Judgement]:
+    def wrap(fn: Callable[[Evidence], Judgement]) -> Callable[[Evidence], Judgement]:
         @functools.wraps(fn)
-        def judge(ev: dict[str, Any]) -> Judgement:
+        def judge(ev: Evidence) -> Judgement:
             return fn(ev) if ev else no_evidence(experiment)
 
         return judge

@@ -54,8 +54,6 @@ from figures.stats import ALPHA
 
 SPENDING = ("pocock", "obf")
 DESIGN_ALPHA = 0.04  # error spent by the designs, so that the realised rate stays within ALPHA (docstring)
-# evidence keys whose dicts hold one value per seed (aligned with evidence["seeds"]) per cell
-PER_SEED = ("error", "cos", "cos_across", "longest", "measured", "health", "lost", "stalled")
 
 
 def spent(t: float, alpha: float = ALPHA, kind: str = "pocock") -> float:
@@ -140,32 +138,6 @@ class Design:
     def to_dict(self) -> dict[str, Any]:
         return {"n0": self.n0, "step": self.step, "cap": self.cap, "alpha": self.alpha, "spending": self.spending,
                 "looks": list(self.looks), "levels": [self.level(k) for k in range(len(self.looks))]}
-
-
-def truncate(ev: dict[str, Any], n: int) -> dict[str, Any]:
-    """The evidence as it was after the first ``n`` seeds: per-seed lists under `PER_SEED` keys cut to n,
-    events (dicts with a ``seed``) kept only for those seeds."""
-    seeds = list(ev.get("seeds", []))
-    if n >= len(seeds):
-        return ev
-    keep = set(seeds[:n])
-    out = dict(ev)
-    out["seeds"] = seeds[:n]
-    for key in PER_SEED:
-        if isinstance(ev.get(key), dict):
-            out[key] = {k: _cut(v, n, len(seeds)) for k, v in ev[key].items()}
-    for key in ("events", "quiet"):
-        if isinstance(ev.get(key), list):
-            out[key] = [x for x in ev[key] if not isinstance(x, dict) or x.get("seed") in keep]
-    return out
-
-
-def _cut(v: Any, n: int, total: int) -> Any:
-    if isinstance(v, dict):
-        return {k: _cut(x, n, total) for k, x in v.items()}
-    if isinstance(v, list | tuple | np.ndarray) and len(v) == total:
-        return list(v)[:n]
-    return v
 
 
 def run_design(decide: Callable[[np.ndarray, float], str], draw: Callable[[np.random.Generator, int], np.ndarray],

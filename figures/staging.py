@@ -4,8 +4,8 @@ An experiment's evidence is built look by look (figures/sequential.py): look 0 t
 the experiment with the design's first n0 seeds; each later look trains, for the claims still
 undecided only, the cells those claims compare (`Claim` ``runs``) with the next seeds; the evidence
 always spans all the design's seeds (NaN where a seed was not trained), and each claim is judged on
-the seeds it had at its stop (`figures.records.assess`). ``evidence["sequential"]`` records per claim
-the seeds used, the look, the interval level and why it stopped; ``evidence["design"]`` the design.
+the seeds it had at its stop (`figures.records.assess`). The evidence's ``sequential`` records per claim
+the seeds used, the look, the interval level and why it stopped; its ``design`` the design.
 
 Run health (`cell_health`) is read from the testbed's run records: ``health`` in {"healthy",
 "stalled", "lost_class"}, ``stalled`` and ``lost_classes_final`` (testbed/runner.py), None where a run
@@ -16,15 +16,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 import pandas as pd
 
 from figures.common import Context
+from figures.evidence import Evidence
 from figures.records import Claim, assess
 from figures.sequential import Design
 from testbed.runner import RunConfig
 
+E = TypeVar("E", bound=Evidence)
 HEALTH_KEYS = ("health", "stalled", "lost_classes_final")
 
 
@@ -57,7 +59,7 @@ def cached_table(ctx: Context, configs: list[RunConfig]) -> pd.DataFrame:
 
 def staged(ctx: Context, claims: tuple[Claim, ...], design: Design, seeds: tuple[int, ...],
            runs: Callable[[list[int], list[Claim] | None], list[RunConfig]],
-           build: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+           build: Callable[[], E]) -> E:
     """Evidence of an experiment under ``design`` (module docstring).
 
     ``runs(seeds, claims)``: the configs to train for those seeds, for those claims (None: every cell);
@@ -66,13 +68,13 @@ def staged(ctx: Context, claims: tuple[Claim, ...], design: Design, seeds: tuple
         raise ValueError(f"the design's cap ({design.cap}) exceeds the seeds given ({len(seeds)})")
     stops: dict[str, dict[str, Any]] = {}
     pending = list(claims)
-    ev: dict[str, Any] = {}
+    ev: E | None = None
     for k, n in enumerate(design.looks):
         ctx.ensure(runs(list(seeds[:n]), None if k == 0 else pending))
         ev = build()
         for claim in list(pending):
             stop = {"n": n, "look": k, "level": design.level(k), "looks": list(design.looks)}
-            ev["sequential"] = {**stops, claim.id: stop}
+            ev.sequential = {**stops, claim.id: stop}
             verdict = assess(claim, ev).verdict
             last = n == design.looks[-1]
             if verdict != "inconclusive" or last or not claim.staged:
@@ -88,6 +90,7 @@ def staged(ctx: Context, claims: tuple[Claim, ...], design: Design, seeds: tuple
                 pending.remove(claim)
         if not pending:
             break
-    ev["sequential"] = stops
-    ev["design"] = design.to_dict()
+    assert ev is not None  # a design has at least one look
+    ev.sequential = stops
+    ev.design = design.to_dict()
     return ev

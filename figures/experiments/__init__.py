@@ -5,7 +5,8 @@ An experiment module defines
     NAME                      its name (the key of its evidence in ``<out>/data/*.json``)
     configs(budget)           the simulator runs it needs (figures/budgets.py; empty for theory)
     describe(budget)          its grid in words (printed in the report beside each claim)
-    evidence(ctx)             the numbers its claims are judged on (per-seed values; no plotting)
+    Evidence                  its typed record (a dataclass derived from figures/evidence.py's `Evidence`)
+    evidence(ctx)             that record: the numbers its claims are judged on (per-seed values; no plotting)
     CLAIMS                    the records of the claims it tests (figures/records.py)
 
 Plotting lives in the figure modules (figures/plot_<figure>.py), which draw an experiment's runs and

@@ -21,12 +21,14 @@ says so on every claim of this experiment.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 import numpy as np
 
 from figures.budgets import Budget, lag_of
 from figures.common import Context, arr, diverged, values
+from figures.evidence import Evidence as ExperimentEvidence
 from figures.experiments.mnist_delay import resolution_floor
 from figures.records import (
     REGIME_SENSITIVITY,
@@ -124,6 +126,29 @@ def sensitivity_configs(b: Budget, seeds: tuple[int, ...] | None = None) -> list
             for c in cell(b, spec, d, seeds)]
 
 
+@dataclass
+class Evidence(ExperimentEvidence):
+    """Per cell ``"<recipe>|<level>"`` (level: sync or a staleness level of the regime), one value per seed:
+    final test error (``error``), mean consecutive-step gradient cosine over the second half (``cos``; across
+    batches only: ``cos_across``), health flags (``health``); diverged runs per cell (``diverged``); gac's action
+    rates per seed (``rates``); the threshold-sensitivity table (``sensitivity``: per variant and level, error
+    and action rates per seed); the regime's settings and whether it is the registered one."""
+
+    PER_SEED: ClassVar[tuple[str, ...]] = ("error", "cos", "cos_across", "health")
+
+    registered: bool = True
+    regime: dict[str, Any] = field(default_factory=dict)
+    levels: list[str] = field(default_factory=list)
+    floor: float = float("nan")
+    error: dict[str, list[float | None]] = field(default_factory=dict)
+    cos: dict[str, list[float | None]] = field(default_factory=dict)
+    cos_across: dict[str, list[float | None]] = field(default_factory=dict)
+    diverged: dict[str, int] = field(default_factory=dict)
+    health: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
+    rates: dict[str, dict[str, list[float | None]]] = field(default_factory=dict)
+    sensitivity: dict[str, dict[str, list[float | None]]] = field(default_factory=dict)
+
+
 def describe(b: Budget) -> str:
     reg, registered = regime()
     settings = ", ".join(f"{k} = {v}" for k, v in reg.for_task("mnist").items())
@@ -132,7 +157,7 @@ def describe(b: Budget) -> str:
             f"{b.async_steps:,} learner batches; {len(b.async_seeds)} seeds; recipes {', '.join(RECIPES)}")
 
 
-def evidence(ctx: Context) -> dict[str, Any]:
+def evidence(ctx: Context) -> Evidence:
     b = ctx.budget
     seeds = b.all_seeds("async")
 
@@ -148,47 +173,46 @@ def staged_runs(b: Budget, seeds: tuple[int, ...], claim_ids: list[str]) -> list
     return [x for r in recipes for d in levels() for x in cell(b, r, d, seeds)]
 
 
-def _evidence(ctx: Context, seeds: tuple[int, ...]) -> dict[str, Any]:
+def _evidence(ctx: Context, seeds: tuple[int, ...]) -> Evidence:
     b = ctx.budget
     table = cached_table(ctx, configs(b, seeds))
     reg, registered = regime()
-    ev: dict[str, Any] = {"grid": describe(b), "registered": registered, "regime": reg.for_task("mnist"),
-                          "levels": list(levels()), "seeds": list(seeds), "floor": resolution_floor(),
-                          "error": {}, "cos": {}, "cos_across": {}, "diverged": {}, "health": {}, "rates": {}}
+    ev = Evidence(grid=describe(b), seeds=list(seeds), registered=registered, regime=reg.for_task("mnist"),
+                  levels=list(levels()), floor=resolution_floor())
     for r in RECIPES:
         for d in levels():
             c = cell(b, r, d, seeds)
-            ev["error"][f"{r}|{d}"] = values(table, c, "test_error", CHANCE)
-            ev["cos"][f"{r}|{d}"] = values(table, c, "grad_cos_prev", start=0.5)
-            ev["cos_across"][f"{r}|{d}"] = values(table, c, "grad_cos_across", start=0.5)
-            ev["diverged"][f"{r}|{d}"] = diverged(table, c)
-            ev["health"][f"{r}|{d}"] = cell_health(ctx, c)
+            ev.error[f"{r}|{d}"] = values(table, c, "test_error", CHANCE)
+            ev.cos[f"{r}|{d}"] = values(table, c, "grad_cos_prev", start=0.5)
+            ev.cos_across[f"{r}|{d}"] = values(table, c, "grad_cos_across", start=0.5)
+            ev.diverged[f"{r}|{d}"] = diverged(table, c)
+            ev.health[f"{r}|{d}"] = cell_health(ctx, c)
             if r == "gac":  # how often the projection acts (per seed, second half of training)
-                ev["rates"][f"gac|{d}"] = {k: values(table, c, f"gac_{k}_frac", start=0.5).tolist()
+                ev.rates[f"gac|{d}"] = {k: values(table, c, f"gac_{k}_frac", start=0.5).tolist()
                                            for k in ("projected", "skipped")}
     sens = cached_table(ctx, sensitivity_configs(b))
-    ev["sensitivity"] = {}
+    ev.sensitivity = {}
     for name, spec in GAC_VARIANTS.items():
         for d in ("sync", levels()[-1]):
             c = cell(b, spec, d)
             src = table if spec == "gac" else sens
-            ev["sensitivity"][f"{name}|{d}"] = {
+            ev.sensitivity[f"{name}|{d}"] = {
                 "error": values(src, c, "test_error", CHANCE).tolist(),
                 **{k: values(src, c, f"gac_{k}_frac", start=0.5).tolist() for k in ("projected", "skipped")}}
     return ev
 
 
-def sensitivity_rows(ev: dict[str, Any]) -> list[Outcome]:
+def sensitivity_rows(ev: Evidence) -> list[Outcome]:
     """The threshold-sensitivity table: per variant, its error at sync and at the largest staleness level as a
     ratio to grpo at sync (first look's seeds, trimmed mean; reported, not judged)."""
     out = []
-    base = arr(ev["error"]["grpo|sync"])[: len(ev.get("seeds", []))]
-    for key, row in (ev.get("sensitivity") or {}).items():
+    base = arr(ev.error["grpo|sync"])[: len(ev.seeds)]
+    for key, row in (ev.sensitivity or {}).items():
         v = arr(row.get("error"))
         if not np.isfinite(v).any():
             continue
         n = min(len(v), len(base))
-        iv = difference(base[:n], v[:n], "log", ev["floor"])
+        iv = difference(base[:n], v[:n], "log", ev.floor)
         rates = ", ".join(f"{k} {np.nanmean(arr(row.get(k))):.2f}" for k in ("projected", "skipped")
                           if np.isfinite(arr(row.get(k))).any())
         out.append(Outcome(f"gac sensitivity, {key.replace('|', ' at ')}: error / grpo sync", "reported", "n/a",
@@ -212,15 +236,15 @@ DEGRADE = Margin(
 MATCH = resolution("tol")
 
 
-def _tag(ev: dict[str, Any]) -> str:
-    return "" if ev.get("registered") else " [provisional regime settings]"
+def _tag(ev: Evidence) -> str:
+    return "" if ev.registered else " [provisional regime settings]"
 
 
-def _gac1_parts(ev: dict[str, Any], base: str) -> list[Outcome]:
-    cos = ev["cos"]
+def _gac1_parts(ev: Evidence, base: str) -> list[Outcome]:
+    cos = ev.cos
     sync = arr(cos[f"{base}|sync"])
     parts = [within(f"{base}: sync cosine near 0 (|mean| < {BAND.value})", sync, 0.0, BAND.value)]
-    for s in ev["levels"][1:]:
+    for s in ev.levels[1:]:
         stale = arr(cos[f"{base}|{s}"])
         high = at_least(f"{base}: cosine at {s} above {BAND.value}", stale, BAND.value)
         if high.status == "fails":
@@ -232,21 +256,21 @@ def _gac1_parts(ev: dict[str, Any], base: str) -> list[Outcome]:
 
 
 @judged_on(NAME)
-def judge_gac1(ev: dict[str, Any]) -> Judgement:
+def judge_gac1(ev: Evidence) -> Judgement:
     per_base = {b: _gac1_parts(ev, b) for b in BASES}
     variants = {b: combine(p) for b, p in per_base.items()}
-    ours = "; ".join(f"{b}: " + ", ".join(f"{'sync' if d == 'sync' else d} {fmt(arr(ev['cos'][f'{b}|{d}']), 2)}"
-                                           for d in ev["levels"]) for b in BASES) + _tag(ev)
+    ours = "; ".join(f"{b}: " + ", ".join(f"{'sync' if d == 'sync' else d} {fmt(arr(ev.cos[f'{b}|{d}']), 2)}"
+                                           for d in ev.levels) for b in BASES) + _tag(ev)
     other = [p for b in BASES[1:] for p in per_base[b]]
     return Judgement(ours, per_base["grpo"], variants=variants, note="verdict of the paper's base (grpo); "
                      "pg and tis reported beside it", other_parts=other)
 
 
-def _rescue_parts(ev: dict[str, Any], method: str) -> list[Outcome]:
-    e, floor = ev["error"], ev["floor"]
+def _rescue_parts(ev: Evidence, method: str) -> list[Outcome]:
+    e, floor = ev.error, ev.floor
     base_sync = arr(e["grpo|sync"])
     parts: list[Outcome] = []
-    for s in ev["levels"][1:]:
+    for s in ev.levels[1:]:
         base = arr(e[f"grpo|{s}"])
         pre = precondition(f"grpo degrades at {s}", base_sync, base, DEGRADE.value)
         parts.append(pre)
@@ -259,27 +283,27 @@ def _rescue_parts(ev: dict[str, Any], method: str) -> list[Outcome]:
     return parts
 
 
-def _rescue_ours(ev: dict[str, Any], method: str) -> str:
-    e = ev["error"]
+def _rescue_ours(ev: Evidence, method: str) -> str:
+    e = ev.error
     return "; ".join(f"{s}: grpo {fmt(arr(e[f'grpo|{s}']), 3, pct=True)}"
                      + ("" if s == "sync" else f", {method} {fmt(arr(e[f'{method}|{s}']), 3, pct=True)}")
-                     for s in ev["levels"]) + _tag(ev)
+                     for s in ev.levels) + _tag(ev)
 
 
 @judged_on(NAME)
-def judge_gac2(ev: dict[str, Any]) -> Judgement:
-    low = [s for s in ev["levels"][1:] if lag_of(s) < 8]
+def judge_gac2(ev: Evidence) -> Judgement:
+    low = [s for s in ev.levels[1:] if lag_of(s) < 8]
     note = f"levels below the paper's s >= 8: {', '.join(low)}" if low else ""
     j = Judgement(_rescue_ours(ev, "gac"), _rescue_parts(ev, "gac"), note=note)
     j.other_parts.extend(_gac_rates(ev) + sensitivity_rows(ev))
     return j
 
 
-def _gac_rates(ev: dict[str, Any]) -> list[Outcome]:
+def _gac_rates(ev: Evidence) -> list[Outcome]:
     """How often gac acts: the per-seed fraction of optimizer steps it projected / skipped (NaN where not logged)."""
     out = []
-    for d in ev["levels"]:
-        r = (ev.get("rates") or {}).get(f"gac|{d}") or {}
+    for d in ev.levels:
+        r = (ev.rates or {}).get(f"gac|{d}") or {}
         for k in ("projected", "skipped"):
             v = arr(r.get(k))
             if np.isfinite(v).any():
@@ -288,14 +312,14 @@ def _gac_rates(ev: dict[str, Any]) -> list[Outcome]:
 
 
 @judged_on(NAME)
-def judge_areal1(ev: dict[str, Any]) -> Judgement:
+def judge_areal1(ev: Evidence) -> Judgement:
     return Judgement(_rescue_ours(ev, "decoupled_ppo"), _rescue_parts(ev, "decoupled_ppo"))
 
 
-def _degrades(ev: dict[str, Any]) -> tuple[str, str]:
-    e = ev["error"]
+def _degrades(ev: Evidence) -> tuple[str, str]:
+    e = ev.error
     found = []
-    for s in ev["levels"][1:]:
+    for s in ev.levels[1:]:
         o = precondition(f"grpo degrades at {s}", arr(e["grpo|sync"]), arr(e[f"grpo|{s}"]), DEGRADE.value)
         found.append(f"{s}: {o.status}")
         if o.status in ("holds", "undecided"):  # undecided: the parts say inconclusive, and seeds are added
@@ -303,14 +327,14 @@ def _degrades(ev: dict[str, Any]) -> tuple[str, str]:
     return "failed", "grpo's error increase under staleness is below 2 points at every level (" + "; ".join(found) + ")"
 
 
-def _stale_aligned(ev: dict[str, Any]) -> tuple[str, str]:
+def _stale_aligned(ev: Evidence) -> tuple[str, str]:
     """grpo's across-batch gradient cosine under staleness above its sync value (GAC's signal)."""
-    ca = ev.get("cos_across") or {}
+    ca = ev.cos_across or {}
     sync = arr(ca.get("grpo|sync"))
     if not np.isfinite(sync).any():
         return "unknown", "grad_cos_across not logged (runs made before the testbed split the cosine by batch)"
     seen = []
-    for s in ev["levels"][1:]:
+    for s in ev.levels[1:]:
         o = superiority(f"across-batch cosine at {s} above sync", sync, arr(ca.get(f"grpo|{s}")), 0.0, higher=True)
         seen.append(f"{s}: {fmt_interval(o)} -> {o.status}")
         if o.status == "holds":
@@ -331,7 +355,7 @@ _ALIGNED = Precondition("the base shows the stale-aligned signal (across-batch c
 
 
 def _recipe_cells(recipes: tuple[str, ...]):
-    return lambda ev: [f"{r}|{d}" for r in recipes for d in ev["levels"]]
+    return lambda ev: [f"{r}|{d}" for r in recipes for d in ev.levels]
 
 
 _RESCUE_RULE = (

@@ -13,12 +13,14 @@ of training.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 import numpy as np
 
 from figures.budgets import Budget, lag_of
 from figures.common import Context, arr, values
+from figures.evidence import Evidence as ExperimentEvidence
 from figures.experiments import mnist_delay
 from figures.records import Claim, Judgement, Margin, judged_on
 from figures.stats import combine, exact, fmt, superiority
@@ -77,16 +79,29 @@ def theory_curves(n: int) -> dict[str, Any]:
     return {"deltas": deltas.tolist(), "cases": cases}
 
 
-def evidence(ctx: Context) -> dict[str, Any]:
+@dataclass
+class Evidence(ExperimentEvidence):
+    """The theory's curves (``theory``: `theory_curves`) and, per ``"<condition>|<recipe>|late"`` (the mean
+    cosine to the true gradient over the second half) and ``"<condition>|<recipe>|error"``, one value per seed
+    (``measured``); the measured conditions' names (``conditions``)."""
+
+    PER_SEED: ClassVar[tuple[str, ...]] = ("measured",)
+
+    theory: dict[str, Any] = field(default_factory=dict)
+    measured: dict[str, list[float | None]] = field(default_factory=dict)
+    conditions: list[str] = field(default_factory=list)
+
+
+def evidence(ctx: Context) -> Evidence:
     b = ctx.budget
-    ev: dict[str, Any] = {"grid": describe(b), "theory": theory_curves(b.contamination_deltas), "measured": {},
-                          "conditions": list(conditions(b)), "seeds": list(b.mnist_seeds)}
+    ev = Evidence(grid=describe(b), seeds=list(b.mnist_seeds), theory=theory_curves(b.contamination_deltas),
+                  conditions=list(conditions(b)))
     table = ctx.table(configs(b))
     for name, (d, f) in conditions(b).items():
         for r in MEASURED:
             c = cell(b, r, d, f)
-            ev["measured"][f"{name}|{r}|late"] = values(table, c, "cos_true_pg", start=0.5)
-            ev["measured"][f"{name}|{r}|error"] = values(table, c, "test_error", mnist_delay.CHANCE)
+            ev.measured[f"{name}|{r}|late"] = values(table, c, "cos_true_pg", start=0.5)
+            ev.measured[f"{name}|{r}|error"] = values(table, c, "test_error", mnist_delay.CHANCE)
     return ev
 
 
@@ -109,8 +124,8 @@ SHARE = Margin(
 
 
 @judged_on(NAME)
-def judge_ddg4(ev: dict[str, Any]) -> Judgement:
-    th = ev["theory"]["cases"]
+def judge_ddg4(ev: Evidence) -> Judgement:
+    th = ev.theory["cases"]
     pg, dg, is_ = th["cos|rho=0.1|pg"], th["cos|rho=0.1|dg"], th["cos|rho=0.1|is"]
     sp, sd = th["share|rho=0.1|pg"], th["share|rho=0.1|dg"]
     r_hi, r_lo = sd[-1] / sp[-1], sd[0] / sp[0]
@@ -128,15 +143,15 @@ def judge_ddg4(ev: dict[str, Any]) -> Judgement:
         exact("v1 (superseded), theory: DG's cosine does not decrease as delta -> 0", dg[0] >= dg[-1] - 1e-9, dg[0],
               dg[-1], f"rho 0.1: {dg[-1]:.3f} -> {dg[0]:.3f}"),
     ]
-    me = ev["measured"]
-    for cond in ev["conditions"]:
+    me = ev.measured
+    for cond in ev.conditions:
         v1.append(superiority(f"v1 (superseded), MNIST {cond}: DG's cosine to the exact gradient above PG's",
                               arr(me[f"{cond}|pg|late"]), arr(me[f"{cond}|dg|late"]), GAP.value, higher=True))
     ours = (f"theory (rho 0.1, delta 0.5 -> 1e-4): true-gradient share PG {sp[-1]:.3g} -> {sp[0]:.3g}, DG/PG "
             f"{r_hi:.3g} -> {r_lo:.3g}; v1's cosine PG {pg[-1]:.2f} -> {pg[0]:.2f}, exact IS {is_[-1]:.2f} -> "
             f"{is_[0]:.2f}, DG {dg[-1]:.2f} -> {dg[0]:.2f}; measured late cosine: " + "; ".join(
                 f"{c}: PG {fmt(arr(me[f'{c}|pg|late']), 2)}, DG {fmt(arr(me[f'{c}|dg|late']), 2)}, IS "
-                f"{fmt(arr(me[f'{c}|is|late']), 2)}" for c in ev["conditions"]))
+                f"{fmt(arr(me[f'{c}|is|late']), 2)}" for c in ev.conditions))
     return Judgement(ours, parts, variants={"v2 (judged)": combine(parts), "v1 cosine (superseded)": combine(v1)},
                      other_parts=v1, note="judged on the paper's v2 statement; v1's cosine statement is shown "
                      "beside it, marked superseded")

@@ -21,12 +21,14 @@ evaluation intervals up to it.
 from __future__ import annotations
 
 import math
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 import numpy as np
 
 from figures.budgets import Budget, lag_of
 from figures.common import Context, arr, diverged, values
+from figures.evidence import Evidence as ExperimentEvidence
 from figures.records import (
     DATA_SIZE_SENSITIVITY,
     Claim,
@@ -92,6 +94,26 @@ def claim_cells(claim_id: str, delays: list[str], ablation_delays: list[str]) ->
             "VCPO-2": ["vcpo|sync"] + [f"{r}|{d}" for d in lags for r in ("vcpo", "pg")],
             "VCPO-3": [f"{n}|{d3}" for n in ABLATIONS],
             "VCPO-1": []}[claim_id]
+
+
+@dataclass
+class Evidence(ExperimentEvidence):
+    """Per cell ``"<recipe>|<delay>"`` (and ``"<ablation>|<delay>"`` at the ablation delays), one value per
+    seed: final test error (``error``, chance for a diverged run) and health flags (``health``); diverged runs
+    per cell (``diverged``); VCPO-1's collapse events of the first look's sweep and the same test at the ends of
+    the runs that did not collapse (``events``, ``quiet``: dicts with recipe, delay, seed and the precursors)."""
+
+    PER_SEED: ClassVar[tuple[str, ...]] = ("error", "health")
+    SEEDED_EVENTS: ClassVar[tuple[str, ...]] = ("events", "quiet")
+
+    delays: list[str] = field(default_factory=list)
+    ablation_delays: list[str] = field(default_factory=list)
+    floor: float = float("nan")
+    error: dict[str, list[float | None]] = field(default_factory=dict)
+    diverged: dict[str, int] = field(default_factory=dict)
+    health: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    quiet: list[dict[str, Any]] = field(default_factory=list)
 
 
 def describe(b: Budget) -> str:
@@ -164,7 +186,7 @@ def collapses(table, step_records: dict[str, Any], span: float) -> tuple[list[di
     return events, quiet
 
 
-def evidence(ctx: Context) -> dict[str, Any]:
+def evidence(ctx: Context) -> Evidence:
     b = ctx.budget
     seeds = b.all_seeds("mnist")
 
@@ -180,27 +202,26 @@ def staged_runs(b: Budget, seeds: tuple[int, ...], claim_ids: list[str]) -> list
     return _cells(b, sorted(keys), seeds)
 
 
-def _evidence(ctx: Context, seeds: tuple[int, ...]) -> dict[str, Any]:
+def _evidence(ctx: Context, seeds: tuple[int, ...]) -> Evidence:
     b = ctx.budget
     table = cached_table(ctx, configs(b, seeds))
-    ev: dict[str, Any] = {"grid": describe(b), "seeds": list(seeds), "delays": list(b.mnist_delays),
-                          "ablation_delays": list(b.ablation_delays), "floor": resolution_floor(), "error": {},
-                          "diverged": {}, "health": {}}
+    ev = Evidence(grid=describe(b), seeds=list(seeds), delays=list(b.mnist_delays),
+                  ablation_delays=list(b.ablation_delays), floor=resolution_floor())
     for r in RECIPES:
         for d in b.mnist_delays:
             c = cell(b, r, d, seeds=seeds)
-            ev["error"][f"{r}|{d}"] = values(table, c, "test_error", CHANCE)
-            ev["diverged"][f"{r}|{d}"] = diverged(table, c)
-            ev["health"][f"{r}|{d}"] = cell_health(ctx, c)
+            ev.error[f"{r}|{d}"] = values(table, c, "test_error", CHANCE)
+            ev.diverged[f"{r}|{d}"] = diverged(table, c)
+            ev.health[f"{r}|{d}"] = cell_health(ctx, c)
     for name, spec in ABLATIONS.items():
         for d in b.ablation_delays:
             c = cell(b, spec, d, seeds=seeds)
-            ev["error"][f"{name}|{d}"] = values(table, c, "test_error", CHANCE)
-            ev["health"][f"{name}|{d}"] = cell_health(ctx, c)
+            ev.error[f"{name}|{d}"] = values(table, c, "test_error", CHANCE)
+            ev.health[f"{name}|{d}"] = cell_health(ctx, c)
     first = sweep(b)  # VCPO-1 reads the first look's sweep (not staged)
     ids = {cfg.run_id for cfg in first}
     sweep_rows = table[table["run_id"].isin(ids)] if len(table) else table
-    ev["events"], ev["quiet"] = collapses(sweep_rows, ctx.step_records(first), WINDOW * b.mnist_log)
+    ev.events, ev.quiet = collapses(sweep_rows, ctx.step_records(first), WINDOW * b.mnist_log)
     return ev
 
 
@@ -223,9 +244,9 @@ DDG1_FAIL = Margin(
 
 
 @judged_on(NAME)
-def judge_ddg1(ev: dict[str, Any]) -> Judgement:
-    d = ev["delays"][-1]
-    e, floor = ev["error"], ev["floor"]
+def judge_ddg1(ev: Evidence) -> Judgement:
+    d = ev.delays[-1]
+    e, floor = ev.error, ev.floor
     dg, is_, pg = arr(e[f"dg|{d}"]), arr(e[f"is|{d}"]), arr(e[f"pg|{d}"])
     parts = [
         superiority(f"DG below exact IS at D={lag_of(d)} (ratio IS / DG)", is_, dg, DDG1_RATIO.value, "log", floor),
@@ -240,17 +261,17 @@ def judge_ddg1(ev: dict[str, Any]) -> Judgement:
 VCPO2_TOL = resolution("tol")
 
 
-def _n_diverged(ev: dict[str, Any], key: str) -> int:
+def _n_diverged(ev: Evidence, key: str) -> int:
     """Diverged runs of a cell among the seeds judged (per-seed flags; an older evidence file: its count)."""
-    flags = ((ev.get("health") or {}).get(key) or {}).get("diverged")
+    flags = ((ev.health or {}).get(key) or {}).get("diverged")
     if flags is not None:
         return sum(bool(x) for x in flags if x is not None)
-    return int(ev["diverged"].get(key, 0))
+    return int(ev.diverged.get(key, 0))
 
 
 @judged_on(NAME)
-def judge_vcpo2(ev: dict[str, Any]) -> Judgement:
-    e, floor, delays = ev["error"], ev["floor"], ev["delays"]
+def judge_vcpo2(ev: Evidence) -> Judgement:
+    e, floor, delays = ev.error, ev.floor, ev.delays
     sync = arr(e["vcpo|sync"])
     lags = [d for d in delays if d != "sync" and lag_of(d) <= 128]
     parts = []
@@ -277,9 +298,9 @@ VCPO3_DELTA = Margin(
 
 
 @judged_on(NAME)
-def judge_vcpo3(ev: dict[str, Any]) -> Judgement:
-    e, floor = ev["error"], ev["floor"]
-    d = _largest_at_most(ev["ablation_delays"], 128) or ev["ablation_delays"][0]
+def judge_vcpo3(ev: Evidence) -> Judgement:
+    e, floor = ev.error, ev.floor
+    d = _largest_at_most(ev.ablation_delays, 128) or ev.ablation_delays[0]
     full = arr(e[f"vcpo|{d}"])
     # the candidate is the full recipe: its error must be lower than each ablation's
     parts = [superiority(f"removing {name.split()[1]} hurts at D={lag_of(d)} (ratio ablation / vcpo)",
@@ -287,7 +308,7 @@ def judge_vcpo3(ev: dict[str, Any]) -> Judgement:
              for name in ("no ess_lr", "no opob")]
     ours = "; ".join(f"D={lag_of(x)}: vcpo {fmt(arr(e[f'vcpo|{x}']), 3, pct=True)}, no ess_lr "
                      f"{fmt(arr(e[f'no ess_lr|{x}']), 3, pct=True)}, no opob {fmt(arr(e[f'no opob|{x}']), 3, pct=True)}"
-                     for x in ev["ablation_delays"])
+                     for x in ev.ablation_delays)
     return Judgement(ours, parts, note=f"judged at D={lag_of(d)} (the largest ablation delay <= 128, VCPO's stated range)")
 
 
@@ -298,12 +319,12 @@ VCPO1_MOST = Margin(
 
 
 @judged_on(NAME)
-def judge_vcpo1(ev: dict[str, Any]) -> Judgement:
-    events = [x for x in ev.get("events", []) if x.get("enough_history")]
-    quiet = [x for x in ev.get("quiet", []) if x.get("enough_history")]
+def judge_vcpo1(ev: Evidence) -> Judgement:
+    events = [x for x in ev.events if x.get("enough_history")]
+    quiet = [x for x in ev.quiet if x.get("enough_history")]
     n, nq = len(events), len(quiet)
     if n == 0:
-        return Judgement(f"{len(ev.get('events', []))} collapse(s), none with enough logged history before it", [],
+        return Judgement(f"{len(ev.events)} collapse(s), none with enough logged history before it", [],
                          verdict="not testable", note="no run collapsed after enough logged steps")
     parts = []
     for key, what in (("ess_drop", "ESS drop"), ("grad_spike", "gradient-norm spike")):
@@ -330,17 +351,17 @@ def _healthy_sync(recipes: tuple[str, ...]) -> Precondition:
                         f"the base is healthy at sync ({', '.join(recipes)})")
 
 
-def _collapsed(ev: dict[str, Any]) -> tuple[str, str]:
-    events = [x for x in ev.get("events", []) if x.get("enough_history")]
+def _collapsed(ev: Evidence) -> tuple[str, str]:
+    events = [x for x in ev.events if x.get("enough_history")]
     if events:
         return "met", f"{len(events)} collapse(s) after enough logged history"
-    return "failed", (f"{len(ev.get('events', []))} collapse(s), none with per-step records and {WINDOW} evaluation "
+    return "failed", (f"{len(ev.events)} collapse(s), none with per-step records and {WINDOW} evaluation "
                       "intervals of history before its window")
 
 
 def _cells_of(claim_id: str):
-    def keys(ev: dict[str, Any]) -> list[str]:
-        return claim_cells(claim_id, ev["delays"], ev["ablation_delays"])
+    def keys(ev: Evidence) -> list[str]:
+        return claim_cells(claim_id, ev.delays, ev.ablation_delays)
     return keys
 
 

@@ -10,13 +10,15 @@ initialisation per seed; 5 seeds. Per seed: the final test error (last 5% of the
 from __future__ import annotations
 
 import math
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 import numpy as np
 
 from figures import oracle_runs
 from figures.budgets import Budget
 from figures.common import Context, arr, values
+from figures.evidence import Evidence as ExperimentEvidence
 from figures.experiments.mnist_delay import resolution_floor
 from figures.records import (
     DATA_SIZE_SENSITIVITY,
@@ -52,6 +54,20 @@ def oracle_jobs(b: Budget, seeds: tuple[int, ...] | None = None) -> list[tuple[s
     return [(kind, s) for kind in oracle_runs.KINDS for s in (b.mnist_seeds if seeds is None else seeds)]
 
 
+@dataclass
+class Evidence(ExperimentEvidence):
+    """Per cell ``"<method>|<k>"`` (k samples per image; ``inf``: the exact expected update) and ``"ce"``
+    (supervised cross-entropy), one value per seed: final test error (``error``); health flags of the sampled
+    cells (``health``)."""
+
+    PER_SEED: ClassVar[tuple[str, ...]] = ("error", "health")
+
+    k: list[int] = field(default_factory=list)
+    floor: float = float("nan")
+    error: dict[str, list[float | None]] = field(default_factory=dict)
+    health: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
+
+
 def describe(b: Budget) -> str:
     return (f"MNIST bandit on-policy, 100 images x k samples per batch, k in {', '.join(map(str, b.samples_k))} and "
             f"infinity (exact expected update), plus supervised cross-entropy; pg and dg with the batch-mean "
@@ -68,7 +84,7 @@ def _oracle(ctx: Context, kind: str, seeds: tuple[int, ...]) -> np.ndarray:
     return np.asarray(out)
 
 
-def evidence(ctx: Context) -> dict[str, Any]:
+def evidence(ctx: Context) -> Evidence:
     b = ctx.budget
     seeds = b.all_seeds("mnist")
 
@@ -88,17 +104,16 @@ def staged_runs(b: Budget, seeds: tuple[int, ...], claim_ids: list[str]) -> list
     return [c for m in METHODS for c in cell(b, m, b.samples_k[0], seeds)] if claim_ids else []
 
 
-def _evidence(ctx: Context, seeds: tuple[int, ...]) -> dict[str, Any]:
+def _evidence(ctx: Context, seeds: tuple[int, ...]) -> Evidence:
     b = ctx.budget
     table = cached_table(ctx, configs(b, seeds))
-    ev: dict[str, Any] = {"grid": describe(b), "k": list(b.samples_k), "seeds": list(seeds),
-                          "floor": resolution_floor(), "error": {}, "health": {}}
+    ev = Evidence(grid=describe(b), seeds=list(seeds), k=list(b.samples_k), floor=resolution_floor())
     for m in METHODS:
         for k in b.samples_k:
-            ev["error"][f"{m}|{k}"] = values(table, cell(b, m, k, seeds), "test_error", CHANCE)
-            ev["health"][f"{m}|{k}"] = cell_health(ctx, cell(b, m, k, seeds))
-        ev["error"][f"{m}|inf"] = _oracle(ctx, f"{m}_exact", seeds)
-    ev["error"]["ce"] = _oracle(ctx, "ce", seeds)
+            ev.error[f"{m}|{k}"] = values(table, cell(b, m, k, seeds), "test_error", CHANCE)
+            ev.health[f"{m}|{k}"] = cell_health(ctx, cell(b, m, k, seeds))
+        ev.error[f"{m}|inf"] = _oracle(ctx, f"{m}_exact", seeds)
+    ev.error["ce"] = _oracle(ctx, "ce", seeds)
     return ev
 
 
@@ -111,9 +126,9 @@ FLOOR_BEAT = resolution("delta")
 
 
 @judged_on(NAME)
-def judge_dg1(ev: dict[str, Any]) -> Judgement:
-    e, floor = ev["error"], ev["floor"]
-    k1 = ev["k"][0]
+def judge_dg1(ev: Evidence) -> Judgement:
+    e, floor = ev.error, ev.floor
+    k1 = ev.k[0]
     pg1, dg1, pginf, ce = arr(e[f"pg|{k1}"]), arr(e[f"dg|{k1}"]), arr(e["pg|inf"]), arr(e["ce"])
     with np.errstate(all="ignore"):
         frac = (pg1 - dg1) / (pg1 - ce)  # per seed: same initialisation for all four runs
@@ -132,13 +147,13 @@ def judge_dg1(ev: dict[str, Any]) -> Judgement:
 ROOM = FLOOR_BEAT
 
 
-def _room(ev: dict[str, Any]) -> tuple[str, str]:
+def _room(ev: Evidence) -> tuple[str, str]:
     """Part (b) can hold only if PG's infinite-sample error exceeds CE's by the margin: a DG equal to CE would
     beat PG(k=inf) by exactly PG(k=inf) / CE."""
     from figures.stats import fmt_interval
 
-    o = superiority("PG(k=inf) / CE above the margin", arr(ev["error"]["pg|inf"]), arr(ev["error"]["ce"]),
-                    ROOM.value, "log", ev["floor"])
+    o = superiority("PG(k=inf) / CE above the margin", arr(ev.error["pg|inf"]), arr(ev.error["ce"]),
+                    ROOM.value, "log", ev.floor)
     shown = f"PG(k=inf) / CE = {fmt_interval(o)} vs factor {math.exp(ROOM.value):.3g}"
     if o.status == "holds":
         return "met", shown
@@ -164,10 +179,10 @@ CLAIMS = (
           "PG's infinite-sample floor was not run there)",
           decide="a run on a larger training set (--data-dir: the full MNIST IDX files, or Fashion-MNIST's 60,000 "
           "images offline) with the exact-gradient PG runs",
-          preconditions=(healthy_base(lambda ev: [f"pg|{ev['k'][0]}"], "runs that record health, with PG at k = 1 "
+          preconditions=(healthy_base(lambda ev: [f"pg|{ev.k[0]}"], "runs that record health, with PG at k = 1 "
                                       "healthy in at least four seeds of five", "the base (PG at k = 1) is healthy"),
                          Precondition("the rule has room: PG(k=inf) / CE above the margin 1.167", _room,
                                       "a training set on which PG's infinite-sample floor lies well above supervised "
                                       "CE (the full 60,000-image MNIST via --data-dir)")),
-          cells=lambda ev: [f"pg|{ev['k'][0]}", f"dg|{ev['k'][0]}"], sensitivity=(DATA_SIZE_SENSITIVITY,)),
+          cells=lambda ev: [f"pg|{ev.k[0]}", f"dg|{ev.k[0]}"], sensitivity=(DATA_SIZE_SENSITIVITY,)),
 )

@@ -6,9 +6,11 @@ a throughput claim about a distributed GPU system has nothing to be compared wit
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from figures.budgets import Budget
+from figures.evidence import Evidence as ExperimentEvidence
 from figures.records import Claim, Judgement
 from testbed.runner import RunConfig
 
@@ -23,11 +25,16 @@ def describe(b: Budget) -> str:
     return "none: no throughput is measured"
 
 
-def evidence(ctx: Any) -> dict[str, Any]:
-    return {}
+@dataclass
+class Evidence(ExperimentEvidence):
+    """Nothing: no throughput is measured."""
 
 
-def judge_areal2(ev: dict[str, Any]) -> Judgement:
+def evidence(ctx: Any) -> Evidence:
+    return Evidence()
+
+
+def judge_areal2(ev: Evidence) -> Judgement:
     return Judgement("no wall-clock throughput in a sequential CPU simulator", [], verdict="not applicable",
                      note="by rule")
 

@@ -23,10 +23,12 @@ of the evaluations.
 from __future__ import annotations
 
 import math
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 from figures.budgets import Budget
 from figures.common import Context, arr, values
+from figures.evidence import Evidence as ExperimentEvidence
 from figures.records import FRICTION_SENSITIVITY, Claim, Judgement, Margin, Precondition, judged_on
 from figures.staging import cached_table, cell_health, staged
 from figures.stats import at_most, fmt, superiority
@@ -74,6 +76,21 @@ def configs(b: Budget, seeds: tuple[int, ...] | None = None) -> list[RunConfig]:
     return [c for r in METHODS for s in settings(b) for c in cell(b, r, s, seeds=seeds)]
 
 
+@dataclass
+class Evidence(ExperimentEvidence):
+    """Per cell ``"<method>|<setting>"`` (the panel's settings, `SETTINGS`), one value per seed: final sampled
+    sequence error (``error``, every sequence wrong for a diverged run) and health flags (``health``); the
+    sequence length ``H`` and the error floor of one evaluation (``floor``)."""
+
+    PER_SEED: ClassVar[tuple[str, ...]] = ("error", "health")
+
+    settings: list[str] = field(default_factory=list)
+    H: int = 0
+    floor: float = float("nan")
+    error: dict[str, list[float | None]] = field(default_factory=dict)
+    health: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
+
+
 def describe(b: Budget) -> str:
     return (f"token reversal M = {b.tr_M}, H = {b.tr_H}, {b.tr_actors} actors, {b.tr_episodes} episodes per step, "
             f"{b.tr_steps:,} learner steps, {len(b.tr_seeds)} seeds; settings {', '.join(settings(b))}; frictions: "
@@ -90,7 +107,7 @@ def resolution_floor(b: Budget, H: int | None = None) -> float:
     return 0.5 / int(task.eval_contexts(torch.Generator().manual_seed(0)).shape[0])
 
 
-def evidence(ctx: Context) -> dict[str, Any]:
+def evidence(ctx: Context) -> Evidence:
     b = ctx.budget
     seeds = b.all_seeds("tr")
 
@@ -105,15 +122,15 @@ def staged_runs(b: Budget, seeds: tuple[int, ...], claim_ids: list[str]) -> list
     return [c for r in METHODS for c in cell(b, r, "all four", seeds=seeds)] if claim_ids else []
 
 
-def _evidence(ctx: Context, seeds: tuple[int, ...]) -> dict[str, Any]:
+def _evidence(ctx: Context, seeds: tuple[int, ...]) -> Evidence:
     b = ctx.budget
     table = cached_table(ctx, configs(b, seeds))
-    ev: dict[str, Any] = {"grid": describe(b), "settings": list(settings(b)), "H": b.tr_H, "seeds": list(seeds),
-                          "floor": resolution_floor(b), "error": {}, "health": {}}
+    ev = Evidence(grid=describe(b), seeds=list(seeds), settings=list(settings(b)), H=b.tr_H,
+                  floor=resolution_floor(b))
     for r in METHODS:
         for s in settings(b):
-            ev["error"][f"{r}|{s}"] = values(table, cell(b, r, s, seeds=seeds), "test_error", FAILED)
-            ev["health"][f"{r}|{s}"] = cell_health(ctx, cell(b, r, s, seeds=seeds))
+            ev.error[f"{r}|{s}"] = values(table, cell(b, r, s, seeds=seeds), "test_error", FAILED)
+            ev.health[f"{r}|{s}"] = cell_health(ctx, cell(b, r, s, seeds=seeds))
     return ev
 
 
@@ -148,12 +165,12 @@ MARGINS = {"pg": _ratio_margin("pg", 59.5), "pmpo": _ratio_margin("pmpo", 14.5),
 
 
 @judged_on(NAME)
-def judge_ddg2(ev: dict[str, Any]) -> Judgement:
-    e, floor = ev["error"], ev["floor"]
+def judge_ddg2(ev: Evidence) -> Judgement:
+    e, floor = ev.error, ev.floor
     dg = arr(e["dg|all four"])
     parts = [superiority(f"DG below {o.upper()} with all four frictions (ratio {o.upper()} / DG)", arr(e[f"{o}|all four"]),
                          dg, MARGINS[o].value, "log", floor) for o in ("pg", "pmpo", "ppo")]
-    ours = f"H={ev['H']}, all four: " + ", ".join(f"{r.upper()} {fmt(arr(e[f'{r}|all four']), 3, pct=True)}"
+    ours = f"H={ev.H}, all four: " + ", ".join(f"{r.upper()} {fmt(arr(e[f'{r}|all four']), 3, pct=True)}"
                                                   for r in METHODS)
     return Judgement(ours, parts)
 
@@ -173,7 +190,7 @@ CLAIMS = (
           decide="the paper's frictions are not public: ours are calibrated choices (testbed/frictions.py); a "
           "different simulation of them could change the ranking",
           preconditions=(Precondition("some method leaves the floor with all four frictions",
-                                      lambda ev: off_floor(ev["error"], "all four"),
+                                      lambda ev: off_floor(ev.error, "all four"),
                                       "a budget or rare-discovery strength at which at least one method solves "
                                       "some sequences (more learner steps, or a shorter H)"),),
           cells=lambda ev: [f"{r}|all four" for r in METHODS], sensitivity=(FRICTION_SENSITIVITY,)),

@@ -9,12 +9,14 @@ past the longest solved length of every run, and asks for a longer grid when it 
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
 from figures.budgets import Budget
 from figures.common import Context, arr, values
+from figures.evidence import Evidence as ExperimentEvidence
 from figures.experiments import token_frictions as tf
 from figures.records import FRICTION_SENSITIVITY, Claim, Judgement, Margin, Precondition, judged_on
 from figures.staging import cached_table, staged
@@ -35,6 +37,19 @@ def configs(b: Budget, seeds: tuple[int, ...] | None = None) -> list[RunConfig]:
     return [c for r in METHODS for h in b.tr_horizons for c in cell(b, r, h, seeds)]
 
 
+@dataclass
+class Evidence(ExperimentEvidence):
+    """Per cell ``"<method>|<H>"``, one value per seed: final sampled sequence error (``error``); per method, the
+    longest solved H per seed (``longest``); the grid of lengths ``H`` and the solved threshold."""
+
+    PER_SEED: ClassVar[tuple[str, ...]] = ("error", "longest")
+
+    H: list[int] = field(default_factory=list)
+    threshold: float = SOLVED
+    error: dict[str, list[float | None]] = field(default_factory=dict)
+    longest: dict[str, list[float | None]] = field(default_factory=dict)
+
+
 def describe(b: Budget) -> str:
     return (f"token reversal M = {b.tr_M}, all four frictions, H in {min(b.tr_horizons)}..{max(b.tr_horizons)} "
             f"({len(b.tr_horizons)} lengths), {b.tr_steps:,} learner steps, {len(b.tr_seeds)} seeds; solved = final "
@@ -53,7 +68,7 @@ def longest(errors: np.ndarray, hs: list[int]) -> list[float]:
     return out
 
 
-def evidence(ctx: Context) -> dict[str, Any]:
+def evidence(ctx: Context) -> Evidence:
     b = ctx.budget
     seeds = b.all_seeds("tr")
     return staged(ctx, CLAIMS, b.tr_design, seeds,
@@ -66,29 +81,28 @@ def staged_runs(b: Budget, seeds: tuple[int, ...], claim_ids: list[str]) -> list
     return configs(b, seeds) if claim_ids else []
 
 
-def _evidence(ctx: Context, seeds: tuple[int, ...]) -> dict[str, Any]:
+def _evidence(ctx: Context, seeds: tuple[int, ...]) -> Evidence:
     b = ctx.budget
     table = cached_table(ctx, configs(b, seeds))
     hs = list(b.tr_horizons)
-    ev: dict[str, Any] = {"grid": describe(b), "H": hs, "seeds": list(seeds), "threshold": SOLVED, "error": {},
-                          "longest": {}}
+    ev = Evidence(grid=describe(b), seeds=list(seeds), H=hs, threshold=SOLVED)
     for r in METHODS:
         rows = np.stack([values(table, cell(b, r, h, seeds), "test_error", tf.FAILED) for h in hs], axis=1)
         for j, h in enumerate(hs):
-            ev["error"][f"{r}|{h}"] = rows[:, j]
-        ev["longest"][r] = longest(rows, hs)
+            ev.error[f"{r}|{h}"] = rows[:, j]
+        ev.longest[r] = longest(rows, hs)
     return ev
 
 
-def _solves_some(ev: dict[str, Any]) -> tuple[str, str]:
+def _solves_some(ev: Evidence) -> tuple[str, str]:
     """Some method solves the shortest length of the grid in some seed (a longest solved H above 0)."""
-    lg = {r: arr(v) for r, v in ev["longest"].items()}
+    lg = {r: arr(v) for r, v in ev.longest.items()}
     shown = ", ".join(f"{r.upper()} {fmt(v, 3)}" for r, v in lg.items())
     if not any(np.isfinite(v).any() for v in lg.values()):
         return "unknown", "no run finished"
     if any(np.nanmax(v) > 0 for v in lg.values() if np.isfinite(v).any()):
         return "met", f"longest solved H: {shown}"
-    return "failed", f"no method solves even H = {min(ev['H'])} in any seed (longest solved H: {shown})"
+    return "failed", f"no method solves even H = {min(ev.H)} in any seed (longest solved H: {shown})"
 
 
 def _diff_margin(other: str, hi: float, text: str) -> Margin:
@@ -103,16 +117,16 @@ MARGINS = {"pmpo": _diff_margin("pmpo", 8.5, "about 8"), "ppo": _diff_margin("pp
 
 
 @judged_on(NAME)
-def judge_ddg3(ev: dict[str, Any]) -> Judgement:
-    lg = {r: arr(v) for r, v in ev["longest"].items()}
+def judge_ddg3(ev: Evidence) -> Judgement:
+    lg = {r: arr(v) for r, v in ev.longest.items()}
     parts: list[Outcome] = [superiority(f"DG's longest solved H exceeds {o.upper()}'s", lg[o], lg["dg"],
                                         MARGINS[o].value, higher=True) for o in ("pmpo", "ppo", "pg")]
     top = max((float(np.nanmax(v)) for v in lg.values() if np.isfinite(v).any()), default=0.0)
-    reach = max(ev["H"])
+    reach = max(ev.H)
     if top > reach - 2:
         parts.append(Outcome("the H grid reaches the longest solved length + 2", "exact", "undecided", reach, "diff",
                              None, None, f"a run solved H = {top:g}; extend the grid to H = {top + 2:g}"))
-    ours = f"H grid {min(ev['H'])}..{reach}: longest solved " + ", ".join(f"{r.upper()} {fmt(lg[r], 3)}" for r in METHODS)
+    ours = f"H grid {min(ev.H)}..{reach}: longest solved " + ", ".join(f"{r.upper()} {fmt(lg[r], 3)}" for r in METHODS)
     return Judgement(ours, parts)
 
 

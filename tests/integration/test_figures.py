@@ -25,6 +25,7 @@ from figures.experiments import (
     async_grpo,
     contamination,
     delayed_sgd,
+    experiment,
     mnist_delay,
     mnist_samples,
     token_frictions,
@@ -188,7 +189,9 @@ def _async_ev(grpo_sync, grpo_stale, gac, dec):
 
 
 def _judge(cid, ev):
-    return next(c for c in all_claims() if c.id == cid).judge(ev)
+    """The claim's judge on ``ev`` given as its experiment's record (a dict: the record's fields)."""
+    claim = next(c for c in all_claims() if c.id == cid)
+    return claim.judge(experiment(claim.experiment).Evidence.from_json(ev) if isinstance(ev, dict) else ev)
 
 
 def test_gac2_and_areal1_against_their_own_base():

@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 import pytest
 
 from figures import stats
-from figures.experiments import async_grpo, mnist_samples, token_frictions
+from figures.evidence import Evidence
+from figures.experiments import async_grpo, mnist_delay, mnist_samples, token_frictions
 from figures.records import Claim, Judgement, Precondition, assess, healthy_base
 
 
+@dataclass
+class _Values(Evidence):
+    v: list[float] = field(default_factory=list)
+
+
 def _claim(*pre: Precondition) -> Claim:
-    return Claim("X-1", "", "", "", "e", "", (), "", lambda ev: Judgement("x", [stats.at_least("p", ev["v"], 0.0)]),
+    return Claim("X-1", "", "", "", "e", "", (), "", lambda ev: Judgement("x", [stats.at_least("p", ev.v, 0.0)]),
                  (), preconditions=pre)
 
 
@@ -20,7 +28,7 @@ def _const(status: str) -> Precondition:
 
 
 def test_not_testable_fires_when_a_precondition_fails_or_is_unknown():
-    ev = {"seeds": [0, 1, 2], "v": [1.0, 1.1, 0.9]}
+    ev = _Values(seeds=[0, 1, 2], v=[1.0, 1.1, 0.9])
     assert assess(_claim(_const("met")), ev).verdict == "reproduced"
     for status in ("failed", "unknown"):
         j = assess(_claim(_const("met"), _const(status)), ev)
@@ -37,26 +45,29 @@ def _health(flags: list) -> dict:
 
 def test_healthy_base_tolerates_what_the_trimmed_mean_tolerates():
     pre = healthy_base(lambda ev: ["pg|sync"], "fix it")
-    ok = {"seeds": list(range(5)), "health": {"pg|sync": _health(["healthy"] * 4 + ["lost_class"])}}
-    bad = {"seeds": list(range(5)), "health": {"pg|sync": _health(["healthy"] * 3 + ["lost_class", "stalled"])}}
-    absent = {"seeds": list(range(5)), "health": {"pg|sync": _health([None] * 5)}}
+    def ev(health: dict) -> mnist_delay.Evidence:
+        return mnist_delay.Evidence(seeds=list(range(5)), health={"pg|sync": health})
+
+    ok = ev(_health(["healthy"] * 4 + ["lost_class"]))
+    bad = ev(_health(["healthy"] * 3 + ["lost_class", "stalled"]))
+    absent = ev(_health([None] * 5))
     assert pre.evaluate(ok)["status"] == "met"
     assert pre.evaluate(bad)["status"] == "failed"
     assert pre.evaluate(absent)["status"] == "unknown"
-    assert pre.evaluate({"seeds": [0]})["status"] == "unknown"  # no health recorded at all
-    diverged = {"seeds": list(range(5)), "health": {"pg|sync": {"health": ["healthy"] * 5,
-                                                                "diverged": [True, True, False, False, False]}}}
+    assert pre.evaluate(Evidence(seeds=[0]))["status"] == "unknown"  # no health recorded at all
+    diverged = ev({"health": ["healthy"] * 5, "diverged": [True, True, False, False, False]})
     assert pre.evaluate(diverged)["status"] == "failed"
 
 
-def _dg1_evidence(pg_inf_over_ce: float) -> dict:
+def _dg1_evidence(pg_inf_over_ce: float) -> mnist_samples.Evidence:
     rng = np.random.default_rng(0)
     ce = 0.06 * np.exp(rng.normal(0, 0.01, 5))
     pg_inf = ce * pg_inf_over_ce * np.exp(rng.normal(0, 0.01, 5))
-    return {"k": [1, 2], "seeds": list(range(5)), "floor": 5e-4,
-            "error": {"pg|1": list(ce * 1.3), "dg|1": list(ce * 1.1), "pg|2": list(ce * 1.2), "dg|2": list(ce * 1.1),
-                      "pg|inf": list(pg_inf), "dg|inf": list(ce), "ce": list(ce)},
-            "health": {"pg|1": _health(["healthy"] * 5)}}
+    return mnist_samples.Evidence(
+        k=[1, 2], seeds=list(range(5)), floor=5e-4,
+        error={"pg|1": list(ce * 1.3), "dg|1": list(ce * 1.1), "pg|2": list(ce * 1.2), "dg|2": list(ce * 1.1),
+               "pg|inf": list(pg_inf), "dg|inf": list(ce), "ce": list(ce)},
+        health={"pg|1": _health(["healthy"] * 5)})
 
 
 def test_dg1_part_b_is_not_testable_where_the_rule_has_no_room():
@@ -73,17 +84,17 @@ def test_ddg2_is_not_testable_when_every_method_is_on_the_floor():
     claim = token_frictions.CLAIMS[0]
     rng = np.random.default_rng(1)
 
-    def ev(dg_error: float) -> dict:
+    def ev(dg_error: float) -> token_frictions.Evidence:
         e = {f"{r}|all four": list(np.clip(0.999 + 0.0005 * rng.standard_normal(3), 0, 1)) for r in ("pg", "pmpo", "ppo")}
         e["dg|all four"] = list(dg_error + 0.001 * rng.standard_normal(3))
-        return {"seeds": [0, 1, 2], "H": 10, "floor": 1e-4, "error": e}
+        return token_frictions.Evidence(seeds=[0, 1, 2], H=10, floor=1e-4, error=e)
 
     floored = assess(claim, ev(0.999))
     assert floored.verdict == "not testable" and "floor" in floored.note
     assert assess(claim, ev(0.003)).verdict != "not testable"
 
 
-def _async_evidence(across_stale: float | None, degrade: float = 0.15) -> dict:
+def _async_evidence(across_stale: float | None, degrade: float = 0.15) -> async_grpo.Evidence:
     rng = np.random.default_rng(2)
     levels = ["sync", "bounded:8,4", "bounded:32,4"]
     err, cos, across, health = {}, {}, {}, {}
@@ -94,15 +105,15 @@ def _async_evidence(across_stale: float | None, degrade: float = 0.15) -> dict:
             val = np.nan if across_stale is None else (0.05 if i == 0 else across_stale)
             across[f"{r}|{d}"] = list(val + 0.01 * rng.standard_normal(5))
             health[f"{r}|{d}"] = _health(["healthy"] * 5)
-    return {"levels": levels, "seeds": list(range(5)), "floor": 5e-4, "registered": True, "error": err, "cos": cos,
-            "cos_across": across, "health": health}
+    return async_grpo.Evidence(levels=levels, seeds=list(range(5)), floor=5e-4, registered=True, error=err, cos=cos,
+                               cos_across=across, health=health)
 
 
 def test_gac2_needs_the_stale_aligned_signal_and_a_degrading_base():
     gac2 = async_grpo.CLAIMS[1]
     assert gac2.id == "GAC-2"
 
-    def status(ev: dict, word: str) -> str:
+    def status(ev: async_grpo.Evidence, word: str) -> str:
         return next(p["status"] for p in assess(gac2, ev).preconditions if word in p["name"])
 
     assert status(_async_evidence(0.6), "stale-aligned") == "met"

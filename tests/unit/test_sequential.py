@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 
 from figures import stats
+from figures.experiments import mnist_delay
 from figures.records import Claim, Judgement
-from figures.sequential import Design, boundaries, false_verdict_rate, spent, truncate
+from figures.sequential import Design, boundaries, false_verdict_rate, spent
 from figures.staging import staged
 
 
@@ -84,17 +85,17 @@ def test_sequential_stopping_keeps_its_error_budget_on_null_data():
     assert rate_b <= stats.ALPHA + slack
 
 
-def test_truncate_keeps_the_first_seeds_and_their_events():
-    ev = {"seeds": [0, 1, 2, 3], "error": {"a|x": [1, 2, 3, 4], "b|x": [5, 6, None, 8]},
-          "health": {"a|x": {"health": ["healthy", None, "stalled", "healthy"], "diverged": [False] * 4}},
-          "delays": ["sync", "fixed:10", "fixed:100", "fixed:1000"],
-          "events": [{"seed": 0}, {"seed": 3}], "floor": 1e-4}
-    t = truncate(ev, 2)
-    assert t["seeds"] == [0, 1] and t["error"] == {"a|x": [1, 2], "b|x": [5, 6]}
-    assert t["health"]["a|x"]["health"] == ["healthy", None]
-    assert t["delays"] == ev["delays"]  # not per seed: untouched
-    assert t["events"] == [{"seed": 0}]
-    assert truncate(ev, 4) is ev
+def test_truncated_keeps_the_first_seeds_and_their_events():
+    ev = mnist_delay.Evidence(
+        seeds=[0, 1, 2, 3], error={"a|x": [1, 2, 3, 4], "b|x": [5, 6, None, 8]},
+        health={"a|x": {"health": ["healthy", None, "stalled", "healthy"], "diverged": [False] * 4}},
+        delays=["sync", "fixed:10", "fixed:100", "fixed:1000"], events=[{"seed": 0}, {"seed": 3}], floor=1e-4)
+    t = ev.truncated(2)
+    assert t.seeds == [0, 1] and t.error == {"a|x": [1, 2], "b|x": [5, 6]}
+    assert t.health["a|x"]["health"] == ["healthy", None]
+    assert t.delays == ev.delays  # not per seed: untouched
+    assert t.events == [{"seed": 0}]
+    assert ev.truncated(4) is ev and ev.seeds == [0, 1, 2, 3]  # the original is not changed
 
 
 class _Ctx:
@@ -113,7 +114,7 @@ def test_staged_adds_seeds_only_to_undecided_claims_and_records_why_each_stopped
 
     def judge(key):
         def j(ev):
-            return Judgement("x", [stats.at_least("above 0", ev["error"][key], 0.0)])
+            return Judgement("x", [stats.at_least("above 0", ev.error[key], 0.0)])
         return j
 
     claims = (Claim("A", "", "", "", "e", "", (), "", judge("clear"), ()),
@@ -130,14 +131,14 @@ def test_staged_adds_seeds_only_to_undecided_claims_and_records_why_each_stopped
     def build():
         def col(name, v):
             return [float(v[s]) if (name, s) in trained else None for s in seeds]
-        return {"seeds": list(seeds), "error": {"clear": col("A", clear), "vague": col("B", vague)}}
+        return mnist_delay.Evidence(seeds=list(seeds), error={"clear": col("A", clear), "vague": col("B", vague)})
 
     ev = staged(ctx, claims, Design(5, 5, 15), seeds, runs, build)
-    a, b = ev["sequential"]["A"], ev["sequential"]["B"]
+    a, b = ev.sequential["A"], ev.sequential["B"]
     assert (a["n"], a["look"], a["verdict"]) == (5, 0, "reproduced") and a["reason"].startswith("decided at look 1")
     assert b["n"] == 15 and b["reason"] == "cap reached"
     assert not any(name == "A" and s >= 5 for name, s in trained)  # no seed bought for a decided claim
-    assert ev["design"]["looks"] == [5, 10, 15]
+    assert ev.design["looks"] == [5, 10, 15]
     assert b["level"] == pytest.approx(Design(5, 5, 15).level(2))
 
 

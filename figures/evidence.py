@@ -1,0 +1,95 @@
+"""Evidence: the numbers an experiment's claims are judged on, as a typed record.
+
+Each experiment module (figures/experiments/) defines ``Evidence``, a dataclass derived from `Evidence`
+here whose fields are the numbers its judges read (per-seed values by cell, events, the grid in words),
+computes it in ``evidence(ctx)`` and judges it in its claims' records (figures/records.py). Figure modules
+only draw it. On disk (``<out>/data/<figure>.json``) it is plain JSON (`to_json`), read back with
+`from_json`, which refuses fields the record does not have, so a data file from other code is one clear
+error, not a silently different report.
+
+Common fields: ``grid`` (the setting in words), ``seeds`` (every seed of the design, aligned with the
+per-seed lists), ``sequential`` (per claim id: where its sequential design stopped, figures/staging.py)
+and ``design`` (the design, figures/sequential.py). `PER_SEED` names the fields whose dicts hold one value
+per seed per cell; `SEEDED_EVENTS` those that are lists of events carrying a ``seed``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, TypeVar
+
+import numpy as np
+
+E = TypeVar("E", bound="Evidence")
+
+
+@dataclass
+class Evidence:
+    """Base of every experiment's evidence (module docstring)."""
+
+    PER_SEED: ClassVar[tuple[str, ...]] = ()  # dict fields: cell -> one value per seed (or dicts of such lists)
+    SEEDED_EVENTS: ClassVar[tuple[str, ...]] = ()  # list fields: events, each a dict with a "seed"
+
+    grid: str = ""
+    seeds: list[int] = field(default_factory=list)
+    sequential: dict[str, dict[str, Any]] = field(default_factory=dict)
+    design: dict[str, Any] | None = None
+
+    def __bool__(self) -> bool:
+        """False for the empty record of an experiment that has not run (every field at its default)."""
+        return self.to_json() != type(self)().to_json()
+
+    def to_json(self) -> dict[str, Any]:
+        return to_jsonable(dataclasses.asdict(self))
+
+    @classmethod
+    def from_json(cls: type[E], data: Mapping[str, Any]) -> E:
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise ValueError(f"{cls.__module__}.{cls.__qualname__} has no field(s) {', '.join(unknown)}")
+        return cls(**dict(data))
+
+    def truncated(self: E, n: int) -> E:
+        """The evidence as it was after the first ``n`` seeds: per-seed lists (`PER_SEED`) cut to n, events
+        (`SEEDED_EVENTS`) kept only for those seeds."""
+        if n >= len(self.seeds):
+            return self
+        keep, total = set(self.seeds[:n]), len(self.seeds)
+        changes: dict[str, Any] = {"seeds": list(self.seeds[:n])}
+        for name in self.PER_SEED:
+            value = getattr(self, name)
+            if isinstance(value, dict):
+                changes[name] = {k: _cut(v, n, total) for k, v in value.items()}
+        for name in self.SEEDED_EVENTS:
+            changes[name] = [x for x in getattr(self, name) if not isinstance(x, dict) or x.get("seed") in keep]
+        return dataclasses.replace(self, **changes)
+
+
+def _cut(v: Any, n: int, total: int) -> Any:
+    if isinstance(v, dict):
+        return {k: _cut(x, n, total) for k, x in v.items()}
+    if isinstance(v, list | tuple | np.ndarray) and len(v) == total:
+        return list(v)[:n]
+    return v
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Plain JSON values: numpy scalars and arrays as Python numbers and lists, non-finite floats as None."""
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [to_jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return [to_jsonable(v) for v in obj.tolist()]
+    if isinstance(obj, np.bool_):
+        return bool(obj)
+    if isinstance(obj, np.floating | float):
+        f = float(obj)
+        return f if math.isfinite(f) else None
+    if isinstance(obj, np.integer):
+        return int(obj)
+    return obj
