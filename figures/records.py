@@ -137,6 +137,9 @@ REGIME_SENSITIVITY = Sensitivity(
 FRICTION_SENSITIVITY = Sensitivity(
     "the token-reversal frictions' kinds and strengths and the budget unit", "sweeps/calibration/TABLE.md",
     "the baselines' sequence error under each candidate friction, alone and all four together")
+DG_ETA_SENSITIVITY = Sensitivity(
+    "DG's temperature eta", "sweeps/dg_eta/TABLE.md",
+    "DG's error on the embedded MNIST at eta = 0.1, 0.3, 1, 3, 10, on-policy and 1,000 versions stale")
 DATA_SIZE_SENSITIVITY = Sensitivity(
     "the number of training images and the dataset", "sweeps/data_size/TABLE.md",
     "pg, dg, exact IS and supervised CE at 1,000 / 4,000 / 60,000 Fashion-MNIST images and the embedded MNIST, "

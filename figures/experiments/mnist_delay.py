@@ -31,6 +31,7 @@ from figures.common import Context, arr, diverged, values
 from figures.evidence import Evidence as ExperimentEvidence
 from figures.records import (
     DATA_SIZE_SENSITIVITY,
+    DG_ETA_SENSITIVITY,
     Claim,
     Judgement,
     Margin,
@@ -400,5 +401,5 @@ CLAIMS = (
           ("mnist_delay",),
           decide="absolute levels are not comparable (5,000-image MNIST here, 60,000 in the paper); the ratio is",
           preconditions=(_healthy_sync(("dg", "is", "pg")),), cells=_cells_of("DDG-1"),
-          sensitivity=(DATA_SIZE_SENSITIVITY,)),
+          sensitivity=(DATA_SIZE_SENSITIVITY, DG_ETA_SENSITIVITY)),
 )

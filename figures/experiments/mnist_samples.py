@@ -22,6 +22,7 @@ from figures.evidence import Evidence as ExperimentEvidence
 from figures.experiments.mnist_delay import resolution_floor
 from figures.records import (
     DATA_SIZE_SENSITIVITY,
+    DG_ETA_SENSITIVITY,
     Claim,
     Judgement,
     Margin,
@@ -184,5 +185,5 @@ CLAIMS = (
                          Precondition("the rule has room: PG(k=inf) / CE above the margin 1.167", _room,
                                       "a training set on which PG's infinite-sample floor lies well above supervised "
                                       "CE (the full 60,000-image MNIST via --data-dir)")),
-          cells=lambda ev: [f"pg|{ev.k[0]}", f"dg|{ev.k[0]}"], sensitivity=(DATA_SIZE_SENSITIVITY,)),
+          cells=lambda ev: [f"pg|{ev.k[0]}", f"dg|{ev.k[0]}"], sensitivity=(DATA_SIZE_SENSITIVITY, DG_ETA_SENSITIVITY)),
 )
