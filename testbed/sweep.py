@@ -231,8 +231,8 @@ def run_sweep(
                 _run_pool(plan, store, chance, threads_per_worker, bar)
         finally:
             bar.close()
-        if all(store.done(plan.run_ids[id(c)]) for c in plan.configs):  # nothing left to resume
-            shutil.rmtree(store.out / "checkpoints", ignore_errors=True)
+        if not shared and all(store.done(plan.run_ids[id(c)]) for c in plan.configs):  # nothing left to resume
+            shutil.rmtree(store.out / "checkpoints", ignore_errors=True)  # (a shared store keeps other commands')
         return store.finish(plan.configs, plan.fmt)
 
 

@@ -138,3 +138,13 @@ def test_ctrl_c_of_a_two_worker_sweep_saves_every_loop_in_progress_and_the_rerun
     assert ours.sort_values(["run_id", "step"]).reset_index(drop=True).equals(
         ref.sort_values(["run_id", "step"]).reset_index(drop=True))
     assert not (out / "checkpoints").exists()
+
+
+def test_a_shared_store_keeps_the_saved_loops_of_other_commands(tmp_path):
+    """The figures cache is one store for many commands: finishing one command leaves another's saved loop."""
+    other = tmp_path / "checkpoints" / "loop-0123456789ab.pt"
+    other.parent.mkdir(parents=True)
+    other.write_bytes(b"another command's loop")
+    configs = [RunConfig(task="bandit", steps=4, log_every=2, seed=0)]
+    run_sweep(configs, tmp_path, progress=False, shared=True)
+    assert other.is_file()
