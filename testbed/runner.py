@@ -25,6 +25,10 @@ that run's alone, so a run trained with others is identical, bit for bit, to the
 (tests/integration/test_one_loop.py). A run that diverges is recorded as diverged and leaves the
 batch; the others go on.
 
+Stopping. ``run(stop=...)`` asks ``stop()`` after every step and raises `Interrupted` between two steps when it
+says so; `Runner.save` then keeps the whole loop (parameters, optimizer and stabilizer state, queued batches,
+logged rows) and `Runner.load` + ``run`` finish it exactly as an uninterrupted loop (testbed/stopping.py).
+
 Policy versions. No old parameters are stored: a chunk with lag L is sampled at the moment version
 t - L is current and waits in the queue (about 40 bytes per sample on MNIST). Per-token mixed
 versions (partial rollouts) work the same way: a chunk's later tokens are sampled at the later
