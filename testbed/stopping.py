@@ -63,6 +63,21 @@ def stop_on_signals(request: StopRequest) -> Iterator[StopRequest]:
             signal.signal(sig, handler)
 
 
+@contextlib.contextmanager
+def workers_start_ignoring_sigint() -> Iterator[None]:
+    """Processes started inside begin with SIGINT ignored (an ignored signal stays ignored across exec, and Python
+    then installs no KeyboardInterrupt handler), so a Ctrl-C while a worker is still importing cannot raise there;
+    the worker installs `note_in_worker` when it is ready. Main thread only; elsewhere nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
 def note_in_worker(request: StopRequest) -> None:
     """In a sweep's worker process: a SIGINT sets ``request`` instead of raising in the middle of a step."""
     signal.signal(signal.SIGINT, lambda signum, frame: request.set())

@@ -43,7 +43,7 @@ from testbed.plan import (  # noqa: F401  (re-exported: the sweep's public names
 from testbed.progress import Progress, interactive
 from testbed.results import ResultStore
 from testbed.runner import Interrupted, Loop, RunConfig, Runner, RunSpec
-from testbed.stopping import StopRequest, note_in_worker, stop_on_signals
+from testbed.stopping import StopRequest, note_in_worker, stop_on_signals, workers_start_ignoring_sigint
 from testbed.sweep_file import TOP_KEYS, expand, file_settings, load_file, parse_loop_size  # noqa: F401
 from testbed.usage import RunFailed, UsageError
 
@@ -244,9 +244,10 @@ def _run_pool(plan: Plan, store: ResultStore, chance: dict[str, float | None], t
     with stop_on_signals(StopRequest(ctx.Event())) as stop, \
             cf.ProcessPoolExecutor(plan.workers, mp_context=ctx, initializer=_worker_init,
                                    initargs=(threads, os.getpid(), done, stop.event)) as pool:
-        futures = [pool.submit(_execute, [c.to_dict() for c in g], str(store.out),
-                               {plan.run_ids[id(c)]: chance.get(plan.run_ids[id(c)]) for c in g})
-                   for g in plan.groups]
+        with workers_start_ignoring_sigint():  # submitting starts the worker processes
+            futures = [pool.submit(_execute, [c.to_dict() for c in g], str(store.out),
+                                   {plan.run_ids[id(c)]: chance.get(plan.run_ids[id(c)]) for c in g})
+                       for g in plan.groups]
         shown = 0.0
         try:
             pending = set(futures)

@@ -147,7 +147,11 @@ def write_log(text: str, directory: str | Path | None = None, name: str = "error
 
 def guarded(command: Callable[[], int], log_dir: Callable[[], str | Path | None] = lambda: None) -> int:
     """Run ``command`` and turn what it raises into an exit code and one line on stderr (module docstring)."""
-    from testbed.stabilizers.spec import SpecError
+    try:
+        from testbed.stabilizers.spec import SpecError  # loads torch, the slowest part of starting
+    except KeyboardInterrupt:
+        print("interrupted while starting: nothing was run", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
     try:
         return command()
