@@ -45,7 +45,7 @@ from figures.evidence import Evidence
 from figures.experiments import all_claims, experiment
 from figures.records import Claim, Judgement, assess
 from figures.stats import ALPHA, BETA, LEVEL, TRIM, VERDICTS, Outcome, fmt, fmt_interval, fmt_margin
-from testbed.results import atomic_write_text
+from testbed.files import atomic_write_text
 
 __all__ = ["VERDICTS", "evaluate", "judge", "write_report"]
 

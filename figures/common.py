@@ -29,6 +29,7 @@ import pandas as pd
 
 from figures.budgets import Budget, budget
 from figures.evidence import Evidence
+from testbed.files import atomic_write_text
 from testbed.runner import RunConfig
 
 
@@ -108,12 +109,8 @@ class Context:
         from testbed.results import ResultStore
 
         store = ResultStore(self.cache)
-        out = {}
-        for c in configs:
-            path = store.runs / f"{c.run_id}.steps.csv"
-            if store.done(c.run_id) and path.is_file():
-                out[c.run_id] = pd.read_csv(path, dtype={"kind": str})
-        return out
+        records = {c.run_id: store.step_records(c.run_id) for c in configs if store.done(c.run_id)}
+        return {run_id: steps for run_id, steps in records.items() if steps is not None}
 
     def evidence(self, experiment: ModuleType) -> Evidence:
         """The experiment's evidence (figures/experiments/), computed once per invocation."""
@@ -265,12 +262,9 @@ def arr(v: Any) -> np.ndarray:
 
 def write_evidence(ctx: Context, name: str, evidence: dict[str, Evidence]) -> Path:
     """``<out>/data/NAME.json``: {figure, quick, evidence: {experiment: its evidence as JSON}}."""
-    ctx.data_dir.mkdir(parents=True, exist_ok=True)
     path = ctx.data_dir / f"{name}.json"
     payload = {"figure": name, "quick": ctx.quick, "evidence": {exp: ev.to_json() for exp, ev in evidence.items()}}
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(payload, indent=1))
-    tmp.replace(path)
+    atomic_write_text(path, json.dumps(payload, indent=1))
     return path
 
 

@@ -40,7 +40,8 @@ class Evidence:
 
     def __bool__(self) -> bool:
         """False for the empty record of an experiment that has not run (every field at its default)."""
-        return self.to_json() != type(self)().to_json()
+        empty = type(self)()
+        return not all(_same(getattr(self, f.name), getattr(empty, f.name)) for f in dataclasses.fields(self))
 
     def to_json(self) -> dict[str, Any]:
         return to_jsonable(dataclasses.asdict(self))
@@ -67,6 +68,16 @@ class Evidence:
         for name in self.SEEDED_EVENTS:
             changes[name] = [x for x in getattr(self, name) if not isinstance(x, dict) or x.get("seed") in keep]
         return dataclasses.replace(self, **changes)
+
+
+def _same(value: Any, default: Any) -> bool:
+    """``value`` is a field's default: NaN for a NaN default, empty for an empty container (no element-wise
+    comparison of the data)."""
+    if isinstance(default, float) and math.isnan(default):
+        return isinstance(value, float) and math.isnan(value)
+    if isinstance(default, dict | list):
+        return isinstance(value, dict | list) and not value
+    return value == default
 
 
 def _cut(v: Any, n: int, total: int) -> Any:

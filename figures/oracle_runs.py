@@ -25,6 +25,8 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from testbed.files import atomic_write_text
+
 KINDS = ("pg_exact", "dg_exact", "ce")
 
 
@@ -79,12 +81,7 @@ def _path(cache: Path, kind: str, seed: int, steps: int, log_every: int) -> Path
 
 
 def _train_to(path: str, kind: str, seed: int, steps: int, log_every: int) -> str:
-    df = train(kind, seed, steps, log_every)
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".tmp")
-    df.to_csv(tmp, index=False)
-    tmp.replace(out)
+    atomic_write_text(path, train(kind, seed, steps, log_every).to_csv(index=False))
     return path
 
 

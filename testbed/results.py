@@ -30,8 +30,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import os
-import tempfile
 import types
 import typing
 from collections.abc import Iterable
@@ -40,6 +38,7 @@ from typing import Any
 
 import pandas as pd
 
+from testbed.files import atomic_open, atomic_write_text
 from testbed.runner import RunConfig, RunResult
 
 CONFIG_COLUMNS = ["run_id", *(f for f in RunConfig.field_names() if f != "task_args")]
@@ -116,41 +115,10 @@ def result_frame(result: RunResult) -> pd.DataFrame:
     return pd.DataFrame(rows) if rows else pd.DataFrame(columns=list(base))
 
 
-_UMASK: int | None = None
-
-
-def _file_mode() -> int:
-    """0666 less the process umask: the mode a plain ``open()`` gives (mkstemp gives 0600)."""
-    global _UMASK
-    if _UMASK is None:
-        _UMASK = os.umask(0o022)
-        os.umask(_UMASK)
-    return 0o666 & ~_UMASK
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.chmod(tmp, _file_mode())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def atomic_write_frame(df: pd.DataFrame, path: Path) -> None:
     if path.suffix == ".parquet":
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        try:
-            df.to_parquet(tmp, index=False)
-            os.chmod(tmp, _file_mode())
-            os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
+        with atomic_open(path, "wb") as fh:
+            df.to_parquet(fh, index=False)
     else:
         atomic_write_text(path, df.to_csv(index=False))
 
@@ -215,7 +183,7 @@ class ResultStore:
         run_id = result.config.run_id
         atomic_write_frame(result_frame(result), self.runs / f"{run_id}.csv")
         if result.steps:
-            atomic_write_frame(pd.DataFrame(result.steps), self.runs / f"{run_id}.steps.csv")
+            atomic_write_frame(pd.DataFrame(result.steps), self._steps_path(run_id))
         record = {"run_id": run_id, "config": result.config.to_dict(), "status": result.status, **result.info,
                   "rows": len(result.rows)}
         atomic_write_text(self.runs / f"{run_id}.json", json.dumps(record, indent=1, sort_keys=True, default=_scalar))
@@ -231,6 +199,15 @@ class ResultStore:
         record = {"run_id": cfg.run_id, "config": cfg.to_dict(), "status": "failed", **result.info}
         atomic_write_text(self.runs / f"{cfg.run_id}.json", json.dumps(record, indent=1, sort_keys=True))
         return log
+
+    def _steps_path(self, run_id: str) -> Path:
+        return self.runs / f"{run_id}.steps.csv"
+
+    def step_records(self, run_id: str) -> pd.DataFrame | None:
+        """The run's per-optimizer-step records (testbed/health.py; ``kind`` as text, the rest numbers), or None when
+        it has none (not trained, or trained before they were written)."""
+        path = self._steps_path(run_id)
+        return pd.read_csv(path, dtype={"kind": str}) if path.is_file() else None
 
     def record(self, run_id: str) -> dict[str, Any]:
         return json.loads((self.runs / f"{run_id}.json").read_text())

@@ -51,7 +51,6 @@ comparisons).
 from __future__ import annotations
 
 import functools
-import os
 import pickle
 import time
 from collections.abc import Callable, Sequence
@@ -76,6 +75,7 @@ from testbed.config import (  # noqa: F401  (the run's configuration, re-exporte
     chunk_sizes,
 )
 from testbed.delay import Schedule
+from testbed.files import atomic_open
 from testbed.learner import Learner, NoCompileAdam, NoCompileSGD, skip_dynamo_import
 from testbed.seeding import generator, numpy_rng
 from testbed.slots import call_with
@@ -211,14 +211,8 @@ class Runner(Actor, Learner):
     def save(self, path: str | Path) -> None:
         """Write the whole loop (parameters, optimizer and stabilizer state, queues of batches in flight,
         logged rows) to ``path`` atomically; only between two steps (after `Interrupted`)."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        try:
-            torch.save({"format": CHECKPOINT_FORMAT, "run_ids": [r.cfg.run_id for r in self.runs], "runner": self}, tmp)
-            os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
+        with atomic_open(path, "wb") as fh:
+            torch.save({"format": CHECKPOINT_FORMAT, "run_ids": [r.cfg.run_id for r in self.runs], "runner": self}, fh)
 
     @staticmethod
     def load(path: str | Path, task: Any, run_ids: Sequence[str]) -> Runner | None:

@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import subprocess
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+from testbed.files import atomic_write_text
 
 from .seeding import SCHEME
 
@@ -121,17 +122,11 @@ def read(path: str | Path) -> dict[str, Any]:
 def write(card: dict[str, Any], directory: str | Path = DEFAULT_DIR) -> Path:
     """Check ``card`` and write it to ``path_for(card['recipe'], directory)`` atomically; return the path.
 
-    The file gets the user's normal permissions (created with ``open``, so the umask applies).
+    The file gets the user's normal permissions (the umask applies; testbed/files.py).
     """
     check(card)
     path = path_for(card["recipe"], directory)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(json.dumps(card, indent=1, default=float))
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    atomic_write_text(path, json.dumps(card, indent=1, default=float))
     return path
 
 

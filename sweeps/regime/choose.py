@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from testbed.results import ResultStore
 from testbed.stabilizers.fingerprint import summarize_cosines
 
 REAL_COS16 = 0.10  # SmolLM2-135M-Instruct, arithmetic, dense reward, 16 sequences (ALGORITHMS.md)
@@ -34,12 +35,12 @@ HIGH, LOW = "bounded:32,4", "bounded:8,4"
 def runs(out: Path) -> pd.DataFrame:
     """summary.csv with the per-run late-half statistics from runs/<id>.steps.csv."""
     summary = pd.read_csv(out / "summary.csv", dtype={"run_id": str})
+    store = ResultStore(out)
     extra = []
     for rid, steps_total in zip(summary["run_id"], summary["steps"], strict=True):
-        path = out / "runs" / f"{rid}.steps.csv"
+        st = store.step_records(rid)
         row = {"run_id": rid}
-        if path.is_file():
-            st = pd.read_csv(path)
+        if st is not None:
             late = st[st["step"] > steps_total / 2]
             within = late.loc[late["kind"] == "within", "grad_cos"].dropna()
             row.update(cos_within=within.mean() if len(within) else math.nan, ess=late["ess"].mean(),

