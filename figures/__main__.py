@@ -17,6 +17,7 @@ the full run's wall time from timed samples.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import sys
@@ -84,7 +85,8 @@ def _main(argv: list[str]) -> int:
     out = Path(args.out or ("results/figures/quick" if args.quick else "results/paper"))
     cache = Path(args.cache or "results/figures/runs")
     from figures.claims import write_report
-    from figures.common import Context, dedupe, missing, read_evidence, write_evidence
+    from figures.common import Context, dedupe, missing, read_evidence, runs_s
+    from testbed.files import atomic_write_text
 
     command = ("python -m figures " + " ".join(targets) + (" --quick" if args.quick else "")
                + (" --cached-only" if args.cached_only else ""))
@@ -98,7 +100,8 @@ def _main(argv: list[str]) -> int:
                              "first")
         check_output_dir(out, create=True)
         quick = any(p.get("quick") for p in evidence.values())
-        rows = write_report(out, evidence, quick, command)
+        made = [c for n in FIGURES for c in module(n).configs(quick)]
+        rows = write_report(out, evidence, quick, command, runs_s=runs_s(cache, made) if cache.is_dir() else None)
         _print_verdicts(rows, out)
         return 0
     names = list(FIGURES) if "all" in targets else [t for t in targets if t != "claims"]
@@ -121,10 +124,46 @@ def _main(argv: list[str]) -> int:
     import torch
 
     torch.set_num_threads(1)
+    from figures import publish
+
+    total_runs = len(dedupe(configs))
+    entry = {"command": command, "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+             "commit": publish.commit(), "workers": ctx.workers, "cpu_count": os.cpu_count(), "completed": False,
+             "missing_at_start": missing(cache, configs) if configs else 0, "total_runs": total_runs}
+    t0 = time.perf_counter()
+    try:
+        timings = _make(ctx, names, configs, args, out)
+        entry["completed"] = True
+    finally:  # finished or interrupted, the invocation is on record (a resumed run is timed whole)
+        entry["wall_s"] = time.perf_counter() - t0
+        entry["cpu_s"] = _cpu_s()
+        publish.record_invocation(out, entry)
+    data = publish.read_timings(out)
+    data[command] = {"wall_s": timings, "workers": ctx.workers, "cpu_count": os.cpu_count()}
+    atomic_write_text(out / "timings.json", json.dumps(data, indent=1))
+    if "all" in targets or "claims" in targets:
+        evidence = read_evidence(out)
+        n_missing = missing(cache, configs) if configs else 0
+        rows = write_report(out, {k: v for k, v in evidence.items() if v.get("quick") == args.quick}, args.quick,
+                            command, missing_runs=n_missing, total_runs=total_runs, runs_s=runs_s(cache, configs))
+        _print_verdicts(rows, out)
+    print(f"total wall time {entry['wall_s']:.1f} s, CPU time {entry['cpu_s']:.1f} s ({ctx.workers} worker(s))")
+    if configs and not args.cached_only:
+        from testbed.sweep import failure_message, failures
+
+        failed = failures(cache, dedupe(configs))
+        if failed:
+            raise RunFailed(failure_message(cache, failed, total_runs))
+    return 0
+
+
+def _make(ctx, names: list[str], configs: list, args, out: Path) -> dict[str, float]:
+    """Figure by figure: each figure's missing runs are trained (in parallel workers), then it is drawn, so an
+    interrupted run leaves finished figures and a resumable cache. Returns seconds per figure."""
+    from figures.common import write_evidence
+
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
-    # figure by figure: each figure's missing runs are trained (in parallel workers), then it is drawn,
-    # so an interrupted run leaves finished figures and a resumable cache
     if args.quick and configs and not args.cached_only:
         ctx.ensure(configs)  # tiny runs: one worker pool for all of them (spawning costs more than training)
         timings["_training"] = time.perf_counter() - t0
@@ -138,33 +177,16 @@ def _main(argv: list[str]) -> int:
         timings[name] = time.perf_counter() - t
         print(f"{name}: {timings[name]:.1f} s (training {trained:.1f} s) -> {out / (name + '.png')}", flush=True)
     timings["_total"] = time.perf_counter() - t0
+    timings["_cpu_s"] = _cpu_s()
+    return timings
+
+
+def _cpu_s() -> float:
+    """CPU seconds of this process and its finished worker processes."""
     import resource
 
-    usage = [resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
-    timings["_cpu_s"] = sum(u.ru_utime + u.ru_stime for u in usage)  # this process + finished workers
-    prev = {}
-    tpath = out / "timings.json"
-    if tpath.is_file():
-        try:
-            prev = json.loads(tpath.read_text())
-        except ValueError:  # a damaged timings file is replaced, not fatal
-            prev = {}
-    prev[command] = {"wall_s": timings, "workers": ctx.workers, "cpu_count": os.cpu_count()}
-    tpath.write_text(json.dumps(prev, indent=1))
-    if "all" in targets or "claims" in targets:
-        evidence = read_evidence(out)
-        n_missing = missing(cache, configs) if configs else 0
-        rows = write_report(out, {k: v for k, v in evidence.items() if v.get("quick") == args.quick}, args.quick,
-                            command, missing_runs=n_missing, total_runs=len(dedupe(configs)))
-        _print_verdicts(rows, out)
-    print(f"total wall time {timings['_total']:.1f} s, CPU time {timings['_cpu_s']:.1f} s ({ctx.workers} worker(s))")
-    if configs and not args.cached_only:
-        from testbed.sweep import failure_message, failures
-
-        failed = failures(cache, dedupe(configs))
-        if failed:
-            raise RunFailed(failure_message(cache, failed, len(dedupe(configs))))
-    return 0
+    return sum(u.ru_utime + u.ru_stime for u in (resource.getrusage(w) for w in (resource.RUSAGE_SELF,
+                                                                                  resource.RUSAGE_CHILDREN)))
 
 
 def _print_verdicts(rows: list, out: Path) -> None:

@@ -207,10 +207,11 @@ def testability_markdown(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def write_report(out: Path, evidence: dict, quick: bool, command: str, missing_runs: int = 0,
-                 total_runs: int | None = None, root: Path | None = None) -> list[dict[str, Any]]:
+                 total_runs: int | None = None, root: Path | None = None,
+                 runs_s: float | None = None) -> list[dict[str, Any]]:
     """claims.md, claims.json and index.html under ``out`` from the figures' evidence payloads
     ({figure: payload}, as `figures.common.read_evidence` returns them); the real-LLM column from ``root``
-    (default: the working directory)/results/llm."""
+    (default: the working directory)/results/llm; ``runs_s`` the runs' summed training time for the stamp."""
     from figures import publish
     from figures.llm_column import llm_rows
     from figures.llm_column import markdown as llm_markdown
@@ -221,7 +222,7 @@ def write_report(out: Path, evidence: dict, quick: bool, command: str, missing_r
     grpo = evidence_of(exp_evidence, "async_grpo")
     m = _minibatch(grpo)
     llm = llm_rows(Path(root or "."), _testbed_column(rows), m)
-    meta = publish.stamp(out, command, quick)
+    meta = publish.stamp(out, command, quick, runs_s)
     meta.update({"missing_runs": missing_runs, "total_runs": total_runs,
                  "provisional_regime": bool(grpo) and grpo.registered is False})
     payload = {"setting": "quick" if quick else "full", "command": command, "verdicts": list(VERDICTS),

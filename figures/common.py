@@ -161,6 +161,17 @@ def missing(cache: Path, configs: list[RunConfig]) -> int:
     return sum(not store.done(c.run_id) for c in dedupe(configs))
 
 
+def runs_s(cache: Path, configs: list[RunConfig]) -> float | None:
+    """The training time the cached runs of ``configs`` record, summed over runs (worker seconds: a loop's
+    time shared equally by its runs; kept across a stop and resume). None when none is cached."""
+    from testbed.results import ResultStore
+
+    store = ResultStore(cache)
+    walls = [store.record(c.run_id).get("wall_s") for c in dedupe(configs) if store.has_record(c.run_id)]
+    walls = [w for w in walls if w is not None]
+    return float(sum(walls)) if walls else None
+
+
 def dedupe(configs: list[RunConfig]) -> list[RunConfig]:
     seen, out = set(), []
     for c in configs:

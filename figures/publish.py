@@ -1,7 +1,10 @@
 """Publishing the claims report: the stamp, claims.md and one self-contained HTML page, from the same rows.
 
-`stamp` records when, from which commit and in how much wall time the report was made (the wall
-time is the one ``python -m figures`` wrote to ``timings.json`` for this command just before).
+`stamp` records when, from which commit and in how much wall time the report was made. Every
+``python -m figures`` invocation, finished or interrupted, appends itself to ``timings.json``'s
+``invocations`` (`record_invocation`); a report's wall time is that of its campaign (`campaign`): the
+invocations of its command since the last one that started from a cache holding none of its runs, so a run
+stopped and resumed is timed whole, with each invocation's commit.
 `write_markdown` and `write_html` render the payload that claims.json holds, so the three files can
 never disagree; the HTML page embeds every figure once, as a PNG data URI, and needs nothing else. Both
 files are written whole or not at all (a temporary file renamed into place): a full disk leaves the
@@ -44,25 +47,72 @@ def commit() -> str:
     return head + ("+changes" if changed else "")
 
 
-def stamp(out: Path, command: str, quick: bool) -> dict[str, Any]:
-    """Date (UTC), commit, and the wall / CPU time recorded in ``out/timings.json`` for ``command`` (for a
-    rebuilt report, that of ``python -m figures all``). A run resumed after an interruption records the last
-    invocation only: add the earlier ones by hand."""
+def read_timings(out: Path) -> dict[str, Any]:
+    """``out/timings.json`` ({} when absent or damaged: a damaged file is replaced, never fatal)."""
+    tpath = Path(out) / "timings.json"
+    try:
+        data = json.loads(tpath.read_text()) if tpath.is_file() else {}
+    except ValueError:
+        data = {}
+    return data if isinstance(data, dict) else {}
+
+
+def record_invocation(out: Path, entry: dict[str, Any]) -> None:
+    """Append one invocation (command, started, commit, wall_s, cpu_s, workers, completed, missing_at_start,
+    total_runs) to ``out/timings.json``'s ``invocations``."""
+    data = read_timings(out)
+    data.setdefault("invocations", []).append(entry)
+    atomic_write_text(Path(out) / "timings.json", json.dumps(data, indent=1))
+
+
+def campaign(invocations: list[dict[str, Any]], command: str) -> dict[str, Any]:
+    """The invocations of ``command`` that made the cache its report reads: walking back from the last one,
+    up to and including one that found none of its runs cached (``missing_at_start == total_runs``) and does
+    not follow an interrupted invocation (whose saved loops it may have resumed).
+
+    Returns ``wall_s`` and ``cpu_s`` (summed over them), ``invocations`` (how many), ``commits`` (each one's, in order)
+    and ``complete``: False when the history ends before such a start (runs trained by invocations not
+    recorded here, or reused from another cache), in which case ``wall_s`` covers only the recorded ones."""
+    mine = [e for e in invocations if e.get("command") == command]
+    chosen: list[dict[str, Any]] = []
+    complete = False
+    for i in range(len(mine) - 1, -1, -1):
+        e = mine[i]
+        chosen.append(e)
+        fresh = bool(e.get("total_runs")) and e.get("missing_at_start") == e.get("total_runs")
+        if fresh and (i == 0 or mine[i - 1].get("completed") is not False):
+            complete = True
+            break
+    chosen.reverse()
+    def total(key: str) -> float | None:
+        vals = [e.get(key) for e in chosen]
+        return sum(vals) if chosen and None not in vals else None
+
+    return {"wall_s": total("wall_s"), "cpu_s": total("cpu_s"), "invocations": len(chosen),
+            "commits": [e.get("commit") for e in chosen], "complete": complete}
+
+
+def stamp(out: Path, command: str, quick: bool, runs_s: float | None = None) -> dict[str, Any]:
+    """Date (UTC), commit, and the wall / CPU time of the campaign of invocations that made the data
+    (`campaign`; for a rebuilt report, ``claims``, that of ``python -m figures all``), plus ``runs_s``: the
+    runs' own training time summed over runs (each run records it and keeps it across a resume), which
+    holds even when the invocation history is incomplete."""
     info: dict[str, Any] = {"date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                             "commit": commit(), "command": command, "setting": "quick" if quick else "full",
                             "cpu_count": os.cpu_count()}
-    tpath = Path(out) / "timings.json"
-    try:
-        timings = json.loads(tpath.read_text()) if tpath.is_file() else {}
-    except ValueError:
-        timings = {}
-    # rebuilding the report (``claims``) keeps the wall time of the run that made the data
+    timings = read_timings(out)
+    invocations = timings.get("invocations", [])
     made_by = "python -m figures all" + (" --quick" if quick else "")
-    timing = timings.get(command) or timings.get(made_by, {})
-    wall = timing.get("wall_s", {})
-    info["wall_s"] = wall.get("_total")
-    info["cpu_s"] = wall.get("_cpu_s")
-    info["workers"] = timing.get("workers")
+    mine = command if any(e.get("command") == command for e in invocations) else made_by
+    camp = campaign(invocations, mine)
+    last = next((e for e in reversed(invocations) if e.get("command") == mine), {})
+    info["wall_s"] = camp["wall_s"]
+    info["cpu_s"] = camp["cpu_s"]
+    info["workers"] = last.get("workers")
+    info["invocations"] = camp["invocations"]
+    info["campaign_commits"] = camp["commits"]
+    info["history_complete"] = camp["complete"]
+    info["runs_s"] = runs_s
     return info
 
 
@@ -81,6 +131,14 @@ def _header(p: dict[str, Any]) -> list[str]:
              f"{hms(st.get('wall_s'))} ({st.get('workers') or '?'} worker(s) on {st.get('cpu_count')} CPU(s)). Verdicts "
              "are computed by the rules of each claim's record (figures/experiments/) from the figures' data "
              "(data/*.json), not typed in."]
+    n = st.get("invocations") or 0
+    if n > 1 or (n and st.get("history_complete") is False):
+        commits = ", ".join(f"`{c}`" for c in st.get("campaign_commits") or [])
+        timed = (f"The wall time sums {n} invocations (stopped and resumed from the run cache; commits {commits})."
+                 if st.get("history_complete") else
+                 f"The wall time covers only the {n} recorded invocation(s) (commits {commits}): part of the run cache "
+                 "was trained by invocations not recorded in timings.json.")
+        lines.append(f"{timed} The runs' own training time, summed over runs: {hms(st.get('runs_s'))} of worker time.")
     if p.get("missing_runs"):
         lines.append(f"**Partial report:** {p['missing_runs']} of {p['total_runs']} simulator runs were not (yet) in the "
                      "cache (`--cached-only`); the affected cells use the seeds that finished.")

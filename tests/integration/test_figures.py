@@ -125,6 +125,34 @@ def test_rerun_uses_the_cache(quick_run, monkeypatch):
     assert cli.main(["claims", "--out", str(quick_run)]) == 0
 
 
+def test_an_interrupted_and_resumed_run_is_timed_whole(tmp_path, monkeypatch):
+    import testbed.sweep
+    from figures import module
+    from figures.common import runs_s
+    from figures.publish import read_timings, stamp
+
+    out, cache = tmp_path / "out", tmp_path / "runs"
+    argv = ["contamination", "--quick", "--out", str(out), "--cache", str(cache), "--no-progress", "--workers", "1"]
+    real = testbed.sweep.run_sweep
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(testbed.sweep, "run_sweep", interrupted)
+    assert cli.main(argv) == 130
+    monkeypatch.setattr(testbed.sweep, "run_sweep", real)
+    assert cli.main(argv) == 0
+    first, second = read_timings(out)["invocations"]
+    made = module("contamination").configs(True)
+    total = len(made)
+    assert (first["completed"], first["missing_at_start"], first["total_runs"]) == (False, total, total)
+    assert (second["completed"], second["missing_at_start"]) == (True, total)
+    st = stamp(out, "python -m figures contamination --quick", True)
+    assert st["invocations"] == 2 and st["history_complete"] is True
+    assert st["wall_s"] == pytest.approx(first["wall_s"] + second["wall_s"])
+    assert runs_s(cache, made) > 0
+
+
 def test_cli_rejects_unknown_figure(capsys):
     assert cli.main(["no_such_figure"]) == 2
     assert "unknown figure" in capsys.readouterr().err
