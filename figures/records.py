@@ -140,6 +140,9 @@ FRICTION_SENSITIVITY = Sensitivity(
 DG_ETA_SENSITIVITY = Sensitivity(
     "DG's temperature eta", "sweeps/dg_eta/TABLE.md",
     "DG's error on the embedded MNIST at eta = 0.1, 0.3, 1, 3, 10, on-policy and 1,000 versions stale")
+CONTAMINATION_SENSITIVITY = Sensitivity(
+    "the exact model's contamination rate rho, DG's eta and the number of actions K", "sweeps/contamination/TABLE.md",
+    "v2's and v1's statements by the judge's readings at each of 100 settings (rho 0.01-0.5, eta 0.25-4, K 2-100)")
 DATA_SIZE_SENSITIVITY = Sensitivity(
     "the number of training images and the dataset", "sweeps/data_size/TABLE.md",
     "pg, dg, exact IS and supervised CE at 1,000 / 4,000 / 60,000 Fashion-MNIST images and the embedded MNIST, "

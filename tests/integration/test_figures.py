@@ -176,6 +176,19 @@ def test_delayed_sgd_numbers_come_from_theory():
     assert delayed_sgd.simulated(0.5, 1, 4000, 1) == pytest.approx(0.25, abs=0.02)
 
 
+def test_ddg4_reads_the_same_ends_from_the_curves_and_directly():
+    """The judge (from the evidence's curves) and the sensitivity table (computed at the ends) read one model; DG's
+    advantage over PG grows faster at a lower temperature (its share ratio grows like delta^(-1/(2 eta)))."""
+    ends = contamination.TheoryEnds
+    curves = contamination.theory_curves(4)["cases"]
+    a, b = ends.of_curves(curves, 0.1), ends.exact(0.1, contamination.ETA, contamination.K)
+    for name in a.__dataclass_fields__:
+        assert getattr(a, name) == pytest.approx(getattr(b, name), rel=1e-6), name
+    assert all(b.v2().values()) and not b.v1()["PG's cosine collapses"]  # PG's cosine tends to 0.79, not 0
+    growth = [ends.exact(0.1, eta, 5).ratio_lo / ends.exact(0.1, eta, 5).ratio_hi for eta in (0.5, 1.0, 2.0)]
+    assert growth[0] > growth[1] > growth[2] > 1
+
+
 def test_contamination_alignment_from_theory():
     from theory.delight import contamination_alignment, contamination_gradients
 
