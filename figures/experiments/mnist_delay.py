@@ -42,7 +42,7 @@ from figures.records import (
     with_direction,
 )
 from figures.staging import cached_table, cell_health, staged
-from figures.stats import at_least, equivalence, exact, fmt, proportion, superiority
+from figures.stats import Outcome, at_least, equivalence, exact, fmt, proportion, superiority
 from testbed.runner import RunConfig
 
 NAME = "mnist_delay"
@@ -51,6 +51,30 @@ ABLATIONS = {"vcpo": "vcpo", "no ess_lr": "opob+tis(level=sequence, c=8)", "no o
 CHANCE = 0.9
 RISE = 0.2  # a collapse: test error more than RISE above its running minimum
 WINDOW = 3  # evaluation intervals up to a collapse whose learner steps are examined for the precursors
+ESS_DROP = 0.5  # an ESS drop: a step's ESS below this fraction of the median of every earlier step's
+GRAD_SPIKE = 2.0  # a gradient-norm spike: a step's gradient norm above this multiple of the earlier median
+
+
+@dataclass(frozen=True)
+class CollapseRule:
+    """VCPO-1's free parameters: what counts as a collapse (``rise``), how many evaluation intervals before it
+    are searched (``window``), and the precursors' thresholds (``ess_drop``, ``grad_spike``)."""
+
+    rise: float = RISE
+    window: int = WINDOW
+    ess_drop: float = ESS_DROP
+    grad_spike: float = GRAD_SPIKE
+
+    def label(self) -> str:
+        changed = [f"{f} {getattr(self, f):g}" for f in ("rise", "window", "ess_drop", "grad_spike")
+                   if getattr(self, f) != getattr(CollapseRule(), f)]
+        return ", ".join(changed) or "the rule judged"
+
+
+# the sensitivity table: each free parameter moved alone to either side of the rule judged (reported, not judged)
+VCPO1_RULES = (CollapseRule(), CollapseRule(rise=0.1), CollapseRule(rise=0.3), CollapseRule(window=1),
+               CollapseRule(window=10), CollapseRule(ess_drop=0.3), CollapseRule(ess_drop=0.7),
+               CollapseRule(grad_spike=1.5), CollapseRule(grad_spike=3.0))
 
 
 def run(b: Budget, recipe: str, delay: str, seed: int, frictions: str = "none") -> RunConfig:
@@ -102,7 +126,9 @@ class Evidence(ExperimentEvidence):
     """Per cell ``"<recipe>|<delay>"`` (and ``"<ablation>|<delay>"`` at the ablation delays), one value per
     seed: final test error (``error``, chance for a diverged run) and health flags (``health``); diverged runs
     per cell (``diverged``); VCPO-1's collapse events of the first look's sweep and the same test at the ends of
-    the runs that did not collapse (``events``, ``quiet``: dicts with recipe, delay, seed and the precursors)."""
+    the runs that did not collapse (``events``, ``quiet``: dicts with recipe, delay, seed and the precursors);
+    per `CollapseRule` of `VCPO1_RULES` (by its label), the counts its judge reads (``sensitivity``: n, ess, grad
+    among collapses with enough history; nq, ess_q, grad_q at the ends of the other runs)."""
 
     PER_SEED: ClassVar[tuple[str, ...]] = ("error", "health")
     SEEDED_EVENTS: ClassVar[tuple[str, ...]] = ("events", "quiet")
@@ -115,6 +141,7 @@ class Evidence(ExperimentEvidence):
     health: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
     events: list[dict[str, Any]] = field(default_factory=list)
     quiet: list[dict[str, Any]] = field(default_factory=list)
+    sensitivity: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 def describe(b: Budget) -> str:
@@ -133,20 +160,23 @@ def resolution_floor() -> float:
 # -- VCPO-1: collapses and their precursors ------------------------------------------------------------
 
 
-def collapse_index(run) -> int | None:
-    """Index (into the run's logged rows) of the collapse, or None."""
+def collapse_index(run, rise: float = RISE) -> int | None:
+    """Index (into the run's logged rows) of the collapse (test error more than ``rise`` above its running
+    minimum, or divergence), or None."""
     if run["status"].iloc[0] == "diverged":
         return len(run) - 1
     err = run["test_error"].to_numpy(dtype=float)
     best = np.fmin.accumulate(np.where(np.isfinite(err), err, np.inf))
-    hit = np.flatnonzero(err > best + RISE)
+    hit = np.flatnonzero(err > best + rise)
     return int(hit[0]) if len(hit) else None
 
 
-def precursors(steps, end: float, span: float) -> dict[str, Any]:
+def precursors(steps, end: float, span: float, ess_drop: float = ESS_DROP,
+               grad_spike: float = GRAD_SPIKE) -> dict[str, Any]:
     """Per-step precursors of an event at learner step ``end``: among the optimizer steps in the window
-    (end - span, end], did ESS drop below half the median of every earlier step's ESS, and did the gradient norm
-    exceed twice the earlier steps' median? ``steps``: the run's per-step records (None: not recorded).
+    (end - span, end], did ESS drop below ``ess_drop`` times the median of every earlier step's ESS, and did
+    the gradient norm exceed ``grad_spike`` times the earlier steps' median? ``steps``: the run's per-step
+    records (None: not recorded).
     ``lead_*``: learner steps from the first step that shows the precursor to ``end`` (None when it does not).
     ``enough_history``: the records exist and at least ``span`` learner steps come before the window."""
     none = {"ess_drop": False, "grad_spike": False, "lead_ess": None, "lead_grad": None, "enough_history": False}
@@ -158,8 +188,8 @@ def precursors(steps, end: float, span: float) -> dict[str, Any]:
     if not window.any() or t[before].size == 0 or t[before].max() < span:
         return none
     out: dict[str, Any] = {"enough_history": True}
-    for key, lead, series, hit in (("ess_drop", "lead_ess", ess, lambda x, m: x < 0.5 * m),
-                                   ("grad_spike", "lead_grad", gn, lambda x, m: x > 2.0 * m)):
+    for key, lead, series, hit in (("ess_drop", "lead_ess", ess, lambda x, m: x < ess_drop * m),
+                                   ("grad_spike", "lead_grad", gn, lambda x, m: x > grad_spike * m)):
         ref = np.nanmedian(series[before]) if np.isfinite(series[before]).any() else float("nan")
         shown = window & np.isfinite(series) & (hit(series, ref) if math.isfinite(ref) else False)
         out[key] = bool(shown.any())
@@ -167,24 +197,36 @@ def precursors(steps, end: float, span: float) -> dict[str, Any]:
     return out
 
 
-def collapses(table, step_records: dict[str, Any], span: float) -> tuple[list[dict], list[dict]]:
-    """(collapse events, the same test at the last logged step of runs that did not collapse); ``span``: the
-    window of `precursors` in learner steps (WINDOW evaluation intervals)."""
+def collapses(table, step_records: dict[str, Any], log_every: int,
+              rule: CollapseRule = CollapseRule()) -> tuple[list[dict], list[dict]]:
+    """(collapse events, the same test at the last logged step of runs that did not collapse) by ``rule``;
+    the window of `precursors` is ``rule.window`` evaluation intervals of ``log_every`` learner steps."""
     events, quiet = [], []
     if not len(table):
         return events, quiet
+    span = rule.window * log_every
     for (recipe, delay, seed, run_id), run in table.groupby(["recipe", "delay", "seed", "run_id"], sort=False):
         run = run.sort_values("step")
-        idx = collapse_index(run)
+        idx = collapse_index(run, rule.rise)
         steps = step_records.get(run_id)
         if idx is not None:
             end = float(run["step"].iloc[idx])
             events.append({"recipe": recipe, "delay": delay, "seed": int(seed), "step": end,
-                           **precursors(steps, end, span)})
-        elif len(run) > WINDOW + 3:
+                           **precursors(steps, end, span, rule.ess_drop, rule.grad_spike)})
+        elif len(run) > rule.window + 3:
             quiet.append({"recipe": recipe, "delay": delay, "seed": int(seed),
-                          **precursors(steps, float(run["step"].iloc[-1]), span)})
+                          **precursors(steps, float(run["step"].iloc[-1]), span, rule.ess_drop, rule.grad_spike)})
     return events, quiet
+
+
+def precursor_counts(events: list[dict], quiet: list[dict]) -> dict[str, int]:
+    """What VCPO-1's judge reads: among collapses with enough history, how many show each precursor (n, ess,
+    grad), and the same at the ends of the other runs (nq, ess_q, grad_q)."""
+    ev = [x for x in events if x.get("enough_history")]
+    qu = [x for x in quiet if x.get("enough_history")]
+    return {"n": len(ev), "ess": sum(bool(x["ess_drop"]) for x in ev), "grad": sum(bool(x["grad_spike"]) for x in ev),
+            "nq": len(qu), "ess_q": sum(bool(x["ess_drop"]) for x in qu),
+            "grad_q": sum(bool(x["grad_spike"]) for x in qu)}
 
 
 def evidence(ctx: Context) -> Evidence:
@@ -222,7 +264,10 @@ def _evidence(ctx: Context, seeds: tuple[int, ...]) -> Evidence:
     first = sweep(b)  # VCPO-1 reads the first look's sweep (not staged)
     ids = {cfg.run_id for cfg in first}
     sweep_rows = table[table["run_id"].isin(ids)] if len(table) else table
-    ev.events, ev.quiet = collapses(sweep_rows, ctx.step_records(first), WINDOW * b.mnist_log)
+    records = ctx.step_records(first)
+    ev.events, ev.quiet = collapses(sweep_rows, records, b.mnist_log)
+    for rule in VCPO1_RULES:
+        ev.sensitivity[rule.label()] = precursor_counts(*collapses(sweep_rows, records, b.mnist_log, rule))
     return ev
 
 
@@ -319,20 +364,24 @@ VCPO1_MOST = Margin(
     "than at the end of runs that do not collapse (Fisher's exact test)")
 
 
+def precursor_parts(c: dict[str, int], prefix: str = "") -> list[Outcome]:
+    """VCPO-1's two proportions from `precursor_counts`."""
+    return [proportion(f"{prefix}{what} before the collapse", c[k], c["n"], VCPO1_MOST.value, c[kq], c["nq"],
+                       f"{c[k]}/{c['n']} collapses; {c[kq]}/{c['nq']} non-collapsing run ends")
+            for k, kq, what in (("ess", "ess_q", "ESS drop"), ("grad", "grad_q", "gradient-norm spike"))]
+
+
 @judged_on(NAME)
 def judge_vcpo1(ev: Evidence) -> Judgement:
     events = [x for x in ev.events if x.get("enough_history")]
-    quiet = [x for x in ev.quiet if x.get("enough_history")]
-    n, nq = len(events), len(quiet)
+    n = len(events)
+    sensitivity = [q for label, c in (ev.sensitivity or {}).items() if label != CollapseRule().label() and c["n"]
+                   for q in precursor_parts(c, f"sensitivity ({label}): ")]
     if n == 0:
         return Judgement(f"{len(ev.events)} collapse(s), none with enough logged history before it", [],
-                         verdict="not testable", note="no run collapsed after enough logged steps")
-    parts = []
-    for key, what in (("ess_drop", "ESS drop"), ("grad_spike", "gradient-norm spike")):
-        k = sum(bool(x[key]) for x in events)
-        kq = sum(bool(x[key]) for x in quiet)
-        parts.append(proportion(f"{what} before the collapse", k, n, VCPO1_MOST.value, kq, nq,
-                                f"{k}/{n} collapses; {kq}/{nq} non-collapsing run ends"))
+                         verdict="not testable", note="no run collapsed after enough logged steps",
+                         other_parts=sensitivity)
+    parts = precursor_parts(precursor_counts(ev.events, ev.quiet))
     which = sorted({f"{x['recipe']}@{lag_of(x['delay'])}" for x in events})
     leads = []
     for key, what in (("lead_ess", "ESS drop"), ("lead_grad", "spike")):
@@ -342,7 +391,7 @@ def judge_vcpo1(ev: Evidence) -> Judgement:
                          "that shows the collapse")
     ours = (f"{n} collapses ({', '.join(which[:8])}{'...' if len(which) > 8 else ''}): "
             + "; ".join(p.detail for p in parts) + (f" ({'; '.join(leads)})" if leads else ""))
-    return Judgement(ours, parts)
+    return Judgement(ours, parts, other_parts=sensitivity)
 
 
 def _healthy_sync(recipes: tuple[str, ...]) -> Precondition:

@@ -328,6 +328,39 @@ def test_vcpo1_precursors_are_read_at_per_step_resolution():
     assert precursors(None, 1000.0, 300.0)["enough_history"] is False
 
 
+def test_vcpo1_sensitivity_moves_each_free_parameter_alone():
+    """One run whose test error rises 0.25 at step 1000 after an ESS drop 250 steps earlier, one quiet run: the rule
+    judged sees the collapse and the drop; a window of one interval misses the drop; a rise of 0.3 sees no
+    collapse; an ESS threshold of 0.3 misses a drop to 0.4 of the median. The judge reports each rule beside the
+    verdict."""
+    import pandas as pd
+
+    from figures.experiments.mnist_delay import VCPO1_RULES, CollapseRule, collapses, precursor_counts
+
+    log = [100.0 * i for i in range(1, 11)]
+    rows = []
+    for run_id, errs in (("a", [0.3, 0.2, 0.15, 0.12, 0.1, 0.1, 0.1, 0.1, 0.1, 0.35]), ("b", [0.3 - 0.02 * i for i in range(10)])):
+        rows += [{"recipe": "pg", "delay": "fixed:100", "seed": 0, "run_id": run_id, "step": t, "test_error": e,
+                  "status": "ok"} for t, e in zip(log, errs, strict=True)]
+    table = pd.DataFrame(rows)
+    t = np.arange(1, 1001, dtype=float)
+    ess = np.full(1000, 0.9)
+    ess[749] = 0.36  # 0.4 of the earlier median, at step 750
+    records = {rid: pd.DataFrame({"step": t, "ess": ess if rid == "a" else np.full(1000, 0.9),
+                                  "grad_norm": np.ones(1000)}) for rid in ("a", "b")}
+    counts = {r.label(): precursor_counts(*collapses(table, records, 100, r)) for r in VCPO1_RULES}
+    assert counts["the rule judged"] == {"n": 1, "ess": 1, "grad": 0, "nq": 1, "ess_q": 0, "grad_q": 0}
+    assert counts[CollapseRule(window=1).label()]["ess"] == 0
+    assert counts[CollapseRule(rise=0.3).label()]["n"] == 0
+    assert counts[CollapseRule(ess_drop=0.3).label()]["ess"] == 0
+    assert counts[CollapseRule(ess_drop=0.7).label()]["ess"] == 1
+    events, quiet = collapses(table, records, 100)
+    judged = _judge("VCPO-1", {"events": events, "quiet": quiet, "sensitivity": counts})
+    shown = [q.name for q in judged.other_parts]
+    assert "sensitivity (window 1): ESS drop before the collapse" in shown
+    assert not any("rise 0.3" in name for name in shown)  # no collapse under that rule: nothing to report
+
+
 def test_dg1_fraction_and_floor():
     e = {"pg|1": _v(0.20), "dg|1": _v(0.14), "pg|inf": _v(0.18), "dg|inf": _v(0.12), "ce": _v(0.08)}
     ev = {"k": [1, 2], "error": e, "floor": 5e-4}
@@ -358,4 +391,5 @@ def test_every_record_is_complete_and_listed_in_the_docs():
     # every judge copes with missing evidence (a report from a partial run)
     rows = evaluate({})
     assert {r["verdict"] for r in rows} <= {"inconclusive", "not applicable"}
-    assert {r["id"] for r in rows if r["sensitivity"]} >= {"GAC-1", "GAC-2", "AREAL-1", "DG-1", "DDG-1", "DDG-2"}
+    assert {r["id"] for r in rows if r["sensitivity"]} >= {"GAC-1", "GAC-2", "AREAL-1", "DG-1", "DDG-1", "DDG-2", "DDG-3",
+                                                          "DDG-4"}
