@@ -42,9 +42,15 @@ def commit() -> str:
     head = _git("rev-parse", "--short=12", "HEAD")
     if not head:
         return "unknown"
-    changed = [ln for ln in _git("status", "--porcelain", "--untracked-files=no").splitlines()
-               if not ln[3:].startswith("results/")]
+    changed = [path for path in changed_paths(_git("status", "--porcelain", "--untracked-files=no"))
+               if not path.startswith("results/")]
     return head + ("+changes" if changed else "")
+
+
+def changed_paths(porcelain: str) -> list[str]:
+    """The paths of ``git status --porcelain`` output ("XY PATH" or "XY OLD -> NEW" per line), read by splitting
+    after the status letters, so a line whose leading blank was stripped reads the same."""
+    return [ln.split(maxsplit=1)[1].split(" -> ")[-1] for ln in porcelain.splitlines() if len(ln.split()) > 1]
 
 
 def read_timings(out: Path) -> dict[str, Any]:

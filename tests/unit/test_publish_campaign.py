@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from figures.publish import campaign
+from figures.publish import campaign, changed_paths
 
 ALL = "python -m figures all"
 
@@ -50,3 +50,9 @@ def test_an_invocation_stopped_before_any_run_finished_still_counts():
 def test_a_redraw_adds_to_the_run_that_trained():
     got = campaign([inv(100.0, 10), inv(2.0, 0)], ALL)
     assert (got["wall_s"], got["invocations"], got["complete"]) == (102.0, 2, True)
+
+
+def test_status_paths_read_the_same_with_the_first_blank_stripped():
+    text = " M results/paper/data/a.json\n M figures/stats.py\nR  old.py -> new.py"
+    assert changed_paths(text) == changed_paths(text.strip()) == ["results/paper/data/a.json", "figures/stats.py",
+                                                                  "new.py"]
