@@ -18,7 +18,6 @@ the full run's wall time from timed samples.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import sys
 import time
@@ -86,7 +85,6 @@ def _main(argv: list[str]) -> int:
     cache = Path(args.cache or "results/figures/runs")
     from figures.claims import write_report
     from figures.common import Context, dedupe, missing, read_evidence, runs_s
-    from testbed.files import atomic_write_text
 
     command = ("python -m figures " + " ".join(targets) + (" --quick" if args.quick else "")
                + (" --cached-only" if args.cached_only else ""))
@@ -126,21 +124,20 @@ def _main(argv: list[str]) -> int:
     torch.set_num_threads(1)
     from figures import publish
 
-    total_runs = len(dedupe(configs))
+    unique = dedupe(configs)
+    total_runs = len(unique)
     entry = {"command": command, "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
              "commit": publish.commit(), "workers": ctx.workers, "cpu_count": os.cpu_count(), "completed": False,
              "missing_at_start": missing(cache, configs) if configs else 0, "total_runs": total_runs}
     t0 = time.perf_counter()
+    timings = None
     try:
         timings = _make(ctx, names, configs, args, out)
         entry["completed"] = True
     finally:  # finished or interrupted, the invocation is on record (a resumed run is timed whole)
         entry["wall_s"] = time.perf_counter() - t0
         entry["cpu_s"] = _cpu_s()
-        publish.record_invocation(out, entry)
-    data = publish.read_timings(out)
-    data[command] = {"wall_s": timings, "workers": ctx.workers, "cpu_count": os.cpu_count()}
-    atomic_write_text(out / "timings.json", json.dumps(data, indent=1))
+        publish.record_invocation(out, entry, timings)
     if "all" in targets or "claims" in targets:
         evidence = read_evidence(out)
         n_missing = missing(cache, configs) if configs else 0
@@ -151,7 +148,7 @@ def _main(argv: list[str]) -> int:
     if configs and not args.cached_only:
         from testbed.sweep import failure_message, failures
 
-        failed = failures(cache, dedupe(configs))
+        failed = failures(cache, unique)
         if failed:
             raise RunFailed(failure_message(cache, failed, total_runs))
     return 0

@@ -63,11 +63,15 @@ def read_timings(out: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def record_invocation(out: Path, entry: dict[str, Any]) -> None:
+def record_invocation(out: Path, entry: dict[str, Any], per_figure: dict[str, Any] | None = None) -> None:
     """Append one invocation (command, started, commit, wall_s, cpu_s, workers, completed, missing_at_start,
-    total_runs) to ``out/timings.json``'s ``invocations``."""
+    total_runs) to ``out/timings.json``'s ``invocations``; with ``per_figure`` (a finished invocation's seconds
+    per figure), also keep those under the command's name."""
     data = read_timings(out)
     data.setdefault("invocations", []).append(entry)
+    if per_figure is not None:
+        data[entry["command"]] = {"wall_s": per_figure, "workers": entry.get("workers"),
+                                  "cpu_count": entry.get("cpu_count")}
     atomic_write_text(Path(out) / "timings.json", json.dumps(data, indent=1))
 
 
@@ -90,6 +94,7 @@ def campaign(invocations: list[dict[str, Any]], command: str) -> dict[str, Any]:
             complete = True
             break
     chosen.reverse()
+
     def total(key: str) -> float | None:
         vals = [e.get(key) for e in chosen]
         return sum(vals) if chosen and None not in vals else None

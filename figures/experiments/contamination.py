@@ -25,6 +25,7 @@ from figures.experiments import mnist_delay
 from figures.records import CONTAMINATION_SENSITIVITY, Claim, Judgement, Margin, judged_on
 from figures.stats import combine, exact, fmt, superiority
 from testbed.runner import RunConfig
+from theory.checks import cosine
 from theory.delight import contamination_alignment, contamination_gradients
 
 NAME = "contamination"
@@ -56,6 +57,13 @@ def describe(b: Budget) -> str:
             f"{b.mnist_steps:,} steps, {len(b.mnist_seeds)} seeds")
 
 
+def true_share(g: dict[str, np.ndarray], method: str) -> float:
+    """A method's true-gradient share |(1-rho) g| / |rho h|: the norm of its clean samples' part of the expected
+    update over its contaminated samples' part (`contamination_gradients`; inf when the latter is 0)."""
+    nc = float(np.linalg.norm(g[method + "_cont"]))
+    return float(np.linalg.norm(g[method + "_clean"]) / nc) if nc > 0 else float("inf")
+
+
 def theory_curves(n: int) -> dict[str, Any]:
     """cos / share / align_1 / align_100 per rho and method over delta (ascending)."""
     deltas = np.logspace(-4, np.log10(0.5), n)
@@ -63,19 +71,14 @@ def theory_curves(n: int) -> dict[str, Any]:
     for rho in RHOS:
         for d in deltas:
             g = contamination_gradients(float(d), rho, ETA, K)
-            true = g["true"]
             al1 = contamination_alignment(float(d), rho, ETA, K, 1.0)
             al100 = contamination_alignment(float(d), rho, ETA, K, 100.0)
             for m in METHODS:
-                v = g[m]
-                cases.setdefault(f"cos|rho={rho}|{m}", []).append(
-                    float(v @ true / (np.linalg.norm(v) * np.linalg.norm(true))))
+                cases.setdefault(f"cos|rho={rho}|{m}", []).append(cosine(g[m], g["true"]))
                 cases.setdefault(f"align_1|rho={rho}|{m}", []).append(al1[m])
                 cases.setdefault(f"align_100|rho={rho}|{m}", []).append(al100[m])
                 if m + "_cont" in g:
-                    nc = float(np.linalg.norm(g[m + "_cont"]))
-                    cases.setdefault(f"share|rho={rho}|{m}", []).append(
-                        float(np.linalg.norm(g[m + "_clean"]) / nc) if nc > 0 else float("inf"))
+                    cases.setdefault(f"share|rho={rho}|{m}", []).append(true_share(g, m))
     return {"deltas": deltas.tolist(), "cases": cases}
 
 
@@ -151,8 +154,8 @@ class TheoryEnds:
         vals = {}
         for end, d in (("hi", hi), ("lo", lo)):
             g = contamination_gradients(d, rho, eta, k)
-            share = {m: float(np.linalg.norm(g[m + "_clean"]) / np.linalg.norm(g[m + "_cont"])) for m in ("pg", "dg")}
-            cos = {m: float(g[m] @ g["true"] / (np.linalg.norm(g[m]) * np.linalg.norm(g["true"]))) for m in ("pg", "dg")}
+            share = {m: true_share(g, m) for m in ("pg", "dg")}
+            cos = {m: cosine(g[m], g["true"]) for m in ("pg", "dg")}
             vals.update({f"share_pg_{end}": share["pg"], f"ratio_{end}": share["dg"] / share["pg"],
                          f"cos_pg_{end}": cos["pg"], f"cos_dg_{end}": cos["dg"]})
         return cls(**vals)

@@ -265,9 +265,11 @@ def _evidence(ctx: Context, seeds: tuple[int, ...]) -> Evidence:
     ids = {cfg.run_id for cfg in first}
     sweep_rows = table[table["run_id"].isin(ids)] if len(table) else table
     records = ctx.step_records(first)
-    ev.events, ev.quiet = collapses(sweep_rows, records, b.mnist_log)
     for rule in VCPO1_RULES:
-        ev.sensitivity[rule.label()] = precursor_counts(*collapses(sweep_rows, records, b.mnist_log, rule))
+        events, quiet = collapses(sweep_rows, records, b.mnist_log, rule)
+        if rule == CollapseRule():
+            ev.events, ev.quiet = events, quiet
+        ev.sensitivity[rule.label()] = precursor_counts(events, quiet)
     return ev
 
 
