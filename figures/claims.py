@@ -247,9 +247,10 @@ def _testbed_column(rows: list[dict[str, Any]]) -> dict[str, str]:
 
 
 def _minibatch(ev: Evidence) -> float | None:
-    """The async-GRPO regime's minibatch size in samples (batch / minibatches), if its settings are recorded."""
+    """The async-GRPO regime's minibatch size in samples (batch / minibatches) as its evidence records them;
+    None when either setting is not recorded."""
     reg = getattr(ev, "regime", None) or {}
     try:
-        return float(reg.get("batch_size", 100)) / float(reg.get("minibatches", 1))
-    except (TypeError, ValueError, ZeroDivisionError):
+        return float(reg["batch_size"]) / float(reg["minibatches"])
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):
         return None

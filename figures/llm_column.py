@@ -1,58 +1,60 @@
 """The real-LLM column: what SmolLM2-135M-Instruct shows for the claims it can speak to, beside the testbed.
 
-Sources (read defensively: a file that is absent, unreadable or lacks a field gives "not measured" with
-the reason, never an error):
+Sources, each read in the schema its writer gives it (a file that is absent, unreadable or lacks a field
+gives "not measured" with the reason, never an error):
 
-* ``results/llm/fingerprint/<model>__<task>.json`` (`python -m llm_scale fingerprint`; schema in the
-  project's fingerprint interface): ``cosine_by_minibatch`` [{m, mean, ci_low, ci_high, pairs}],
-  ``noise_scale``, ``staleness`` [{lag, ess_seq, ess_token, ...}], ...
-* ``results/llm/study/`` (`python -m llm_scale study`, the promotion study): any ``*.json`` holding a list
-  of rows (top level, or under ``rows`` / ``results`` / ``table``) or any ``*.csv``; a row names its
-  ``recipe``, its staleness (``max_lag``, ``eta``, ``staleness``, ``lag`` or ``delay``; 0 or "sync" =
-  synchronous), optionally ``seed``, and a score (``accuracy``, ``reward``, ``eval_reward``,
-  ``final_reward``, ``mean_reward``; or an error ``error`` / ``test_error``, turned into 1 - error). A
-  file may also give per-claim verdicts directly (``{"claims": {"AREAL-1": {"verdict": ...}}}``).
+* ``results/llm/fingerprint/<model>__<task>.json`` (``python -m llm_scale fingerprint``):
+  ``cosine_by_minibatch`` [{m, mean, ci_low, ci_high, pairs}] (m in sequences), ``noise_scale`` (B_noise,
+  sequences), ``staleness`` [{lag, ess_seq, ...}];
+* ``results/fingerprint/async_grpo.json`` (``python -m testbed fingerprint --regime async_grpo``): the same
+  fields for the testbed's async-GRPO regime;
+* ``results/llm/study/**/study.json`` (``python -m llm_scale study``, the promotion study): ``base``,
+  ``recipes``, ``eval_problems``, ``chosen`` {eta, lr} or null, ``forced``, ``verdict``, ``cell_runs``
+  [{arm, seed, finished, diverged, accuracy}] (arm: "sync", "stale" or a recipe trained stale).
 
-Per claim (`LLM_CLAIMS`) the real model's verdict uses the testbed's rule where the data allow:
+Per claim (`LLM_CLAIMS`) the real model is judged by the testbed's own rule where the data allow:
 
-* GAC-1: the synchronous part at the minibatch size m closest to the testbed regime's (a cosine
-  whose interval lies inside +-0.2 is "near orthogonal"); the staleness part is not in the fingerprint;
-* VCPO-1: needs collapses in real-model runs with ESS logged before them; the fingerprint's ESS by lag
-  is shown, the claim is "not measured" unless the study reports collapses;
-* AREAL-1 / GAC-2: naive grpo's score at the largest lag vs sync (it must degrade by 2 points), and the
-  method's score there vs grpo's at sync (within the tolerance factor on error rates); with one value
-  per cell the comparison is of point values and says so.
+* GAC-1, synchronous part: the cosine between two minibatch gradients of one policy is set by the
+  minibatch size over the gradient noise scale, E cos = m / (m + B_noise) (McCandlish et al., 2018, "An
+  Empirical Model of Large-Batch Training"), so the real model's cosine is read at the m whose m / B_noise
+  is closest (in log) to the testbed regime's; "near orthogonal" = the interval inside +-`BAND`. The
+  staleness part is not in the fingerprint.
+* VCPO-1: needs collapses in real-model runs with ESS logged before them; none exist, so "not measured"
+  with the fingerprint's ESS by lag shown.
+* AREAL-1 (decoupled_ppo) / GAC-2 (gac): the promotion study's chosen cell (the first that degrades by the
+  study's rule, fixed in its sweep file) through `figures.experiments.async_grpo.rescue_parts`, the
+  testbed's rule, on error = 1 - greedy accuracy per seed (a diverged run: error 1), floored at half a
+  problem. A study whose search found no degrading cell makes the claim "not testable"; a forced or
+  unfinished one is never judged; of several valid studies the last in path order is judged.
 
-Agreement: both verdicts positive (reproduced / direction only) or both negative (not reproduced) =
-"agree"; one positive and one negative = "disagree"; otherwise "not measured" or "not decided" with the
-reason.
+Agreement: both positive (reproduced / direction only) or both negative (not reproduced) = "agree"; one
+of each = "disagree"; both "not testable" = "neither testable"; an inconclusive side = "not decided";
+otherwise "not measured".
 """
 
 from __future__ import annotations
 
-import csv
 import json
 import math
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from figures.records import RHO
+from figures.experiments.async_grpo import rescue_parts
+from figures.stats import combine, fmt, fmt_interval
 
 LLM_CLAIMS = ("GAC-1", "VCPO-1", "AREAL-1", "GAC-2")
 POSITIVE = ("reproduced", "direction only")
 BAND = 0.2  # GAC-1's "near orthogonal" band (figures/experiments/async_grpo.py)
-DEGRADE = 0.02
-LAG_KEYS = ("max_lag", "eta", "staleness", "lag", "delay")
-SCORE_KEYS = ("accuracy", "reward", "eval_reward", "final_reward", "mean_reward")
-ERROR_KEYS = ("error", "test_error")
 METHOD = {"AREAL-1": "decoupled_ppo", "GAC-2": "gac"}
+TESTBED_FINGERPRINT = "results/fingerprint/async_grpo.json"
 
 
 def _load_json(path: Path) -> Any:
     try:
-        return json.loads(path.read_text())
+        return json.loads(Path(path).read_text())
     except (OSError, ValueError):
         return None
 
@@ -67,99 +69,90 @@ def fingerprints(root: Path) -> list[dict[str, Any]]:
     return out
 
 
-def _lag(v: Any) -> float | None:
-    if v is None:
-        return None
-    if isinstance(v, str):
-        if v.strip().lower() in ("sync", "0", "none"):
-            return 0.0
-        for part in v.replace(",", ":").split(":"):
-            try:
-                return float(part)
-            except ValueError:
-                continue
-        return None
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return None
+@dataclass(frozen=True)
+class Study:
+    """One promotion study as its study.json records it."""
 
+    path: str
+    base: str
+    recipes: tuple[str, ...]
+    eval_problems: int
+    chosen: dict[str, Any] | None
+    forced: bool
+    verdict: str
+    cell_runs: tuple[dict[str, Any], ...] = field(default_factory=tuple)
 
-def _score(row: dict[str, Any]) -> float | None:
-    for k in SCORE_KEYS:
-        if row.get(k) not in (None, ""):
-            try:
-                return float(row[k])
-            except (TypeError, ValueError):
-                return None
-    for k in ERROR_KEYS:
-        if row.get(k) not in (None, ""):
-            try:
-                return 1.0 - float(row[k])
-            except (TypeError, ValueError):
-                return None
-    return None
-
-
-def study(root: Path) -> tuple[list[dict[str, Any]], dict[str, str], list[str]]:
-    """(rows {recipe, lag, seed, score}, per-claim verdicts given directly, files read)."""
-    rows, given, files = [], {}, []
-    base = Path(root) / "results/llm/study"
-    if not base.is_dir():
-        return rows, given, files
-    raw: list[dict[str, Any]] = []
-    for path in sorted(base.rglob("*.json")):
-        data = _load_json(path)
-        if data is None:
-            continue
-        files.append(str(path))
-        if isinstance(data, dict):
-            for cid, v in (data.get("claims") or {}).items():
-                if isinstance(v, dict) and isinstance(v.get("verdict"), str):
-                    given[str(cid)] = v["verdict"]
-                elif isinstance(v, str):
-                    given[str(cid)] = v
-            for key in ("rows", "results", "table"):
-                if isinstance(data.get(key), list):
-                    raw += [r for r in data[key] if isinstance(r, dict)]
-        elif isinstance(data, list):
-            raw += [r for r in data if isinstance(r, dict)]
-    for path in sorted(base.rglob("*.csv")):
+    @classmethod
+    def read(cls, path: Path) -> Study | None:
+        """The study in ``path``, or None when the file is unreadable or not in study.json's schema."""
+        d = _load_json(path)
         try:
-            with open(path, newline="") as fh:
-                raw += list(csv.DictReader(fh))
-            files.append(str(path))
-        except (OSError, csv.Error):
-            continue
-    for r in raw:
-        lag = next((_lag(r[k]) for k in LAG_KEYS if k in r), None)
-        score = _score(r)
-        if r.get("recipe") and lag is not None and score is not None and math.isfinite(score):
-            rows.append({"recipe": str(r["recipe"]), "lag": lag, "seed": r.get("seed"), "score": score})
-    return rows, given, files
+            return cls(str(path), str(d["base"]), tuple(map(str, d["recipes"])), int(d["eval_problems"]),
+                       d["chosen"], bool(d["forced"]), str(d["verdict"]), tuple(d["cell_runs"]))
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    def errors(self, method: str) -> tuple[dict[str, list[float]], list[str]]:
+        """Per-seed errors of the chosen cell (cells ``"<base>|sync"``, ``"<base>|<stale>"`` and
+        ``"<method>|<stale>"``, seeds in the same order, NaN where a run has not finished) and the levels."""
+        stale = f"eta={self.chosen['eta']}, lr={self.chosen['lr']:g}"
+        cells = {"sync": f"{self.base}|sync", "stale": f"{self.base}|{stale}", method: f"{method}|{stale}"}
+        seeds = sorted({int(r["seed"]) for r in self.cell_runs})
+        error = {c: [math.nan] * len(seeds) for c in cells.values()}
+        for r in self.cell_runs:
+            if r.get("arm") in cells and r.get("finished"):
+                acc = r.get("accuracy")
+                e = 1.0 if r.get("diverged") else (1.0 - float(acc) if acc is not None else math.nan)
+                error[cells[r["arm"]]][seeds.index(int(r["seed"]))] = e
+        return error, ["sync", stale]
 
 
-def _gac1(fps: list[dict[str, Any]], m_testbed: float | None) -> tuple[str, str]:
+def studies(root: Path) -> tuple[list[Study], list[str]]:
+    """Every readable study.json under results/llm/study, in path order, and the files skipped."""
+    found, skipped = [], []
+    for path in sorted((Path(root) / "results/llm/study").rglob("study.json")):
+        s = Study.read(path)
+        (found.append(s) if s is not None else skipped.append(str(path)))
+    return found, skipped
+
+
+def _gac1(fps: list[dict[str, Any]], m_testbed: float | None, b_testbed: float | None) -> tuple[str, str]:
+    if not m_testbed:
+        return "not measured", "the testbed regime's minibatch size is not recorded in its evidence"
+    target = m_testbed / b_testbed if b_testbed else None
     best = None
     for fp in fps:
+        b = fp.get("noise_scale")
         for c in fp.get("cosine_by_minibatch") or []:
             try:
                 m, lo, hi, mean = float(c["m"]), float(c["ci_low"]), float(c["ci_high"]), float(c["mean"])
             except (KeyError, TypeError, ValueError):
                 continue
-            dist = abs(math.log(m / m_testbed)) if m_testbed and m > 0 else 0.0
+            if not (m > 0 and math.isfinite(lo) and math.isfinite(hi)):
+                continue
+            if target is not None:
+                if not (isinstance(b, int | float) and b > 0):
+                    continue
+                dist = abs(math.log(m / b / target))
+            else:
+                dist = abs(math.log(m / m_testbed))
             if best is None or dist < best[0]:
-                best = (dist, m, lo, hi, mean, fp.get("model", "?"), fp.get("task", "?"), fp.get("noise_scale"))
+                best = (dist, m, lo, hi, mean, fp.get("model", "?"), fp.get("task", "?"), b)
     if best is None:
-        return "not measured", "no real-model fingerprint with cosine_by_minibatch under results/llm/fingerprint"
-    _, m, lo, hi, mean, model, task, bn = best
+        return "not measured", ("no real-model fingerprint with cosine_by_minibatch"
+                                + (" and noise_scale" if target is not None else "") + " under results/llm/fingerprint")
+    _, m, lo, hi, mean, model, task, b = best
     status = "holds" if lo > -BAND and hi < BAND else "fails" if (lo > BAND or hi < -BAND) else "undecided"
-    return f"sync part {status}", (f"{model} on {task}: sync cosine at m = {m:g} (testbed m = {m_testbed or '?'}) "
-                                   f"{mean:+.3f} [{lo:+.3f}, {hi:+.3f}], B_noise {bn}; the staleness part is not in "
-                                   "the fingerprint, so the two are compared on the synchronous part only")
+    matched = (f"m / B_noise = {m:g} / {b:.0f} = {m / b:.3f} against the testbed's {m_testbed:g} / {b_testbed:.0f} = "
+               f"{target:.3f}" if target is not None else
+               f"m = {m:g} against the testbed's {m_testbed:g} (no testbed noise scale in {TESTBED_FINGERPRINT}: "
+               "matched by m)")
+    return f"sync part {status}", (f"{model} on {task}: sync cosine {mean:+.3f} [{lo:+.3f}, {hi:+.3f}] at {matched}; "
+                                   "the staleness part is not in the fingerprint, so the two are compared on the "
+                                   "synchronous part only")
 
 
-def _vcpo1(fps: list[dict[str, Any]], rows: list[dict[str, Any]]) -> tuple[str, str]:
+def _vcpo1(fps: list[dict[str, Any]]) -> tuple[str, str]:
     ess = []
     for fp in fps:
         for s in fp.get("staleness") or []:
@@ -169,71 +162,74 @@ def _vcpo1(fps: list[dict[str, Any]], rows: list[dict[str, Any]]) -> tuple[str, 
     return "not measured", "no collapse in the real-model runs to test precursors against" + shown
 
 
-def _rescue(rows: list[dict[str, Any]], method: str) -> tuple[str, str]:
-    def cell(recipe: str, lag: float) -> np.ndarray:
-        return np.asarray([r["score"] for r in rows if r["recipe"] == recipe and r["lag"] == lag], dtype=float)
-
-    lags = sorted({r["lag"] for r in rows if r["recipe"] == "grpo"})
-    if 0.0 not in lags or len(lags) < 2:
-        return "not measured", "the promotion study has no grpo rows at sync and at a stale level"
-    stale = lags[-1]
-    g0, gs, ms = cell("grpo", 0.0), cell("grpo", stale), cell(method, stale)
-    if not len(ms):
-        return "not measured", f"the promotion study has no {method} rows at lag {stale:g}"
-    n = min(len(g0), len(gs), len(ms))
-    drop = float(g0.mean() - gs.mean())
-    err0, errm = 1.0 - float(g0.mean()), 1.0 - float(ms.mean())
-    ratio = errm / err0 if err0 > 0 else float("inf")
-    shown = (f"score (1 - error) grpo sync {g0.mean():.3f}, grpo lag {stale:g} {gs.mean():.3f}, {method} lag "
-             f"{stale:g} {ms.mean():.3f} (n={n}{', point values: no spread' if n < 2 else ''})")
-    if drop < DEGRADE:
-        return "not testable", shown + ": grpo does not degrade by 2 points"
-    if ratio <= 1 + RHO:
-        return "reproduced", shown + f": {method}'s error within a factor {1 + RHO:.3g} of grpo's at sync"
-    if errm < 1.0 - float(gs.mean()):
-        return "direction only", shown + f": {method} better than grpo at that lag, not as good as sync"
-    return "not reproduced", shown
+def _rescue(found: list[Study], skipped: list[str], method: str) -> tuple[str, str]:
+    mine = [s for s in found if method in s.recipes]
+    if not mine:
+        why = f"no promotion study with {method} among its recipes under results/llm/study"
+        return "not measured", why + (f" (unreadable or not in study.json's schema: {', '.join(skipped)})" if skipped else "")
+    valid = [s for s in mine if s.chosen is not None and not s.forced]
+    if not valid:
+        untestable = [s for s in mine if s.chosen is None and s.verdict.startswith("not testable")]
+        if untestable:
+            return "not testable", f"{untestable[0].path}: {untestable[0].verdict} (the base never degrades)"
+        forced = [s for s in mine if s.forced]
+        if forced:
+            return "not measured", f"{forced[0].path}: {forced[0].verdict}; a forced cell is never judged"
+        return "not measured", f"{mine[0].path}: {mine[0].verdict}"
+    s = valid[-1]
+    error, levels = s.errors(method)
+    if any(not np.isfinite(np.asarray(v, dtype=float)).all() for v in error.values()):
+        return "not measured", f"{s.path}: the chosen cell's comparison runs have not all finished"
+    parts = rescue_parts(error, levels, method, 0.5 / max(s.eval_problems, 1), base=s.base)
+    shown = (f"{s.path}: error (1 - greedy accuracy on {s.eval_problems} problems) {s.base} sync "
+             f"{fmt(error[f'{s.base}|sync'], 3, pct=True)}, {s.base} {levels[1]} "
+             f"{fmt(error[f'{s.base}|{levels[1]}'], 3, pct=True)}, {method} {fmt(error[f'{method}|{levels[1]}'], 3, pct=True)}; "
+             + "; ".join(f"{p.name}: {fmt_interval(p)} -> {p.status}" for p in parts))
+    if parts[0].status != "holds":
+        return "not testable", shown + f" ({s.base} does not degrade by the testbed's rule in the study's chosen cell)"
+    return combine(parts[1:]), shown
 
 
 def agreement(testbed: str, real: str) -> str:
     if testbed.startswith("sync part") or real.startswith("sync part"):  # GAC-1: part against part
-        a, b = testbed.removeprefix("sync part ").split(" ")[0], real.removeprefix("sync part ")
         if not testbed.startswith("sync part") or not real.startswith("sync part"):
             return "not measured"
+        a, b = testbed.removeprefix("sync part ").split(" ")[0], real.removeprefix("sync part ")
         if "undecided" in (a, b):
             return "not decided"
         return "agree" if a == b else "disagree"
-    if real in ("not measured", "not testable"):
-        return "not measured"
-    if testbed in ("not testable", "not applicable"):
+    if testbed == real == "not testable":
+        return "neither testable"
+    if real in ("not measured", "not testable") or testbed in ("not testable", "not applicable", "not measured"):
         return "not measured"
     if testbed == "inconclusive" or real == "inconclusive":
         return "not decided"
-    if (testbed in POSITIVE) == (real in POSITIVE):
-        return "agree"
-    return "disagree"
+    return "agree" if (testbed in POSITIVE) == (real in POSITIVE) else "disagree"
+
+
+def testbed_noise_scale(root: Path) -> float | None:
+    """B_noise of the testbed's async-GRPO regime from its fingerprint, or None."""
+    d = _load_json(Path(root) / TESTBED_FINGERPRINT)
+    b = d.get("noise_scale") if isinstance(d, dict) else None
+    return float(b) if isinstance(b, int | float) and math.isfinite(b) and b > 0 else None
 
 
 def llm_rows(root: Path, testbed: dict[str, str], m_testbed: float | None = None) -> list[dict[str, str]]:
     """One row per claim the real model can speak to: testbed verdict, real-model verdict, what it read,
     agreement (module docstring). ``testbed``: claim id -> verdict; for GAC-1, "sync part <status> (...)"
-    (the status of its synchronous part) so that part is compared with the real model's."""
+    (the status of its synchronous part) so that part is compared with the real model's. ``m_testbed``: the
+    testbed regime's minibatch size in samples."""
     root = Path(root)
     fps = fingerprints(root)
-    rows, given, files = study(root)
+    found, skipped = studies(root)
     out = []
     for cid in LLM_CLAIMS:
-        if cid in given:
-            real, why = given[cid], "verdict given by the promotion study (" + ", ".join(files) + ")"
-        elif cid == "GAC-1":
-            real, why = _gac1(fps, m_testbed)
+        if cid == "GAC-1":
+            real, why = _gac1(fps, m_testbed, testbed_noise_scale(root))
         elif cid == "VCPO-1":
-            real, why = _vcpo1(fps, rows)
-        elif not rows:
-            real, why = "not measured", ("no promotion-study results under results/llm/study" if not files else
-                                         "no readable rows (recipe, staleness, score) in " + ", ".join(files))
+            real, why = _vcpo1(fps)
         else:
-            real, why = _rescue(rows, METHOD[cid])
+            real, why = _rescue(found, skipped, METHOD[cid])
         tb = testbed.get(cid, "not measured")
         ag = agreement(tb, real)
         if ag == "not measured" and real not in ("not measured", "not testable"):

@@ -25,7 +25,8 @@ invocation picks up from there. Each run records the device it ran on (its summa
 
 Outputs under ``--out`` (default results/llm/study): search.csv (one row per cell), compare.csv
 (one row per arm), runs.csv (one row per run with its accuracy, device and wall time), study.json
-(the rule, the chosen cell, the verdicts, how many runs are done), study.png / study.pdf.
+(the rule, the base and recipes, the problems behind each accuracy, the chosen cell and, per arm and
+seed, its comparison runs' accuracies, the verdict, how many runs are done), study.png / study.pdf.
 """
 
 from __future__ import annotations
@@ -68,6 +69,11 @@ class Sweep:
     recipes: tuple[str, ...] = ("tis(c=2)+ess_lr", "dg", "gac", "decoupled_ppo")
     compare_seeds: tuple[int, ...] = (0, 1, 2)
     source: str = ""
+
+    @property
+    def eval_problems(self) -> int:
+        """Held-out problems scored per run's accuracy: the evaluation size times the evaluations averaged."""
+        return int(self.train.get("eval_size", TrainConfig.eval_size)) * self.last_evals
 
 
 def load_sweep(path: str | Path) -> Sweep:
@@ -336,6 +342,7 @@ class Report:
     search: list[dict[str, Any]] = field(default_factory=list)
     compare: list[dict[str, Any]] = field(default_factory=list)
     runs: list[dict[str, Any]] = field(default_factory=list)
+    cell: list[dict[str, Any]] = field(default_factory=list)  # the chosen cell's comparison runs, one per arm and seed
     chosen: dict[str, Any] | None = None
     forced: bool = False
 
@@ -359,8 +366,8 @@ def collect(sweep: Sweep, root: Path, force: tuple[int, float] | None = None) ->
                     r = result(make_run(sweep, "search", arm, eta, lr, seed))
                     if r is not None:
                         accs[arm][seed] = r["accuracy"]
-            problems = int(sweep.train.get("eval_size", TrainConfig.eval_size)) * sweep.last_evals
-            row = {"eta": eta, "lr": lr, **degrades(accs[SYNC], accs[STALE], sweep.min_drop, sweep.min_se, problems)}
+            row = {"eta": eta, "lr": lr, **degrades(accs[SYNC], accs[STALE], sweep.min_drop, sweep.min_se,
+                                                     sweep.eval_problems)}
             row["complete"] = row["n_sync"] == row["n_stale"] == len(sweep.search_seeds)
             complete &= row["complete"]
             rep.search.append(row)
@@ -382,6 +389,9 @@ def collect(sweep: Sweep, root: Path, force: tuple[int, float] | None = None) ->
             r = result(run)
             if r is not None:
                 per_arm.setdefault(run.arm, []).append(r["accuracy"])
+            rep.cell.append({"arm": run.arm, "seed": run.seed, "finished": r is not None,
+                             "diverged": bool(r and r["diverged"]),
+                             "accuracy": r["accuracy"] if r and math.isfinite(r["accuracy"]) else None})  # fmt: skip
         sync, _, _ = mean_se(per_arm.get(SYNC, []))
         stale, _, _ = mean_se(per_arm.get(STALE, []))
         for arm in (SYNC, STALE, *sweep.recipes):
@@ -418,8 +428,9 @@ def write_report(sweep: Sweep, rep: Report, out: Path, command: str) -> None:
     record = {
         "sweep": sweep.source, "rule": {"min_drop": sweep.min_drop, "min_se": sweep.min_se, "last_evals": sweep.last_evals,
                                         "order": "eta then lr, as listed; the first degrading cell"},
+        "base": sweep.base, "recipes": list(sweep.recipes), "eval_problems": sweep.eval_problems,
         "chosen": rep.chosen, "forced": rep.forced, "verdict": verdict, "runs_finished": done, "runs_planned": len(rep.runs),
-        "command": command, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "cell_runs": rep.cell, "command": command, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }  # fmt: skip
     tmp = out / ".study.json.tmp"
     tmp.write_text(json.dumps(record, indent=2, default=float))

@@ -266,19 +266,26 @@ def judge_gac1(ev: Evidence) -> Judgement:
                      "pg and tis reported beside it", other_parts=other)
 
 
-def _rescue_parts(ev: Evidence, method: str) -> list[Outcome]:
-    e, floor = ev.error, ev.floor
-    base_sync = arr(e["grpo|sync"])
+def rescue_parts(error: dict[str, Any], levels: list[str], method: str, floor: float,
+                 base: str = "grpo") -> list[Outcome]:
+    """The parts of a rescue claim (AREAL-1, GAC-2) from per-seed errors, paired by seed position.
+
+    ``error``: cell ``"<recipe>|<level>"`` -> one error per seed (NaN: missing); ``levels[0]`` is the
+    synchronous level. Per stale level s: the precondition "``base`` degrades at s" (error rise of at
+    least `DEGRADE` points, `precondition`); where it holds, "``method`` at s matches ``base`` at sync"
+    (error ratio within `MATCH`, log scale, errors floored at ``floor``), softened to "direction" when the
+    method at least beats the stale base (`with_direction`)."""
+    sync = arr(error[f"{base}|{levels[0]}"])
     parts: list[Outcome] = []
-    for s in ev.levels[1:]:
-        base = arr(e[f"grpo|{s}"])
-        pre = precondition(f"grpo degrades at {s}", base_sync, base, DEGRADE.value)
+    for s in levels[1:]:
+        stale = arr(error[f"{base}|{s}"])
+        pre = precondition(f"{base} degrades at {s}", sync, stale, DEGRADE.value)
         parts.append(pre)
         if pre.status != "holds":
             continue
-        cand = arr(e[f"{method}|{s}"])
-        match = equivalence(f"{method} at {s} matches grpo sync (ratio)", base_sync, cand, MATCH.value, "log", floor)
-        rescue = superiority(f"{method} below grpo at {s}", base, cand, MATCH.value, "log", floor)
+        cand = arr(error[f"{method}|{s}"])
+        match = equivalence(f"{method} at {s} matches {base} sync (ratio)", sync, cand, MATCH.value, "log", floor)
+        rescue = superiority(f"{method} below {base} at {s}", stale, cand, MATCH.value, "log", floor)
         parts.append(with_direction(match, rescue))
     return parts
 
@@ -294,7 +301,7 @@ def _rescue_ours(ev: Evidence, method: str) -> str:
 def judge_gac2(ev: Evidence) -> Judgement:
     low = [s for s in ev.levels[1:] if lag_of(s) < 8]
     note = f"levels below the paper's s >= 8: {', '.join(low)}" if low else ""
-    j = Judgement(_rescue_ours(ev, "gac"), _rescue_parts(ev, "gac"), note=note)
+    j = Judgement(_rescue_ours(ev, "gac"), rescue_parts(ev.error, ev.levels, "gac", ev.floor), note=note)
     j.other_parts.extend(_gac_rates(ev) + sensitivity_rows(ev))
     return j
 
@@ -313,7 +320,7 @@ def _gac_rates(ev: Evidence) -> list[Outcome]:
 
 @judged_on(NAME)
 def judge_areal1(ev: Evidence) -> Judgement:
-    return Judgement(_rescue_ours(ev, "decoupled_ppo"), _rescue_parts(ev, "decoupled_ppo"))
+    return Judgement(_rescue_ours(ev, "decoupled_ppo"), rescue_parts(ev.error, ev.levels, "decoupled_ppo", ev.floor))
 
 
 def _degrades(ev: Evidence) -> tuple[str, str]:

@@ -1,58 +1,136 @@
-"""The real-LLM column of the claims report (figures/llm_column.py) on synthetic result files."""
+"""The real-LLM column of the claims report (figures/llm_column.py), on fingerprints and on promotion studies
+written by the study's own code (llm_scale.study) from finished runs on disk."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
+
+import pytest
 
 from figures.llm_column import agreement, llm_rows, markdown
+from llm_scale import study
+
+SWEEP = """
+[train]
+model = "tiny"
+task = "copy"
+steps = 4
+prompts_per_step = 4
+group_size = 4
+eval_every = 2
+eval_size = 64
+[search]
+eta = [2, 4]
+lr = [1e-3]
+seeds = [0, 1, 2]
+[compare]
+recipes = ["gac", "decoupled_ppo"]
+seeds = [0, 1, 2]
+"""
 
 
-def _fingerprint(tmp_path, cos):
-    d = tmp_path / "results/llm/fingerprint"
-    d.mkdir(parents=True)
-    (d / "smollm2__arith.json").write_text(json.dumps({
-        "model": "smollm2", "task": "arith", "noise_scale": 120.0,
-        "cosine_by_minibatch": [{"m": 8, "mean": -0.01, "ci_low": -0.1, "ci_high": 0.08, "pairs": 20},
-                                {"m": 64, "mean": cos, "ci_low": cos - 0.05, "ci_high": cos + 0.05, "pairs": 20}],
+def _fingerprint(root, cosines, noise_scale, where="results/llm/fingerprint/smollm2__arith.json"):
+    path = Path(root) / where
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({
+        "model": "smollm2", "task": "arith", "noise_scale": noise_scale,
+        "cosine_by_minibatch": [{"m": m, "mean": c, "ci_low": c - 0.05, "ci_high": c + 0.05, "pairs": 20}
+                                for m, c in cosines],
         "staleness": [{"lag": 0, "ess_seq": 1.0}, {"lag": 4, "ess_seq": 0.7}]}))
 
 
-def _study(tmp_path, rows, name="study.json"):
-    d = tmp_path / "results/llm/study"
+def _finish(root: Path, run: study.Run, accuracy: float | None) -> None:
+    """A finished run on disk (None: diverged)."""
+    d = root / run.key
     d.mkdir(parents=True, exist_ok=True)
-    (d / name).write_text(json.dumps({"rows": rows}))
+    status = "finished" if accuracy is not None else "diverged"
+    (d / "summary.json").write_text(json.dumps({"status": status, "of_steps": 4, "device": "cpu", "wall_seconds": 1.0}))
+    (d / "eval.csv").write_text(f"version,eval_reward\n0,0.1\n4,{accuracy}\n")
+
+
+def _study(tmp_path, search: dict, compare: dict | None = None, force=None, name="main") -> Path:
+    """A promotion study written by llm_scale.study: ``search`` {(arm, eta): [accuracy per seed]},
+    ``compare`` {recipe: [accuracy per seed]} for the chosen cell (None: a diverged seed); the cell's sync and
+    stale arms are the search's own runs."""
+    (tmp_path / "sweep.toml").write_text(SWEEP)
+    sweep = study.load_sweep(tmp_path / "sweep.toml")
+    runs = tmp_path / "runs"
+    for run in study.search_runs(sweep):
+        _finish(runs, run, search[(run.arm, run.eta)][run.seed])
+    rep = study.collect(sweep, runs, force)
+    for run in (study.compare_runs(sweep, rep.chosen["eta"], rep.chosen["lr"]) if rep.chosen else []):
+        if compare and run.arm in compare:
+            _finish(runs, run, compare[run.arm][run.seed])
+    rep = study.collect(sweep, runs, force)
+    study.write_report(sweep, rep, tmp_path / "results/llm/study" / name, "test")
+    return tmp_path
+
+
+SYNC, STALE = [0.60, 0.61, 0.59], [0.40, 0.41, 0.38]
+DEGRADING = {("sync", 2): SYNC, ("stale", 2): [0.60, 0.60, 0.59], ("sync", 4): SYNC, ("stale", 4): STALE}
 
 
 def test_nothing_measured_says_so():
-    rows = llm_rows(__import__("pathlib").Path("/nonexistent"), {"AREAL-1": "reproduced"})
+    rows = llm_rows(Path("/nonexistent"), {"AREAL-1": "reproduced"}, 200.0)
     assert [r["agreement"] for r in rows] == ["not measured"] * 4
-    assert "no promotion-study results" in rows[2]["evidence"]
+    assert "no promotion study with decoupled_ppo" in rows[2]["evidence"]
 
 
-def test_gac1_compares_the_sync_part_at_the_matched_minibatch_size(tmp_path):
-    _fingerprint(tmp_path, 0.45)
-    tb = {"GAC-1": "sync part fails (claim: not reproduced)"}
-    row = llm_rows(tmp_path, tb, m_testbed=50.0)[0]
-    assert row["real"] == "sync part fails" and row["agreement"] == "agree"  # m = 64 is the closest to 50
-    near = llm_rows(tmp_path, tb, m_testbed=8.0)[0]
-    assert near["real"] == "sync part holds" and near["agreement"] == "disagree"
-    assert "ESS/N 0.70" in llm_rows(tmp_path, tb)[1]["evidence"]
+def test_gac1_reads_the_real_cosine_at_the_testbeds_minibatch_over_noise_scale(tmp_path):
+    _fingerprint(tmp_path, [(8, 0.0), (64, 0.45)], 400.0)
+    tb = {"GAC-1": "sync part holds (claim: not reproduced)"}
+    by_m = llm_rows(tmp_path, tb, m_testbed=200.0)[0]  # no testbed noise scale: m = 64 is the closest to 200
+    assert by_m["real"] == "sync part fails" and by_m["agreement"] == "disagree" and "matched by m" in by_m["evidence"]
+    _fingerprint(tmp_path, [(200, 0.0)], 6400.0, where="results/fingerprint/async_grpo.json")
+    row = llm_rows(tmp_path, tb, m_testbed=200.0)[0]  # 200 / 6400 = 0.031: 8 / 400 = 0.02 is closer than 64 / 400
+    assert row["real"] == "sync part holds" and row["agreement"] == "agree" and "8 / 400 = 0.020" in row["evidence"]
+    assert llm_rows(tmp_path, tb, m_testbed=None)[0]["real"] == "not measured"
+    assert "ESS/N 0.70" in llm_rows(tmp_path, tb, 200.0)[1]["evidence"]
 
 
-def test_promotion_study_rows_are_judged_like_the_testbed(tmp_path):
-    rows = [{"recipe": "grpo", "max_lag": 0, "accuracy": 0.60, "seed": 0},
-            {"recipe": "grpo", "max_lag": 4, "accuracy": 0.40, "seed": 0},
-            {"recipe": "decoupled_ppo", "max_lag": 4, "accuracy": 0.59, "seed": 0},
-            {"recipe": "gac", "max_lag": "4", "error": 0.65, "seed": 0},
-            {"recipe": "junk"}, "not a row"]
-    _study(tmp_path, rows)
-    out = {r["id"]: r for r in llm_rows(tmp_path, {"AREAL-1": "reproduced", "GAC-2": "reproduced"})}
+def test_the_studys_chosen_cell_is_judged_by_the_testbeds_rescue_rule(tmp_path):
+    _study(tmp_path, DEGRADING, {"decoupled_ppo": [0.595, 0.605, 0.585],
+                                 "gac": [0.35, 0.36, 0.34]})
+    out = {r["id"]: r for r in llm_rows(tmp_path, {"AREAL-1": "reproduced", "GAC-2": "inconclusive"}, 200.0)}
     assert out["AREAL-1"]["real"] == "reproduced" and out["AREAL-1"]["agreement"] == "agree"
-    assert "no spread" in out["AREAL-1"]["evidence"]  # one value per cell: point values, said so
-    assert out["GAC-2"]["real"] == "not reproduced" and out["GAC-2"]["agreement"] == "disagree"
-    (tmp_path / "results/llm/study/broken.json").write_text("{not json")
-    assert llm_rows(tmp_path, {})[2]["real"] == "reproduced"  # an unreadable file is skipped
-    assert any("| AREAL-1 |" in ln for ln in markdown(llm_rows(tmp_path, {})))
+    assert "eta=4" in out["AREAL-1"]["evidence"]  # eta = 2 does not degrade: the first degrading cell is eta = 4
+    assert "grpo degrades at eta=4, lr=0.001: " in out["AREAL-1"]["evidence"]
+    assert out["GAC-2"]["real"] == "not reproduced" and out["GAC-2"]["agreement"] == "not decided"
+    assert any("| AREAL-1 |" in ln for ln in markdown(list(out.values())))
+
+
+def test_a_diverged_seed_counts_as_error_one_not_as_a_missing_value(tmp_path):
+    _study(tmp_path, DEGRADING, {"decoupled_ppo": [0.595, None, 0.585], "gac": STALE})
+    row = llm_rows(tmp_path, {}, 200.0)[2]  # errors 40.5%, 100%, 41.5%: one seed far off, the interval wide
+    assert row["real"] == "inconclusive" and "decoupled_ppo 60.7% +- 34 (n=3)" in row["evidence"]
+
+
+def test_a_study_without_a_degrading_cell_makes_the_claim_not_testable(tmp_path):
+    flat = {("sync", e): SYNC for e in (2, 4)} | {("stale", e): [0.60, 0.60, 0.59] for e in (2, 4)}
+    _study(tmp_path, flat)
+    rows = {r["id"]: r for r in llm_rows(tmp_path, {"AREAL-1": "not testable", "GAC-2": "reproduced"}, 200.0)}
+    assert rows["AREAL-1"]["real"] == "not testable" and rows["AREAL-1"]["agreement"] == "neither testable"
+    assert rows["GAC-2"]["agreement"] == "not measured" and "no cell degrades" in rows["GAC-2"]["evidence"]
+
+
+@pytest.mark.parametrize("compare, says", [(None, "not all finished"), ("forced", "a forced cell is never judged")])
+def test_forced_or_unfinished_comparisons_are_never_judged(tmp_path, compare, says):
+    if compare == "forced":
+        flat = {("sync", e): SYNC for e in (2, 4)} | {("stale", e): [0.60, 0.60, 0.59] for e in (2, 4)}
+        _study(tmp_path, flat, {"decoupled_ppo": SYNC, "gac": SYNC}, force=(2, 1e-3))
+    else:
+        _study(tmp_path, DEGRADING, {"gac": SYNC})
+    row = llm_rows(tmp_path, {"AREAL-1": "reproduced"}, 200.0)[2]
+    assert row["real"] == "not measured" and says in row["evidence"]
+
+
+def test_an_unreadable_or_foreign_study_file_is_skipped_and_named(tmp_path):
+    d = tmp_path / "results/llm/study/old"
+    d.mkdir(parents=True)
+    (d / "study.json").write_text('{"rows": []}')
+    row = llm_rows(tmp_path, {}, 200.0)[2]
+    assert row["real"] == "not measured" and "schema: " in row["evidence"] and "old/study.json" in row["evidence"]
 
 
 def test_agreement_table():
@@ -60,4 +138,7 @@ def test_agreement_table():
     assert agreement("not reproduced", "reproduced") == "disagree"
     assert agreement("inconclusive", "reproduced") == "not decided"
     assert agreement("not testable", "reproduced") == "not measured"
+    assert agreement("not testable", "not testable") == "neither testable"
     assert agreement("reproduced", "not measured") == "not measured"
+    assert agreement("sync part holds (claim: x)", "sync part undecided") == "not decided"
+    assert agreement("reproduced", "sync part holds") == "not measured"
