@@ -17,6 +17,8 @@ from figures.experiments import async_grpo as exp
 NAME = "async_grpo"
 CLAIMS = ("GAC-2", "AREAL-1")
 SHOWN = ("grpo", "gac", "decoupled_ppo")
+# AREAL-1 (AIME24 accuracy, eta = 4): sync 42.0, naive 23.3, decoupled 42.2, as error ratios to sync's error 58.0
+PAPER_RATIO = {"grpo": (100 - 23.3) / (100 - 42.0), "decoupled_ppo": (100 - 42.2) / (100 - 42.0)}
 
 
 configs = experiment_configs(exp)
@@ -32,10 +34,13 @@ def make(ctx: Context) -> dict:
     for r in SHOWN:
         vals = np.stack([arr(ev.error[f"{r}|{d}"]) for d in levels], axis=1)
         style.band(ax, lags, vals, name=r, marker="o")
+        style.seed_dots(ax, lags, vals, name=r)
         x, ys = curves(table, exp.cell(b, r, levels[-1]), "test_error")
         if len(x):
             style.band(ax2, x, ys, name=r)
     sync = np.nanmean(arr(ev.error["grpo|sync"]))
+    for r, ratio in PAPER_RATIO.items():  # AREAL-1's numbers as error ratios to sync, at the largest level
+        style.paper_star(ax, lags[-1], sync * ratio, name=r)
     for a in (ax, ax2):
         a.axhline(sync, color="k", ls=":", lw=0.8, label="grpo sync" if a is ax else None)
     ax.set_xscale("symlog", linthresh=1)
@@ -51,6 +56,7 @@ def make(ctx: Context) -> dict:
     tag = "" if ev.registered else " [provisional regime settings]"
     settings = ", ".join(f"{k}={v}" for k, v in ev.regime.items())
     cap = style.caption_text(CLAIMS, f"MNIST bandit, async-GRPO regime ({settings}){tag}; mean +- s.e. over "
-                             f"{len(b.async_seeds)} seeds; dotted: grpo at sync", ctx.cmd(NAME))
+                             f"{len(b.async_seeds)} seeds (dots: seeds); dotted: grpo at sync; stars: AReaL's AIME24 numbers at eta = 4 as "
+                             "error ratios to sync, times grpo's sync error here", ctx.cmd(NAME))
     style.save(fig, ctx.out, NAME, cap)
     return {exp.NAME: ev}

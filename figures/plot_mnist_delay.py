@@ -40,11 +40,8 @@ def make(ctx: Context) -> dict:
             style.band(ax2, x, ys, name=r)
         if r in PAPER:  # the paper's value at D = 1000 (DDG-1)
             ax2.axhline(PAPER[r], color=style.color(r), ls=":", lw=0.9)
-            ax.plot([lags[-1]], [PAPER[r]], marker="*", color=style.color(r), markeredgecolor="k",
-                    markeredgewidth=0.4, markersize=8, ls="none")
-        for j, d in enumerate(delays):  # per-seed dots
-            v = arr(ev.error[f"{r}|{d}"])
-            ax.plot(np.full(len(v), lags[j]), v, ".", color=style.color(r), markersize=2, alpha=0.6)
+            style.paper_star(ax, lags[-1], PAPER[r], name=r)
+        style.seed_dots(ax, lags, vals, name=r)
     ax.set_xscale("symlog", linthresh=1)
     ax.set_xticks(lags)
     ax.set_xticklabels([str(v) for v in lags])

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from figures import style
-from figures.common import Context, arr, experiment_configs
+from figures.common import Context, arr, curves, experiment_configs
 from figures.experiments import mnist_samples as exp
 
 NAME = "mnist_samples"
@@ -27,10 +27,15 @@ def make(ctx: Context) -> dict:
     ev = ctx.evidence(exp)
     ks = ev.k
     x_inf = ks[-1] * 4
-    fig, (ax,) = style.subplots(1, width=4.6, height=3.3)
+    table = ctx.table(exp.configs(b))
+    fig, (ax, ax2) = style.subplots(2, width=4.6, height=3.3)
     for r in exp.METHODS:
         vals = np.stack([arr(ev.error[f"{r}|{k}"]) for k in ks], axis=1)
         style.band(ax, ks, vals, name=r, marker="o")
+        style.seed_dots(ax, ks, vals, name=r)
+        x, ys = curves(table, exp.cell(b, r, ks[0]), "test_error")
+        if len(x):
+            style.band(ax2, x, ys, name=r)
         ex = arr(ev.error[f"{r}|inf"])
         se = np.nanstd(ex, ddof=1) / np.sqrt(len(ex)) if len(ex) > 1 else 0.0
         ax.errorbar([x_inf], [np.nanmean(ex)], yerr=[se], fmt="s", color=style.color(r), markersize=5, capsize=2)
@@ -39,6 +44,10 @@ def make(ctx: Context) -> dict:
     sd = np.nanstd(ce, ddof=1) if len(ce) > 1 else 0.0
     ax.axhline(np.nanmean(ce), color=style.COLORS["ce"], ls="--", lw=1.2, label=style.label("ce"))
     ax.axhspan(np.nanmean(ce) - sd, np.nanmean(ce) + sd, color="k", alpha=0.08)
+    half = (np.nanmean(arr(ev.error[f"pg|{ks[0]}"])) + np.nanmean(ce)) / 2  # DG-1: DG closes half of PG's gap to CE
+    style.paper_star(ax, ks[0], half, name="dg")
+    style.paper_star(ax2, b.mnist_steps, half, name="dg")
+    ax2.axhline(np.nanmean(ce), color=style.COLORS["ce"], ls="--", lw=1.2)
     ax.set_xscale("log", base=2)
     ax.set_xticks([*ks, x_inf])
     ax.set_xticklabels([str(k) for k in ks] + ["inf (exact)"])
@@ -46,7 +55,11 @@ def make(ctx: Context) -> dict:
     ax.set_ylabel("final test error (fraction)")
     ax.set_title(f"MNIST bandit, on-policy, {b.mnist_steps:,} steps")
     ax.legend()
-    cap = style.caption_text(CLAIMS, f"mean +- s.e. over {len(b.mnist_seeds)} seeds; squares: exact expected update "
-                             "(infinitely many samples); dashed: supervised cross-entropy", ctx.cmd(NAME))
+    ax2.set_xlabel("learner step")
+    ax2.set_ylabel("test error (fraction)")
+    ax2.set_title(f"learning curves at k = {ks[0]}")
+    cap = style.caption_text(CLAIMS, f"mean +- s.e. over {len(b.mnist_seeds)} seeds (dots: seeds); squares: exact "
+                             "expected update (infinitely many samples); dashed: supervised cross-entropy; stars: the "
+                             f"paper's DG at k = {ks[0]}, half of PG's gap to cross-entropy closed", ctx.cmd(NAME))
     style.save(fig, ctx.out, NAME, cap)
     return {exp.NAME: ev}

@@ -45,7 +45,7 @@ def make(ctx: Context) -> dict:
             v = arr(ev.error[f"{name}|{d}"])
             ax.bar(j + (i - 1) * width, np.nanmean(v), width, color=colors[name], label=name if j == 0 else None,
                    yerr=np.nanstd(v, ddof=1) / np.sqrt(len(v)) if len(v) > 1 else None, capsize=2)
-            ax.plot(np.full(len(v), j + (i - 1) * width), v, "k.", markersize=3)
+            style.seed_dots(ax, [j + (i - 1) * width], v[:, None], color_="k")
     ax.set_xticks(range(len(delays)))
     ax.set_xticklabels([f"D = {lag_of(d)}" for d in delays])
     ax.set_ylabel("final test error (fraction)")

@@ -51,7 +51,11 @@ def make(ctx: Context) -> dict:
     ax = axes[3]
     lags = [lag_of(d) for d in delays]
     for r in ("vcpo", "pg", "is"):
-        style.band(ax, lags, np.stack([arr(ev.error[f"{r}|{d}"]) for d in delays], axis=1), name=r, marker="o")
+        vals = np.stack([arr(ev.error[f"{r}|{d}"]) for d in delays], axis=1)
+        style.band(ax, lags, vals, name=r, marker="o")
+        style.seed_dots(ax, lags, vals, name=r)
+    sync = np.nanmean(arr(ev.error["vcpo|sync"]))  # VCPO-2: MATH-500 72.0 sync vs 71.6 stale, as an error ratio
+    style.paper_star(ax, lags[1], sync * (100 - 71.6) / (100 - 72.0), name="vcpo")
     ax.set_xscale("symlog", linthresh=1)
     ax.set_xticks(lags)
     ax.set_xticklabels([str(v) for v in lags])
@@ -60,6 +64,7 @@ def make(ctx: Context) -> dict:
     ax.set_title("VCPO across lag")
     ax.legend()
     cap = style.caption_text(CLAIMS, f"MNIST delay sweep; triangles on the ESS panel: collapse steps of any run "
-                             f"(error > running min + {exp.RISE}, or divergence); mean +- s.e. over seeds", ctx.cmd(NAME))
+                             f"(error > running min + {exp.RISE}, or divergence); mean +- s.e. over seeds (dots: seeds); star: VCPO's "
+                             "MATH-500 72.0 sync vs 71.6 stale as an error ratio, times vcpo's sync error here", ctx.cmd(NAME))
     style.save(fig, ctx.out, NAME, cap)
     return {exp.NAME: ev}

@@ -124,6 +124,20 @@ def band(ax, x, values: np.ndarray, *, name: str = "", color_: str | None = None
         ax.fill_between(x, lo, hi, color=c, alpha=alpha, linewidth=0)
 
 
+def seed_dots(ax, x, values: np.ndarray, *, name: str = "", color_: str | None = None) -> None:
+    """One small dot per seed at each x (rows of ``values`` [n_seeds, n_x]); NaNs are skipped."""
+    values = np.atleast_2d(np.asarray(values, dtype=float))
+    xs = np.broadcast_to(np.asarray(x, dtype=float), values.shape)
+    ok = np.isfinite(values)
+    ax.plot(xs[ok], values[ok], ".", color=color_ or color(name), markersize=2, alpha=0.6, linestyle="none")
+
+
+def paper_star(ax, x: float, y: float, *, name: str = "", color_: str | None = None) -> None:
+    """A paper's reported value, translated into the plotted metric."""
+    ax.plot([x], [y], marker="*", color=color_ or color(name), markeredgecolor="k", markeredgewidth=0.4,
+            markersize=8, linestyle="none")
+
+
 def caption_text(claims: Sequence[str], what: str, command: str) -> str:
     claim = ", ".join(claims) if claims else "none (diagnostic)"
     return f"Tests {claim}: {what} | made by: {command}"
