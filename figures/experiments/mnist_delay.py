@@ -32,6 +32,7 @@ from figures.evidence import Evidence as ExperimentEvidence
 from figures.records import (
     DATA_SIZE_SENSITIVITY,
     DG_ETA_SENSITIVITY,
+    VCPO_SENSITIVITY,
     Claim,
     Judgement,
     Margin,
@@ -437,13 +438,13 @@ CLAIMS = (
           "Each delay D <= 128: vcpo's error matches vcpo sync (TOST: the interval of the 20%-trimmed mean log error "
           "ratio inside +-log 1.167), softened to 'direction' when it does not match but beats pg at the same D by "
           "that factor; and no vcpo run diverges at D <= 128.", judge_vcpo2, ("vcpo_traces",),
-          preconditions=(_healthy_sync(("vcpo", "pg")),), cells=_cells_of("VCPO-2")),
+          preconditions=(_healthy_sync(("vcpo", "pg")),), cells=_cells_of("VCPO-2"), sensitivity=(VCPO_SENSITIVITY,)),
     Claim("VCPO-3", "removing either component hurts", "2602.17616", "about 3 to 4 points (s)", NAME,
           "MNIST, vcpo vs vcpo without ess_lr and without opob, paired by seed, at the largest ablation delay <= 128",
           (VCPO3_DELTA,),
           "Each ablation's error exceeds full vcpo's by more than the minimum effect (paired, 20%-trimmed mean of the "
           "log error ratios, interval above log 1.088).", judge_vcpo3, ("vcpo_ablation",),
-          preconditions=(_healthy_sync(("vcpo",)),), cells=_cells_of("VCPO-3")),
+          preconditions=(_healthy_sync(("vcpo",)),), cells=_cells_of("VCPO-3"), sensitivity=(VCPO_SENSITIVITY,)),
     Claim("DDG-1", "MNIST, actor D steps stale, D = 1000: DG without correction about 2% error, PG with exact IS about "
           "8%, REINFORCE fails", "2603.20521", "DG ~2%, IS ~8%, PG fails (s)", NAME,
           "MNIST at the largest delay of the grid (1000): dg, is, pg paired by seed", (DDG1_RATIO, DDG1_FAIL),

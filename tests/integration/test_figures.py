@@ -392,4 +392,4 @@ def test_every_record_is_complete_and_listed_in_the_docs():
     rows = evaluate({})
     assert {r["verdict"] for r in rows} <= {"inconclusive", "not applicable"}
     assert {r["id"] for r in rows if r["sensitivity"]} >= {"GAC-1", "GAC-2", "AREAL-1", "DG-1", "DDG-1", "DDG-2", "DDG-3",
-                                                          "DDG-4"}
+                                                          "DDG-4", "VCPO-2", "VCPO-3"}
