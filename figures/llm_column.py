@@ -54,7 +54,7 @@ TESTBED_FINGERPRINT = "results/fingerprint/async_grpo.json"
 
 def _load_json(path: Path) -> Any:
     try:
-        return json.loads(Path(path).read_text())
+        return json.loads(path.read_text())
     except (OSError, ValueError):
         return None
 

@@ -47,7 +47,7 @@ def make(ctx: Context) -> dict:
         ax.bar(xs, means, width, color=style.level_color(j - 1, sync=d == "sync"), label=d, zorder=1)
         for x0, base in zip(xs, exp.BASES, strict=True):
             v = arr(ev.cos[f"{base}|{d}"])
-            ax.plot(np.full(len(v), x0), v, "k.", markersize=3, zorder=3)
+            style.seed_dots(ax, [x0], v[:, None], color_="k")
             across = arr((ev.cos_across or {}).get(f"{base}|{d}"))
             if np.isfinite(across).any():  # the pair across batches (previous step in the previous batch)
                 ax.plot(np.full(len(across), x0), across, "kx", markersize=3, zorder=3)

@@ -49,8 +49,7 @@ def make(ctx: Context) -> dict:
         for y0, v in zip(ys, vals, strict=True):  # per-seed dots
             ax.plot(v, np.full(len(v), y0), "k.", markersize=2.5, zorder=3)
         if r in PAPER:
-            ax.plot([PAPER[r]], [ys[names.index("all four")]], marker="*", color=style.color(r), markersize=8,
-                    markeredgecolor="k", markeredgewidth=0.4, zorder=4, ls="none")
+            style.paper_star(ax, PAPER[r], ys[names.index("all four")], name=r)
     ax.set_yticks(range(len(names)))
     ax.set_yticklabels(names, fontsize=7)
     ax.invert_yaxis()

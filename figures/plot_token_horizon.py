@@ -32,10 +32,9 @@ def make(ctx: Context) -> dict:
         lg = lg[np.isfinite(lg)]  # seeds not trained (a later look's) are NaN
         ax2.bar(i, np.mean(lg) if len(lg) else np.nan, color=style.color(r),
                 yerr=np.std(lg, ddof=1) / np.sqrt(len(lg)) if len(lg) > 1 else None, capsize=2)
-        ax2.plot(np.full(len(lg), i), lg, "k.", markersize=4)
+        style.seed_dots(ax2, [i], lg[:, None], color_="k")
         if r in PAPER:
-            ax2.plot([i], [PAPER[r]], marker="*", color=style.color(r), markeredgecolor="k", markeredgewidth=0.4,
-                     markersize=9, ls="none")
+            style.paper_star(ax2, i, PAPER[r], name=r)
     ax.axhline(exp.SOLVED, color="k", ls=":", lw=0.8)
     ax.set_xticks(hs)
     ax.tick_params(axis="x", labelsize=6)
