@@ -3,9 +3,11 @@
 Sources, each read in the schema its writer gives it (a file that is absent, unreadable or lacks a field
 gives "not measured" with the reason, never an error):
 
-* ``results/llm/fingerprint/<model>__<task>.json`` (``python -m llm_scale fingerprint``):
+* ``results/llm/fingerprint/**/<model>__<task>.json`` (``python -m llm_scale fingerprint``):
   ``cosine_by_minibatch`` [{m, mean, ci_low, ci_high, pairs}] (m in sequences), ``noise_scale`` (B_noise,
-  sequences), ``staleness`` [{lag, ess_seq, ...}];
+  sequences), ``staleness`` [{lag, ess_seq, ...}], ``date``. Of several measurements of one model and task
+  only the newest is read (a re-measurement, e.g. with fresh prompts after a rule was fixed, supersedes the
+  earlier ones, which the evidence names);
 * ``results/fingerprint/async_grpo.json`` (``python -m testbed fingerprint --regime async_grpo``): the same
   fields for the testbed's async-GRPO regime;
 * ``results/llm/study/**/study.json`` (``python -m llm_scale study``, the promotion study): ``base``,
@@ -60,12 +62,17 @@ def _load_json(path: Path) -> Any:
 
 
 def fingerprints(root: Path) -> list[dict[str, Any]]:
-    """Every readable real-model fingerprint, with its file name."""
-    out = []
-    for path in sorted((Path(root) / "results/llm/fingerprint").glob("*.json")):
+    """The newest readable real-model fingerprint of each model and task anywhere under results/llm/fingerprint
+    (by its ``date``), with its file name and ``_earlier``, the files of that model and task it supersedes."""
+    by_pair: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for path in sorted((Path(root) / "results/llm/fingerprint").rglob("*.json")):
         data = _load_json(path)
         if isinstance(data, dict):
-            out.append({**data, "_file": str(path)})
+            by_pair.setdefault((str(data.get("model")), str(data.get("task"))), []).append({**data, "_file": str(path)})
+    out = []
+    for group in by_pair.values():
+        group.sort(key=lambda d: str(d.get("date") or ""))
+        out.append({**group[-1], "_earlier": [d["_file"] for d in group[:-1]]})
     return out
 
 
@@ -137,19 +144,21 @@ def _gac1(fps: list[dict[str, Any]], m_testbed: float | None, b_testbed: float |
             else:
                 dist = abs(math.log(m / m_testbed))
             if best is None or dist < best[0]:
-                best = (dist, m, lo, hi, mean, fp.get("model", "?"), fp.get("task", "?"), b)
+                best = (dist, m, lo, hi, mean, fp.get("model", "?"), fp.get("task", "?"), b, fp)
     if best is None:
         return "not measured", ("no real-model fingerprint with cosine_by_minibatch"
                                 + (" and noise_scale" if target is not None else "") + " under results/llm/fingerprint")
-    _, m, lo, hi, mean, model, task, b = best
+    _, m, lo, hi, mean, model, task, b, fp = best
     status = "holds" if lo > -BAND and hi < BAND else "fails" if (lo > BAND or hi < -BAND) else "undecided"
     matched = (f"m / B_noise = {m:g} / {b:.0f} = {m / b:.3f} against the testbed's {m_testbed:g} / {b_testbed:.0f} = "
                f"{target:.3f}" if target is not None else
                f"m = {m:g} against the testbed's {m_testbed:g} (no testbed noise scale in {TESTBED_FINGERPRINT}: "
                "matched by m)")
-    return f"sync part {status}", (f"{model} on {task}: sync cosine {mean:+.3f} [{lo:+.3f}, {hi:+.3f}] at {matched}; "
-                                   "the staleness part is not in the fingerprint, so the two are compared on the "
-                                   "synchronous part only")
+    earlier = fp.get("_earlier") or []
+    source = f"{fp['_file']}, {fp.get('date', 'undated')}" + (f"; supersedes {', '.join(earlier)}" if earlier else "")
+    return f"sync part {status}", (f"{model} on {task} ({source}): sync cosine {mean:+.3f} [{lo:+.3f}, {hi:+.3f}] "
+                                   f"at {matched}; the staleness part is not in the fingerprint, so the two are "
+                                   "compared on the synchronous part only")
 
 
 def _vcpo1(fps: list[dict[str, Any]]) -> tuple[str, str]:

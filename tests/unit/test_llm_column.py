@@ -30,11 +30,12 @@ seeds = [0, 1, 2]
 """
 
 
-def _fingerprint(root, cosines, noise_scale, where="results/llm/fingerprint/smollm2__arith.json"):
+def _fingerprint(root, cosines, noise_scale, where="results/llm/fingerprint/smollm2__arith.json",
+                 date="2026-01-01T00:00:00Z"):
     path = Path(root) / where
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({
-        "model": "smollm2", "task": "arith", "noise_scale": noise_scale,
+        "model": "smollm2", "task": "arith", "noise_scale": noise_scale, "date": date,
         "cosine_by_minibatch": [{"m": m, "mean": c, "ci_low": c - 0.05, "ci_high": c + 0.05, "pairs": 20}
                                 for m, c in cosines],
         "staleness": [{"lag": 0, "ess_seq": 1.0}, {"lag": 4, "ess_seq": 0.7}]}))
@@ -87,6 +88,18 @@ def test_gac1_reads_the_real_cosine_at_the_testbeds_minibatch_over_noise_scale(t
     assert row["real"] == "sync part holds" and row["agreement"] == "agree" and "8 / 400 = 0.020" in row["evidence"]
     assert llm_rows(tmp_path, tb, m_testbed=None)[0]["real"] == "not measured"
     assert "ESS/N 0.70" in llm_rows(tmp_path, tb, 200.0)[1]["evidence"]
+
+
+def test_a_re_measurement_of_the_same_model_and_task_supersedes_the_earlier_one(tmp_path):
+    _fingerprint(tmp_path, [(200, 0.0)], 6400.0, where="results/fingerprint/async_grpo.json")
+    _fingerprint(tmp_path, [(8, 0.0)], 400.0)  # the earlier measurement: holds at 8 / 400
+    _fingerprint(tmp_path, [(8, 0.45)], 400.0, where="results/llm/fingerprint/again/smollm2__arith.json",
+                 date="2026-02-01T00:00:00Z")  # the later one, in a folder below: fails at the same size
+    row = llm_rows(tmp_path, {"GAC-1": "sync part holds (claim: not reproduced)"}, m_testbed=200.0)[0]
+    assert row["real"] == "sync part fails" and row["agreement"] == "disagree"
+    assert "again/smollm2__arith.json" in row["evidence"] and "supersedes" in row["evidence"]
+    _fingerprint(tmp_path, [(8, 0.0)], 400.0, where="results/llm/fingerprint/other.json", date="2026-03-01T00:00:00Z")
+    assert llm_rows(tmp_path, {"GAC-1": "sync part holds (x)"}, m_testbed=200.0)[0]["real"] == "sync part holds"
 
 
 def test_the_studys_chosen_cell_is_judged_by_the_testbeds_rescue_rule(tmp_path):
