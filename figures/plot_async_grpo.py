@@ -31,8 +31,9 @@ def make(ctx: Context) -> dict:
     levels = ev.levels
     lags = [lag_of(d) for d in levels]
     fig, (ax, ax2) = style.subplots(2, width=4.0, height=3.2)
+    per_seed = {}
     for r in SHOWN:
-        vals = np.stack([arr(ev.error[f"{r}|{d}"]) for d in levels], axis=1)
+        vals = per_seed[r] = np.stack([arr(ev.error[f"{r}|{d}"]) for d in levels], axis=1)
         style.band(ax, lags, vals, name=r, marker="o")
         style.seed_dots(ax, lags, vals, name=r)
         x, ys = curves(table, exp.cell(b, r, levels[-1]), "test_error")
@@ -56,7 +57,8 @@ def make(ctx: Context) -> dict:
     tag = "" if ev.registered else " [provisional regime settings]"
     settings = ", ".join(f"{k}={v}" for k, v in ev.regime.items())
     cap = style.caption_text(CLAIMS, f"MNIST bandit, async-GRPO regime ({settings}){tag}; mean +- s.e. over "
-                             f"{len(b.async_seeds)} seeds (dots: seeds); dotted: grpo at sync; stars: AReaL's AIME24 numbers at eta = 4 as "
+                             f"{style.seed_note(len(b.async_seeds), per_seed)}; dots: seeds; learning curves: the first "
+                             "look's seeds; dotted: grpo at sync; stars: AReaL's AIME24 numbers at eta = 4 as "
                              "error ratios to sync, times grpo's sync error here", ctx.cmd(NAME))
     style.save(fig, ctx.out, NAME, cap)
     return {exp.NAME: ev}

@@ -41,6 +41,7 @@ def make(ctx: Context) -> dict:
         ax.legend()
     ax = axes[-1]
     width = 0.8 / len(levels)
+    per_seed = {base: np.stack([arr(ev.cos[f"{base}|{d}"]) for d in levels], axis=1) for base in exp.BASES}
     for j, d in enumerate(levels):
         means = [np.nanmean(arr(ev.cos[f"{base}|{d}"])) for base in exp.BASES]
         xs = np.arange(len(exp.BASES)) + (j - (len(levels) - 1) / 2) * width
@@ -60,8 +61,9 @@ def make(ctx: Context) -> dict:
     ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.0, 1.0), framealpha=0.95).set_zorder(10)
     tag = "" if ev.registered else " [provisional regime settings]"
     cap = style.caption_text(CLAIMS, f"MNIST, async-GRPO regime{tag}, {b.async_steps} batches; raw-gradient cosine "
-                             "between consecutive optimizer steps (3-point smoothing), mean +- s.e. over "
-                             f"{len(b.async_seeds)} seeds; grey band |cos| < {exp.BAND.value}. Pair compared: each "
+                             "between consecutive optimizer steps (3-point smoothing), mean +- s.e. over the first "
+                             f"look's {len(b.async_seeds)} seeds; bars: mean over "
+                             f"{style.seed_note(len(b.async_seeds), per_seed)}; grey band |cos| < {exp.BAND.value}. Pair compared: each "
                              "optimizer step's raw gradient with the previous step's, which within a batch is the "
                              "previous minibatch of the same batch (dots: per-seed means of all pairs; x: pairs "
                              "across batches only, where logged)", ctx.cmd(NAME))

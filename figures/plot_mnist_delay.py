@@ -29,8 +29,9 @@ def make(ctx: Context) -> dict:
     delays = ev.delays
     lags = [lag_of(d) for d in delays]
     fig, (ax, ax2) = style.subplots(2, width=4.0, height=3.2)
+    per_seed = {}
     for r in exp.RECIPES:
-        vals = np.stack([arr(ev.error[f"{r}|{d}"]) for d in delays], axis=1)  # [seeds, delays]
+        vals = per_seed[r] = np.stack([arr(ev.error[f"{r}|{d}"]) for d in delays], axis=1)  # [seeds, delays]
         style.band(ax, lags, vals, name=r, marker="o")
         for j, d in enumerate(delays):
             if ev.diverged[f"{r}|{d}"]:
@@ -54,8 +55,8 @@ def make(ctx: Context) -> dict:
     ax2.set_ylabel("test error (fraction)")
     ax2.set_ylim(0, 1)
     ax2.set_title(f"learning curves at D = {lags[-1]}")
-    cap = style.caption_text(CLAIMS, f"mean +- s.e. over the first look's {len(b.mnist_seeds)} seeds (small dots: seeds; stars and dotted lines: "
-                             "the paper's values at D = 1000); x = diverged (counted as chance, "
-                             "0.9)", ctx.cmd(NAME))
+    cap = style.caption_text(CLAIMS, f"mean +- s.e. over {style.seed_note(len(b.mnist_seeds), per_seed)}; learning "
+                             "curves: the first look's seeds; small dots: seeds; stars and dotted lines: the paper's "
+                             "values at D = 1000; x = diverged (counted as chance, 0.9)", ctx.cmd(NAME))
     style.save(fig, ctx.out, NAME, cap)
     return {exp.NAME: ev}

@@ -29,6 +29,7 @@ def make(ctx: Context) -> dict:
     x_inf = ks[-1] * 4
     table = ctx.table(exp.configs(b))
     fig, (ax, ax2) = style.subplots(2, width=4.6, height=3.3)
+    per_seed = {}
     for r in exp.METHODS:
         vals = np.stack([arr(ev.error[f"{r}|{k}"]) for k in ks], axis=1)
         style.band(ax, ks, vals, name=r, marker="o")
@@ -37,9 +38,10 @@ def make(ctx: Context) -> dict:
         if len(x):
             style.band(ax2, x, ys, name=r)
         ex = arr(ev.error[f"{r}|inf"])
-        se = np.nanstd(ex, ddof=1) / np.sqrt(len(ex)) if len(ex) > 1 else 0.0
-        ax.errorbar([x_inf], [np.nanmean(ex)], yerr=[se], fmt="s", color=style.color(r), markersize=5, capsize=2)
-        ax.plot([ks[-1], x_inf], [np.nanmean(vals[:, -1]), np.nanmean(ex)], ":", color=style.color(r), lw=1)
+        per_seed[r], per_seed[f"{r} exact"] = vals, ex
+        mean_ex, se = style.mean_se(ex)
+        ax.errorbar([x_inf], [mean_ex], yerr=[se], fmt="s", color=style.color(r), markersize=5, capsize=2)
+        ax.plot([ks[-1], x_inf], [np.nanmean(vals[:, -1]), mean_ex], ":", color=style.color(r), lw=1)
     ce = arr(ev.error["ce"])
     sd = np.nanstd(ce, ddof=1) if len(ce) > 1 else 0.0
     ax.axhline(np.nanmean(ce), color=style.COLORS["ce"], ls="--", lw=1.2, label=style.label("ce"))
@@ -58,8 +60,9 @@ def make(ctx: Context) -> dict:
     ax2.set_xlabel("learner step")
     ax2.set_ylabel("test error (fraction)")
     ax2.set_title(f"learning curves at k = {ks[0]}")
-    cap = style.caption_text(CLAIMS, f"mean +- s.e. over {len(b.mnist_seeds)} seeds (dots: seeds); squares: exact "
-                             "expected update (infinitely many samples); dashed: supervised cross-entropy; stars: the "
+    note = style.seed_note(len(b.mnist_seeds), {**per_seed, "ce": ce})
+    cap = style.caption_text(CLAIMS, f"mean +- s.e. over {note}; dots: seeds; learning curves: the first look's "
+                             "seeds; squares: exact expected update (infinitely many samples); dashed: supervised cross-entropy; stars: the "
                              f"paper's DG at k = {ks[0]}, half of PG's gap to cross-entropy closed", ctx.cmd(NAME))
     style.save(fig, ctx.out, NAME, cap)
     return {exp.NAME: ev}

@@ -42,9 +42,11 @@ def make(ctx: Context) -> dict:
         axes[names.index("all four")].axhline(v, color=style.color(r), ls=":", lw=0.8)
     ax = axes[len(names)]
     height = 0.8 / len(exp.METHODS)
+    per_seed = {}
     for i, r in enumerate(exp.METHODS):
         ys = np.arange(len(names)) + (i - (len(exp.METHODS) - 1) / 2) * height
         vals = [arr(ev.error[f"{r}|{n}"]) for n in names]
+        per_seed[r] = np.stack(vals, axis=1)
         ax.barh(ys, [np.nanmean(v) for v in vals], height, color=style.color(r), label=r, zorder=1)
         for y0, v in zip(ys, vals, strict=True):  # per-seed dots
             ax.plot(v, np.full(len(v), y0), "k.", markersize=2.5, zorder=3)
@@ -60,7 +62,8 @@ def make(ctx: Context) -> dict:
     ax.set_title("final error per setting (stars: paper)")
     ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.02, 1.0), framealpha=0.95).set_zorder(10)
     cap = style.caption_text(CLAIMS, f"token reversal M={b.tr_M}, H={b.tr_H}, {b.tr_actors} actors, {b.tr_steps} steps x "
-                             f"{b.tr_episodes} episodes, mean +- s.e. over the first look's {len(b.tr_seeds)} seeds; dots: seeds; dotted "
+                             f"{b.tr_episodes} episodes; curves: mean +- s.e. over the first look's {len(b.tr_seeds)} seeds; bars: mean over "
+                             f"{style.seed_note(len(b.tr_seeds), per_seed)}; dots: seeds; dotted "
                              "lines and stars: the paper's values with all four frictions", ctx.cmd(NAME))
     style.save(fig, ctx.out, NAME, cap)
     return {exp.NAME: ev}

@@ -26,12 +26,12 @@ def make(ctx: Context) -> dict:
     ev = ctx.evidence(exp)
     hs = ev.H
     fig, (ax, ax2) = style.subplots(2, width=3.8)
+    per_seed = {}
     for i, r in enumerate(exp.METHODS):
         style.band(ax, hs, np.stack([arr(ev.error[f"{r}|{h}"]) for h in hs], axis=1), name=r, marker="o")
-        lg = arr(ev.longest[r])
-        lg = lg[np.isfinite(lg)]  # seeds not trained (a later look's) are NaN
-        ax2.bar(i, np.mean(lg) if len(lg) else np.nan, color=style.color(r),
-                yerr=np.std(lg, ddof=1) / np.sqrt(len(lg)) if len(lg) > 1 else None, capsize=2)
+        lg = per_seed[r] = arr(ev.longest[r])  # seeds not trained (a later look's) are NaN
+        mean, se = style.mean_se(lg)
+        ax2.bar(i, mean, color=style.color(r), yerr=se, capsize=2)
         style.seed_dots(ax2, [i], lg[:, None], color_="k")
         if r in PAPER:
             style.paper_star(ax2, i, PAPER[r], name=r)
@@ -48,6 +48,6 @@ def make(ctx: Context) -> dict:
     ax2.set_ylabel(f"longest H solved (error <= {exp.SOLVED:.0%})")
     ax2.set_title("longest solved length (dots: seeds; stars: paper)")
     cap = style.caption_text(CLAIMS, f"token reversal M={b.tr_M}, {b.tr_steps} steps x {b.tr_episodes} episodes per H, "
-                             f"{len(b.tr_seeds)} seeds; H grid {min(hs)}..{max(hs)}", ctx.cmd(NAME))
+                             f"{style.seed_note(len(b.tr_seeds), per_seed)}; H grid {min(hs)}..{max(hs)}", ctx.cmd(NAME))
     style.save(fig, ctx.out, NAME, cap)
     return {exp.NAME: ev}

@@ -7,8 +7,6 @@ default batch-mean baseline. MNIST bandit at the ablation delays (figures/experi
 
 from __future__ import annotations
 
-import numpy as np
-
 from figures import style
 from figures.budgets import lag_of
 from figures.common import Context, arr, curves, experiment_configs
@@ -40,17 +38,21 @@ def make(ctx: Context) -> dict:
         ax.legend()
     ax = axes[-1]
     width = 0.25
+    per_seed = {}
     for i, name in enumerate(exp.ABLATIONS):
         for j, d in enumerate(delays):
             v = arr(ev.error[f"{name}|{d}"])
-            ax.bar(j + (i - 1) * width, np.nanmean(v), width, color=colors[name], label=name if j == 0 else None,
-                   yerr=np.nanstd(v, ddof=1) / np.sqrt(len(v)) if len(v) > 1 else None, capsize=2)
+            per_seed[f"{name} at D = {lag_of(d)}"] = v
+            mean, se = style.mean_se(v)
+            ax.bar(j + (i - 1) * width, mean, width, color=colors[name], label=name if j == 0 else None, yerr=se,
+                   capsize=2)
             style.seed_dots(ax, [j + (i - 1) * width], v[:, None], color_="k")
     ax.set_xticks(range(len(delays)))
     ax.set_xticklabels([f"D = {lag_of(d)}" for d in delays])
     ax.set_ylabel("final test error (fraction)")
     ax.set_title("ablation (dots: seeds)")
     ax.legend()
-    cap = style.caption_text(CLAIMS, f"{len(b.mnist_seeds)} seeds; bars: mean +- s.e.", ctx.cmd(NAME))
+    cap = style.caption_text(CLAIMS, f"{style.seed_note(len(b.mnist_seeds), per_seed)}; bars: mean +- s.e. "
+                             "(learning curves: the first look's seeds)", ctx.cmd(NAME))
     style.save(fig, ctx.out, NAME, cap)
     return {exp.NAME: ev}

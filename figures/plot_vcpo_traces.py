@@ -50,8 +50,9 @@ def make(ctx: Context) -> dict:
         ax.legend()
     ax = axes[3]
     lags = [lag_of(d) for d in delays]
+    per_seed = {}
     for r in ("vcpo", "pg", "is"):
-        vals = np.stack([arr(ev.error[f"{r}|{d}"]) for d in delays], axis=1)
+        vals = per_seed[r] = np.stack([arr(ev.error[f"{r}|{d}"]) for d in delays], axis=1)
         style.band(ax, lags, vals, name=r, marker="o")
         style.seed_dots(ax, lags, vals, name=r)
     sync = np.nanmean(arr(ev.error["vcpo|sync"]))  # VCPO-2: MATH-500 72.0 sync vs 71.6 stale, as an error ratio
@@ -64,7 +65,8 @@ def make(ctx: Context) -> dict:
     ax.set_title("VCPO across lag")
     ax.legend()
     cap = style.caption_text(CLAIMS, f"MNIST delay sweep; triangles on the ESS panel: collapse steps of any run "
-                             f"(error > running min + {exp.RISE}, or divergence); mean +- s.e. over seeds (dots: seeds); star: VCPO's "
+                             f"(error > running min + {exp.RISE}, or divergence); mean +- s.e. over "
+                             f"{style.seed_note(len(b.mnist_seeds), per_seed)} (dots: seeds); star: VCPO's "
                              "MATH-500 72.0 sync vs 71.6 stale as an error ratio, times vcpo's sync error here", ctx.cmd(NAME))
     style.save(fig, ctx.out, NAME, cap)
     return {exp.NAME: ev}

@@ -132,6 +132,34 @@ def seed_dots(ax, x, values: np.ndarray, *, name: str = "", color_: str | None =
     ax.plot(xs[ok], values[ok], ".", color=color_ or color(name), markersize=2, alpha=0.6, linestyle="none")
 
 
+def mean_se(values) -> tuple[float, float]:
+    """Mean and standard error of the finite values (seeds a later look did not train are NaN); the error is 0
+    for fewer than two."""
+    v = np.asarray(values, dtype=float).ravel()
+    v = v[np.isfinite(v)]
+    if len(v) == 0:
+        return float("nan"), 0.0
+    return float(np.mean(v)), float(np.std(v, ddof=1) / np.sqrt(len(v))) if len(v) > 1 else 0.0
+
+
+def seed_note(first_look: int, values: dict[str, np.ndarray]) -> str:
+    """"N seeds", naming the series whose seeds a claim's sequential design added: ``values`` maps a series name
+    to its per-seed values (rows: seeds, NaN where not trained); a series counts its most-trained column."""
+    counts = {}
+    for name, v in values.items():
+        v = np.asarray(v, dtype=float)
+        v = v[:, None] if v.ndim == 1 else v
+        counts[name] = int(np.isfinite(v).sum(axis=0).max()) if v.size else 0
+    more: dict[int, list[str]] = {}
+    for name, n in counts.items():
+        if n != first_look:
+            more.setdefault(n, []).append(name)
+    if not more:
+        return f"{first_look} seeds"
+    extra = "; ".join(f"{n} for {', '.join(names)}" for n, names in sorted(more.items()))
+    return f"{first_look} seeds ({extra}, where a claim's sequential design added seeds)"
+
+
 def paper_star(ax, x: float, y: float, *, name: str = "", color_: str | None = None) -> None:
     """A paper's reported value, translated into the plotted metric."""
     ax.plot([x], [y], marker="*", color=color_ or color(name), markeredgecolor="k", markeredgewidth=0.4,
