@@ -144,11 +144,12 @@ def _gac1(fps: list[dict[str, Any]], m_testbed: float | None, b_testbed: float |
             else:
                 dist = abs(math.log(m / m_testbed))
             if best is None or dist < best[0]:
-                best = (dist, m, lo, hi, mean, fp.get("model", "?"), fp.get("task", "?"), b, fp)
+                best = (dist, m, lo, hi, mean, fp)
     if best is None:
         return "not measured", ("no real-model fingerprint with cosine_by_minibatch"
                                 + (" and noise_scale" if target is not None else "") + " under results/llm/fingerprint")
-    _, m, lo, hi, mean, model, task, b, fp = best
+    _, m, lo, hi, mean, fp = best
+    model, task, b = fp.get("model", "?"), fp.get("task", "?"), fp.get("noise_scale")
     status = "holds" if lo > -BAND and hi < BAND else "fails" if (lo > BAND or hi < -BAND) else "undecided"
     matched = (f"m / B_noise = {m:g} / {b:.0f} = {m / b:.3f} against the testbed's {m_testbed:g} / {b_testbed:.0f} = "
                f"{target:.3f}" if target is not None else

@@ -43,12 +43,11 @@ def make(ctx: Context) -> dict:
     width = 0.8 / len(levels)
     per_seed = {base: np.stack([arr(ev.cos[f"{base}|{d}"]) for d in levels], axis=1) for base in exp.BASES}
     for j, d in enumerate(levels):
-        means = [np.nanmean(arr(ev.cos[f"{base}|{d}"])) for base in exp.BASES]
+        means = [style.mean_se(per_seed[base][:, j])[0] for base in exp.BASES]
         xs = np.arange(len(exp.BASES)) + (j - (len(levels) - 1) / 2) * width
         ax.bar(xs, means, width, color=style.level_color(j - 1, sync=d == "sync"), label=d, zorder=1)
         for x0, base in zip(xs, exp.BASES, strict=True):
-            v = arr(ev.cos[f"{base}|{d}"])
-            style.seed_dots(ax, [x0], v[:, None], color_="k")
+            style.seed_dots(ax, [x0], per_seed[base][:, j:j + 1], color_="k")
             across = arr((ev.cos_across or {}).get(f"{base}|{d}"))
             if np.isfinite(across).any():  # the pair across batches (previous step in the previous batch)
                 ax.plot(np.full(len(across), x0), across, "kx", markersize=3, zorder=3)

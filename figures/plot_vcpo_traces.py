@@ -66,7 +66,7 @@ def make(ctx: Context) -> dict:
     ax.legend()
     cap = style.caption_text(CLAIMS, f"MNIST delay sweep; triangles on the ESS panel: collapse steps of any run "
                              f"(error > running min + {exp.RISE}, or divergence); mean +- s.e. over "
-                             f"{style.seed_note(len(b.mnist_seeds), per_seed)} (dots: seeds); star: VCPO's "
+                             f"{style.seed_note(len(b.mnist_seeds), per_seed)}; dots: seeds; star: VCPO's "
                              "MATH-500 72.0 sync vs 71.6 stale as an error ratio, times vcpo's sync error here", ctx.cmd(NAME))
     style.save(fig, ctx.out, NAME, cap)
     return {exp.NAME: ev}

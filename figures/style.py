@@ -9,8 +9,10 @@ axes ("Tests CLAIM: ... | made by: COMMAND") and the same caption written beside
 from __future__ import annotations
 
 import textwrap
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -105,18 +107,13 @@ def band(ax, x, values: np.ndarray, *, name: str = "", color_: str | None = None
     """
     values = np.atleast_2d(np.asarray(values, dtype=float))
     x = np.asarray(x, dtype=float)
-    with np.errstate(all="ignore"):
-        import warnings
-
+    mean, se = mean_se(values)
+    if kind == "minmax":
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            mean = np.nanmean(values, axis=0)
-            n = np.sum(np.isfinite(values), axis=0)
-            if kind == "minmax":
-                lo, hi = np.nanmin(values, axis=0), np.nanmax(values, axis=0)
-            else:
-                se = np.where(n > 1, np.nanstd(values, axis=0, ddof=1) / np.sqrt(np.maximum(n, 1)), 0.0)
-                lo, hi = mean - se, mean + se
+            warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN column: NaN, drawn as a gap
+            lo, hi = np.nanmin(values, axis=0), np.nanmax(values, axis=0)
+    else:
+        lo, hi = mean - se, mean + se
     c = color_ or color(name)
     ax.plot(x, mean, color=c, label=label_ if label_ is not None else label(name), marker=marker,
             linestyle=linestyle, markersize=3.5)
@@ -132,14 +129,18 @@ def seed_dots(ax, x, values: np.ndarray, *, name: str = "", color_: str | None =
     ax.plot(xs[ok], values[ok], ".", color=color_ or color(name), markersize=2, alpha=0.6, linestyle="none")
 
 
-def mean_se(values) -> tuple[float, float]:
-    """Mean and standard error of the finite values (seeds a later look did not train are NaN); the error is 0
-    for fewer than two."""
-    v = np.asarray(values, dtype=float).ravel()
-    v = v[np.isfinite(v)]
-    if len(v) == 0:
-        return float("nan"), 0.0
-    return float(np.mean(v)), float(np.std(v, ddof=1) / np.sqrt(len(v))) if len(v) > 1 else 0.0
+def mean_se(values) -> tuple[Any, Any]:
+    """Mean and standard error over seeds of the finite values only (seeds a later look did not train are NaN):
+    floats for a list of per-seed values, arrays per column for rows of seeds [n_seeds, n_x]. The error is 0
+    with fewer than two finite values, the mean NaN with none."""
+    v = np.asarray(values, dtype=float)
+    cols = v.reshape(-1, 1) if v.ndim <= 1 else v
+    n = np.isfinite(cols).sum(axis=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns (mean NaN) and single seeds (no spread)
+        mean = np.nanmean(cols, axis=0)
+        se = np.where(n > 1, np.nanstd(cols, axis=0, ddof=1) / np.sqrt(np.maximum(n, 1)), 0.0)
+    return (float(mean[0]), float(se[0])) if v.ndim <= 1 else (mean, se)
 
 
 def seed_note(first_look: int, values: dict[str, np.ndarray]) -> str:

@@ -17,6 +17,10 @@ def test_mean_se_counts_only_the_trained_seeds():
     assert mean_se([0.3, math.nan]) == (0.3, 0.0)
     mean, se = mean_se([math.nan])
     assert math.isnan(mean) and se == 0.0
+    rows = np.array([[0.1, 1.0, math.nan], [0.3, math.nan, math.nan], [math.nan, math.nan, math.nan]])  # [seeds, x]
+    mean, se = mean_se(rows)  # per column, as the bands draw it
+    assert np.allclose(mean[:2], [0.2, 1.0]) and math.isnan(mean[2])
+    assert np.allclose(se, [np.std([0.1, 0.3], ddof=1) / math.sqrt(2), 0.0, 0.0])
 
 
 def test_seed_note_names_the_series_a_sequential_design_extended():
