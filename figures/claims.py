@@ -212,7 +212,7 @@ def write_report(out: Path, evidence: dict, quick: bool, command: str, missing_r
     """claims.md, claims.json and index.html under ``out`` from the figures' evidence payloads
     ({figure: payload}, as `figures.common.read_evidence` returns them); the real-LLM column from ``root``
     (default: the working directory)/results/llm; ``runs_s`` the runs' summed training time for the stamp."""
-    from figures import publish
+    from figures import FIGURES, publish
     from figures.llm_column import llm_rows
     from figures.llm_column import markdown as llm_markdown
 
@@ -222,7 +222,8 @@ def write_report(out: Path, evidence: dict, quick: bool, command: str, missing_r
     grpo = evidence_of(exp_evidence, "async_grpo")
     m = _minibatch(grpo)
     llm = llm_rows(Path(root or "."), _testbed_column(rows), m)
-    meta = publish.stamp(out, command, quick, runs_s)
+    made = [f for f in FIGURES if f in evidence] + sorted(set(evidence) - set(FIGURES))
+    meta = publish.stamp(out, command, quick, runs_s, figures=made)
     meta.update({"missing_runs": missing_runs, "total_runs": total_runs,
                  "provisional_regime": bool(grpo) and grpo.registered is False})
     payload = {"setting": "quick" if quick else "full", "command": command, "verdicts": list(VERDICTS),

@@ -103,11 +103,55 @@ def campaign(invocations: list[dict[str, Any]], command: str) -> dict[str, Any]:
             "commits": [e.get("commit") for e in chosen], "complete": complete}
 
 
-def stamp(out: Path, command: str, quick: bool, runs_s: float | None = None) -> dict[str, Any]:
+def command_targets(command: str) -> tuple[frozenset[str], bool, bool]:
+    """The targets a ``python -m figures ...`` command line names (figure names, ``all``, ``claims``) and
+    whether it has ``--quick`` and ``--cached-only``."""
+    words = command.split()[3:]
+    return frozenset(w for w in words if not w.startswith("--")), "--quick" in words, "--cached-only" in words
+
+
+def provenance(timings: dict[str, Any], figures: list[str], quick: bool) -> list[dict[str, Any]]:
+    """Per figure, the command whose runs its data shows: the last completed invocation in ``timings`` (as
+    `read_timings` returns it) that trained for it (names the figure or ``all``, same setting, not
+    ``--cached-only``: a cached-only redraw shows runs an earlier command trained).
+
+    Each row: ``figure``, ``command``, ``started`` (the first invocation of that command's `campaign`),
+    ``commits``, ``wall_s`` (the campaign's: every figure of the command, resumes included), ``complete``,
+    ``workers``, and ``figure_s`` (this figure's seconds, training and drawing, in the command's last finished
+    invocation). A figure that no recorded invocation trained gets ``command`` None and no times: per-figure
+    seconds kept under a command's name without an invocation record may be those of an earlier run of the same
+    command, so they are not attributed."""
+    invocations = timings.get("invocations", [])
+
+    def trains(command: str, fig: str) -> bool:
+        names, q, cached = command_targets(command)
+        return q == quick and not cached and (fig in names or "all" in names)
+
+    rows = []
+    for fig in figures:
+        last = next((e for e in reversed(invocations) if e.get("completed") and trains(e.get("command", ""), fig)),
+                    None)
+        if last is None:
+            rows.append({"figure": fig, "command": None, "started": None, "commits": [], "wall_s": None,
+                         "complete": False, "workers": None, "figure_s": None})
+            continue
+        command = last["command"]
+        camp = campaign(invocations, command)
+        first = [e for e in invocations if e.get("command") == command][-camp["invocations"]]
+        per_figure = (timings.get(command) or {}).get("wall_s") or {}
+        rows.append({"figure": fig, "command": command, "started": first.get("started"), "commits": camp["commits"],
+                     "wall_s": camp["wall_s"], "complete": camp["complete"], "workers": last.get("workers"),
+                     "figure_s": per_figure.get(fig)})
+    return rows
+
+
+def stamp(out: Path, command: str, quick: bool, runs_s: float | None = None,
+          figures: list[str] | None = None) -> dict[str, Any]:
     """Date (UTC), commit, and the wall / CPU time of the campaign of invocations that made the data
     (`campaign`; for a rebuilt report, ``claims``, that of ``python -m figures all``), plus ``runs_s``: the
     runs' own training time summed over runs (each run records it and keeps it across a resume), which
-    holds even when the invocation history is incomplete."""
+    holds even when the invocation history is incomplete, and ``provenance``: per figure of ``figures``, the
+    command that trained the runs its data shows (`provenance`)."""
     info: dict[str, Any] = {"date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                             "commit": commit(), "command": command, "setting": "quick" if quick else "full",
                             "cpu_count": os.cpu_count()}
@@ -124,6 +168,7 @@ def stamp(out: Path, command: str, quick: bool, runs_s: float | None = None) -> 
     info["campaign_commits"] = camp["commits"]
     info["history_complete"] = camp["complete"]
     info["runs_s"] = runs_s
+    info["provenance"] = provenance(timings, list(figures or []), quick)
     return info
 
 
@@ -134,13 +179,55 @@ def hms(seconds: float | None) -> str:
     return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
 
 
+PROVENANCE_COLUMNS = ("figure", "trained by", "started", "commit(s)", "this figure", "the command's wall time",
+                      "workers")
+
+
+def provenance_table(st: dict[str, Any]) -> list[tuple[str, ...]]:
+    """The stamp's `provenance` as display rows (`PROVENANCE_COLUMNS`), or [] when one command made every figure
+    (the header's wall time then says it all)."""
+    rows = st.get("provenance") or []
+    if len({r["command"] for r in rows}) <= 1:
+        return []
+
+    def command_wall(r: dict[str, Any]) -> str:
+        if r["wall_s"] is None:
+            return "not recorded"
+        n = sum(1 for q in rows if q["command"] == r["command"])
+        cached = "" if r["complete"] else " (its first recorded invocation found some of its runs already cached)"
+        return hms(r["wall_s"]) + (f" ({n} figures)" if n > 1 else "") + cached
+
+    return [(r["figure"], f"`{r['command']}`" if r["command"] else "not recorded",
+             (r["started"] or "not recorded")[:16].replace("T", " "),
+             ", ".join(f"`{c}`" for c in dict.fromkeys(r["commits"])) or "not recorded", hms(r["figure_s"]), command_wall(r),
+             str(r["workers"] or "not recorded")) for r in rows]
+
+
+def provenance_wall(st: dict[str, Any]) -> tuple[float | None, bool]:
+    """Wall time summed over the recorded commands that made the figures (each command's campaign once), and
+    whether that is all of it (every figure's command recorded, every campaign from an empty cache)."""
+    rows = st.get("provenance") or []
+    campaigns = {r["command"]: r for r in rows if r["command"] is not None and r["wall_s"] is not None}
+    whole = len(campaigns) == len({r["command"] for r in rows}) and all(r["complete"] for r in campaigns.values())
+    return (sum(r["wall_s"] for r in campaigns.values()) if rows else None), whole
+
+
 def _header(p: dict[str, Any]) -> list[str]:
     st = p["stamp"]
     setting = ("**quick** (CI smoke setting: a handful of steps, two seeds; verdicts are NOT evidence)"
                if p["setting"] == "quick" else "**full** (the papers' budgets, figures/budgets.py)")
-    lines = [f"Setting: {setting}. Made by `{p['command']}` on {st['date']} at commit `{st['commit']}`; wall time "
-             f"{hms(st.get('wall_s'))} ({st.get('workers') or '?'} worker(s) on {st.get('cpu_count')} CPU(s)). Verdicts "
-             "are computed by the rules of each claim's record (figures/experiments/) from the figures' data "
+    if st.get("wall_s") is None and provenance_table(st):
+        total, whole = provenance_wall(st)
+        made = [r for r in st["provenance"] if r["command"] is not None]
+        unknown = len(st["provenance"]) - len(made)
+        timed = (f"the figures were made by {len({r['command'] for r in made})} recorded commands"
+                 + (f" and {unknown} figure(s) by a run with no invocation record" if unknown else "")
+                 + f" (table below): {'' if whole else 'at least '}{hms(total)} of wall time summed over those commands")
+    else:
+        timed = (f"wall time {hms(st.get('wall_s'))} ({st.get('workers') or '?'} worker(s) on {st.get('cpu_count')} "
+                 "CPU(s))")
+    lines = [f"Setting: {setting}. Made by `{p['command']}` on {st['date']} at commit `{st['commit']}`; {timed}. "
+             "Verdicts are computed by the rules of each claim's record (figures/experiments/) from the figures' data "
              "(data/*.json), not typed in."]
     n = st.get("invocations") or 0
     if n > 1 or (n and st.get("history_complete") is False):
@@ -174,6 +261,13 @@ def _parts_md(parts: list[dict[str, Any]]) -> list[str]:
 def write_markdown(path: Path, p: dict[str, Any], extra: list[str] = ()) -> None:
     """claims.md, written whole or not at all; ``extra``: markdown lines appended after the claims."""
     lines = ["# Published claims vs this testbed", "", *[x for ln in _header(p) for x in (ln, "")]]
+    made = provenance_table(p["stamp"])
+    if made:
+        lines += ["Where each figure's data comes from: the last finished command that trained its runs "
+                  "(timings.json); \"this figure\" is its training and drawing time in that command's last "
+                  "invocation, the command's wall time covers all its figures, resumes included.", "",
+                  "| " + " | ".join(PROVENANCE_COLUMNS) + " |", "|" + " --- |" * len(PROVENANCE_COLUMNS),
+                  *("| " + " | ".join(row) + " |" for row in made), ""]
     lines += ["| id | claim | paper | ours | verdict | seeds needed |", "| --- | --- | --- | --- | --- | --- |"]
     for r in p["claims"]:
         need = r.get("seeds_needed")
@@ -249,6 +343,11 @@ def write_html(path: Path, p: dict[str, Any], out: Path, extra: list[str] = ()) 
     ``extra`` (markdown lines, shown preformatted); written whole or not at all."""
     e = html.escape
     head = "".join(f"<p>{_md_inline(ln)}</p>" for ln in _header(p))
+    made = provenance_table(p["stamp"])
+    if made:
+        head += ("<table><tr>" + "".join(f"<th>{e(c)}</th>" for c in PROVENANCE_COLUMNS) + "</tr>"
+                 + "".join("<tr>" + "".join(f"<td>{_md_inline(x)}</td>" for x in row) + "</tr>" for row in made)
+                 + "</table>")
     table = "".join(
         f"<tr><td><a href='#{e(r['id'])}'>{e(r['id'])}</a></td><td>{e(r['claim'])}</td><td>{e(r['paper_value'])}</td>"
         f"<td>{e(r['ours'])}</td><td class='verdict' style='color:{COLORS[r['verdict']]}'>{e(r['verdict'])}"

@@ -56,3 +56,38 @@ def test_status_paths_read_the_same_with_the_first_blank_stripped():
     text = " M results/paper/data/a.json\n M figures/stats.py\nR  old.py -> new.py"
     assert changed_paths(text) == changed_paths(text.strip()) == ["results/paper/data/a.json", "figures/stats.py",
                                                                   "new.py"]
+
+
+def test_each_figure_is_credited_to_the_last_finished_command_that_trained_it():
+    from figures.publish import provenance, provenance_table, provenance_wall
+
+    one = "python -m figures a b"
+    timings = {
+        "python -m figures all": {"wall_s": {"a": 10.0, "b": 20.0, "c": 30.0}, "workers": 2},  # no invocation record
+        "invocations": [
+            {**inv(100.0, 5, total=5, command=one, commit="x", completed=False), "started": "2026-01-01T00:00:00+00:00"},
+            {**inv(40.0, 2, total=5, command=one, commit="y"), "started": "2026-01-02T00:00:00+00:00", "workers": 1},
+            {**inv(3.0, 0, command="python -m figures a --cached-only")},
+            {**inv(9.0, 4, total=4, command="python -m figures a --quick")},
+        ],
+        one: {"wall_s": {"a": 25.0, "b": 15.0}, "workers": 1},
+    }
+    rows = {r["figure"]: r for r in provenance(timings, ["a", "b", "c"], quick=False)}
+    a, c = rows["a"], rows["c"]
+    assert (a["command"], a["started"], a["commits"]) == (one, "2026-01-01T00:00:00+00:00", ["x", "y"])
+    assert (a["wall_s"], a["complete"], a["figure_s"], a["workers"]) == (140.0, True, 25.0, 1)
+    assert rows["b"]["figure_s"] == 15.0
+    assert (c["command"], c["started"], c["wall_s"], c["figure_s"]) == (None, None, None, None)  # not attributed
+    st = {"provenance": list(rows.values())}
+    assert provenance_wall(st) == (140.0, False)  # the resumed command once; c's time is not recorded
+    assert provenance_wall({"provenance": [a, rows["b"]]}) == (140.0, True)
+    assert [r[0] for r in provenance_table(st)] == ["a", "b", "c"]
+    assert provenance_table({"provenance": [a, rows["b"]]}) == []  # one command made everything
+
+
+def test_a_figure_no_command_recorded_has_no_provenance():
+    from figures.publish import provenance, provenance_wall
+
+    (row,) = provenance({"invocations": [inv(5.0, 10, command="python -m figures b")]}, ["a"], quick=False)
+    assert row["command"] is None and row["figure_s"] is None
+    assert provenance_wall({"provenance": [row]}) == (0, False)
