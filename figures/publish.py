@@ -80,8 +80,8 @@ def campaign(invocations: list[dict[str, Any]], command: str) -> dict[str, Any]:
     up to and including one that found none of its runs cached (``missing_at_start == total_runs``) and does
     not follow an interrupted invocation (whose saved loops it may have resumed).
 
-    Returns ``wall_s`` and ``cpu_s`` (summed over them), ``invocations`` (how many), ``commits`` (each one's, in order)
-    and ``complete``: False when the history ends before such a start (runs trained by invocations not
+    Returns ``wall_s`` and ``cpu_s`` (summed over them), ``invocations`` (how many), ``commits`` (each one's, in order),
+    ``started`` (the first one's start, None without any) and ``complete``: False when the history ends before such a start (runs trained by invocations not
     recorded here, or reused from another cache), in which case ``wall_s`` covers only the recorded ones."""
     mine = [e for e in invocations if e.get("command") == command]
     chosen: list[dict[str, Any]] = []
@@ -100,7 +100,8 @@ def campaign(invocations: list[dict[str, Any]], command: str) -> dict[str, Any]:
         return sum(vals) if chosen and None not in vals else None
 
     return {"wall_s": total("wall_s"), "cpu_s": total("cpu_s"), "invocations": len(chosen),
-            "commits": [e.get("commit") for e in chosen], "complete": complete}
+            "commits": [e.get("commit") for e in chosen], "started": chosen[0].get("started") if chosen else None,
+            "complete": complete}
 
 
 def command_targets(command: str) -> tuple[frozenset[str], bool, bool]:
@@ -137,9 +138,8 @@ def provenance(timings: dict[str, Any], figures: list[str], quick: bool) -> list
             continue
         command = last["command"]
         camp = campaign(invocations, command)
-        first = [e for e in invocations if e.get("command") == command][-camp["invocations"]]
         per_figure = (timings.get(command) or {}).get("wall_s") or {}
-        rows.append({"figure": fig, "command": command, "started": first.get("started"), "commits": camp["commits"],
+        rows.append({"figure": fig, "command": command, "started": camp["started"], "commits": camp["commits"],
                      "wall_s": camp["wall_s"], "complete": camp["complete"], "workers": last.get("workers"),
                      "figure_s": per_figure.get(fig)})
     return rows

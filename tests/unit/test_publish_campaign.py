@@ -16,7 +16,8 @@ def inv(wall, missing, total=10, command=ALL, commit="c", cpu=None, completed=Tr
 
 def test_a_stopped_and_resumed_run_is_timed_whole():
     got = campaign([inv(100.0, 10, commit="a", completed=False), inv(50.0, 4, commit="b")], ALL)
-    assert got == {"wall_s": 150.0, "cpu_s": 150.0, "invocations": 2, "commits": ["a", "b"], "complete": True}
+    assert got == {"wall_s": 150.0, "cpu_s": 150.0, "invocations": 2, "commits": ["a", "b"], "started": None,
+                   "complete": True}
 
 
 def test_a_fresh_cache_starts_a_new_campaign():
@@ -28,7 +29,8 @@ def test_a_fresh_cache_starts_a_new_campaign():
 def test_other_commands_do_not_count_and_a_history_without_its_start_says_so():
     got = campaign([inv(5.0, 10, command="python -m figures all --quick"), inv(20.0, 3), inv(30.0, 1)], ALL)
     assert (got["wall_s"], got["invocations"], got["complete"]) == (50.0, 2, False)
-    assert campaign([], ALL) == {"wall_s": None, "cpu_s": None, "invocations": 0, "commits": [], "complete": False}
+    assert campaign([], ALL) == {"wall_s": None, "cpu_s": None, "invocations": 0, "commits": [], "started": None,
+                                 "complete": False}
 
 
 def test_an_unrecorded_time_makes_the_sum_undefined_not_smaller():
