@@ -123,11 +123,13 @@ def _main(argv: list[str]) -> int:
 
     torch.set_num_threads(1)
     from figures import publish
+    from testbed.machine import machine
 
     unique = dedupe(configs)
     total_runs = len(unique)
     entry = {"command": command, "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-             "commit": publish.commit(), "workers": ctx.workers, "cpu_count": os.cpu_count(), "completed": False,
+             "commit": publish.commit(), "machine": machine(), "workers": ctx.workers, "cpu_count": os.cpu_count(),
+             "completed": False,
              "missing_at_start": missing(cache, configs) if configs else 0, "total_runs": total_runs}
     t0 = time.perf_counter()
     timings = None
@@ -157,7 +159,7 @@ def _main(argv: list[str]) -> int:
 def _make(ctx, names: list[str], configs: list, args, out: Path) -> dict[str, float]:
     """Figure by figure: each figure's missing runs are trained (in parallel workers), then it is drawn, so an
     interrupted run leaves finished figures and a resumable cache. Returns seconds per figure."""
-    from figures.common import write_evidence
+    from figures.common import machines, write_evidence
 
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
@@ -167,10 +169,11 @@ def _make(ctx, names: list[str], configs: list, args, out: Path) -> dict[str, fl
     for name in names:
         mod = module(name)
         t = time.perf_counter()
-        ctx.ensure(mod.configs(args.quick))
-        trained = time.perf_counter() - t
-        evidence = mod.make(ctx)
-        write_evidence(ctx, name, evidence)
+        with ctx.reading() as used:  # every run the figure reads, for the machines that trained them
+            ctx.ensure(mod.configs(args.quick))
+            trained = time.perf_counter() - t
+            evidence = mod.make(ctx)
+        write_evidence(ctx, name, evidence, machines(sorted(used)))
         timings[name] = time.perf_counter() - t
         print(f"{name}: {timings[name]:.1f} s (training {trained:.1f} s) -> {out / (name + '.png')}", flush=True)
     timings["_total"] = time.perf_counter() - t0

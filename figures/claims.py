@@ -223,7 +223,8 @@ def write_report(out: Path, evidence: dict, quick: bool, command: str, missing_r
     m = _minibatch(grpo)
     llm = llm_rows(Path(root or "."), _testbed_column(rows), m)
     made = [f for f in FIGURES if f in evidence] + sorted(set(evidence) - set(FIGURES))
-    meta = publish.stamp(out, command, quick, runs_s, figures=made)
+    meta = publish.stamp(out, command, quick, runs_s, figures=made,
+                         machines={f: evidence[f].get("machines") for f in made})
     meta.update({"missing_runs": missing_runs, "total_runs": total_runs,
                  "provisional_regime": bool(grpo) and grpo.registered is False})
     payload = {"setting": "quick" if quick else "full", "command": command, "verdicts": list(VERDICTS),

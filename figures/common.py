@@ -17,8 +17,10 @@ can be rebuilt without re-plotting (figures/claims.py).
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -30,6 +32,7 @@ import pandas as pd
 from figures.budgets import Budget, budget
 from figures.evidence import Evidence
 from testbed.files import atomic_write_text
+from testbed.machine import NOT_RECORDED, describe, machine
 from testbed.runner import RunConfig
 
 
@@ -61,28 +64,54 @@ class Context:
 
     # -- runs ------------------------------------------------------------------------------------
     def ensure(self, configs: list[RunConfig]) -> None:
-        """Train every config not yet in the cache (parallel over ``workers``)."""
-        from testbed.limits import DiskTooSmall
+        """Train every config not yet in the cache (parallel over ``workers``); the finished runs count as read
+        (`touch`)."""
         from testbed.results import ResultStore
-        from testbed.sweep import run_sweep
-        from testbed.usage import UsageError
 
         configs = dedupe(configs)
         store = ResultStore(self.cache)
         todo = [c for c in configs if not store.done(c.run_id)]
         if configs:
             print(cache_line(store, configs, todo, self.cached_only), flush=True)
-        if not todo or self.cached_only:
-            return
+        try:
+            if todo and not self.cached_only:
+                self._train(todo, store)
+        finally:  # what finished is read, even when a stop cut the rest short
+            self.touch(store.runs / f"{c.run_id}.csv" for c in configs if store.done(c.run_id))
+
+    def _train(self, todo: list[RunConfig], store: Any) -> None:
+        from testbed.limits import DiskTooSmall
+        from testbed.sweep import run_sweep
+        from testbed.usage import UsageError
+
         workers = max(1, min(self.workers, len(todo)))
         # largest first, so that parallel workers finish together
         todo.sort(key=cost_estimate, reverse=True)
         # runs sharing a model shape train in one loop (identical results); the sweep sizes the loops
         try:
-            run_sweep(todo, self.cache, workers=workers, meta={"command": "figures"}, progress=self.progress,
+            run_sweep(todo, store.out, workers=workers, meta={"command": "figures"}, progress=self.progress,
                       shared=True)
         except DiskTooSmall as exc:  # the testbed's remedy names its flags; figures has --cache and --quick instead
             raise UsageError(exc.message("free some space, choose another --cache, or use --quick")) from None
+
+    # -- which runs a figure read, for the machines that trained them ---------------------------------
+    def touch(self, rows_files: Iterable[Path]) -> None:
+        """Note cached runs (by their rows file) that the figures being made read (`reading`)."""
+        paths = list(rows_files)
+        for used in self.extra.setdefault("reading", []):
+            used.update(paths)
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[set[Path]]:
+        """Collect the rows files of the runs read inside the block (by `ensure`, `touch` and the experiments'
+        evidence, memoized or not), e.g. those behind one figure."""
+        used: set[Path] = set()
+        stack = self.extra.setdefault("reading", [])
+        stack.append(used)
+        try:
+            yield used
+        finally:
+            stack.pop()  # blocks nest, so the last set is this one
 
     def table(self, configs: list[RunConfig]) -> pd.DataFrame:
         """The tidy rows (one per run x logged step) of ``configs``, training what is missing.
@@ -116,13 +145,17 @@ class Context:
         """The experiment's evidence (figures/experiments/), computed once per invocation."""
         memo = self.extra.setdefault("evidence", {})
         if experiment.NAME not in memo:
-            memo[experiment.NAME] = experiment.evidence(self)
-        return memo[experiment.NAME]
+            with self.reading() as used:
+                memo[experiment.NAME] = (experiment.evidence(self), used)
+        ev, used = memo[experiment.NAME]
+        self.touch(used)
+        return ev
 
 
 def cache_line(store: Any, configs: list[RunConfig], todo: list[RunConfig], cached_only: bool = False) -> str:
-    """One line saying what the cache gave: runs reused, runs whose record exists but whose files did not verify
-    (cut short, unreadable) or that failed, to be trained again, and new runs to train."""
+    """One line saying what the cache gave: runs reused (and how many of them another machine trained, or one not
+    recorded), runs whose record exists but whose files did not verify (cut short, unreadable) or that failed,
+    to be trained again, and new runs to train."""
     failed = damaged = 0
     for c in todo:
         if store.has_record(c.run_id):
@@ -135,6 +168,16 @@ def cache_line(store: Any, configs: list[RunConfig], todo: list[RunConfig], cach
     new = len(todo) - failed - damaged
     action = "left missing (--cached-only)" if cached_only else "to train"
     parts = [f"cache {store.out}: {len(configs) - len(todo)} of {len(configs)} runs reused"]
+    pending = {c.run_id for c in todo}
+    here = describe(machine())
+    elsewhere = Counter(describe(store.record(c.run_id).get("machine")) for c in configs if c.run_id not in pending)
+    elsewhere.pop(here, None)
+    if elsewhere:
+        unknown = elsewhere.pop(NOT_RECORDED, 0)
+        foreign = sum(elsewhere.values())
+        parts.append(" and ".join(([f"{foreign} of them trained on another machine"] if foreign else [])
+                                  + ([f"{unknown} with no machine recorded"] if unknown else []))
+                     + " (their numbers can differ from this machine's in the last bits: testbed/machine.py)")
     if damaged:
         parts.append(f"{damaged} damaged (files incomplete) {action}")
     if failed:
@@ -271,10 +314,30 @@ def arr(v: Any) -> np.ndarray:
 # -- evidence on disk ----------------------------------------------------------------------------------
 
 
-def write_evidence(ctx: Context, name: str, evidence: dict[str, Evidence]) -> Path:
-    """``<out>/data/NAME.json``: {figure, quick, evidence: {experiment: its evidence as JSON}}."""
+def machines(rows_files: Iterable[Path]) -> dict[str, int]:
+    """How many of these cached runs each machine trained: {`testbed.machine.describe` label: runs}, most runs
+    first. A run is its rows file (a testbed run's ``runs/<id>.csv``, an exact-gradient run's ``oracle/<hash>.csv``);
+    its machine is in the record beside it (``.json``), "not recorded" for runs saved before records named it.
+    Absent rows files (runs not trained) are not counted."""
+    counts: Counter[str] = Counter()
+    for rows in rows_files:
+        if not rows.is_file():
+            continue
+        try:
+            record = json.loads(rows.with_suffix(".json").read_text())
+        except (OSError, ValueError):
+            record = {}
+        counts[describe(record.get("machine") if isinstance(record, dict) else None)] += 1
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def write_evidence(ctx: Context, name: str, evidence: dict[str, Evidence],
+                   machines: dict[str, int] | None = None) -> Path:
+    """``<out>/data/NAME.json``: {figure, quick, evidence: {experiment: its evidence as JSON}, machines: runs per
+    machine that trained them (`machines`)}."""
     path = ctx.data_dir / f"{name}.json"
-    payload = {"figure": name, "quick": ctx.quick, "evidence": {exp: ev.to_json() for exp, ev in evidence.items()}}
+    payload = {"figure": name, "quick": ctx.quick, "evidence": {exp: ev.to_json() for exp, ev in evidence.items()},
+               "machines": machines or {}}
     atomic_write_text(path, json.dumps(payload, indent=1))
     return path
 

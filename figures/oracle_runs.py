@@ -13,7 +13,8 @@ Adam at the same learning rate and batches of 100 images, on:
 * ``ce``: the supervised cross-entropy to the label (the oracle DG-1 measures the gap to).
 
 Results are cached as CSV under ``<cache>/oracle/<hash>.csv`` keyed by the settings, like the runner's
-store, so a figure re-plot does not retrain.
+store, so a figure re-plot does not retrain; ``<hash>.json`` beside it records the settings and the machine
+that trained the run (testbed/machine.py; absent for runs cached before it was written).
 """
 
 from __future__ import annotations
@@ -72,34 +73,44 @@ def train(kind: str, seed: int, steps: int, log_every: int, lr: float = 1e-3, ba
     return pd.DataFrame(rows)
 
 
-def _path(cache: Path, kind: str, seed: int, steps: int, log_every: int) -> Path:
+def _settings(kind: str, seed: int, steps: int, log_every: int) -> dict:
     from testbed.seeding import SCHEME
 
-    settings = {"kind": kind, "seed": seed, "steps": steps, "log_every": log_every, "lr": 1e-3, "batch": 100,
-                "task": "mnist", "seed_scheme": SCHEME}
-    return Path(cache) / "oracle" / f"{_key(settings)}.csv"
+    return {"kind": kind, "seed": seed, "steps": steps, "log_every": log_every, "lr": 1e-3, "batch": 100,
+            "task": "mnist", "seed_scheme": SCHEME}
+
+
+def rows_path(cache: Path, kind: str, seed: int, steps: int, log_every: int) -> Path:
+    """Where the run's rows are cached (its record is the ``.json`` beside them)."""
+    return Path(cache) / "oracle" / f"{_key(_settings(kind, seed, steps, log_every))}.csv"
+
 
 
 def _train_to(path: str, kind: str, seed: int, steps: int, log_every: int) -> str:
-    atomic_write_text(path, train(kind, seed, steps, log_every).to_csv(index=False))
+    from testbed.machine import machine
+
+    rows = train(kind, seed, steps, log_every)
+    record = {"settings": _settings(kind, seed, steps, log_every), "machine": machine()}
+    atomic_write_text(Path(path).with_suffix(".json"), json.dumps(record, indent=1, sort_keys=True))
+    atomic_write_text(path, rows.to_csv(index=False))  # the rows last: their file is the "done" marker
     return path
 
 
 def ensure(cache: Path, jobs: list[tuple[str, int]], steps: int, log_every: int, workers: int = 1,
            cached_only: bool = False) -> None:
     """Train the (kind, seed) jobs not yet cached, in ``workers`` processes."""
-    todo = [(k, s) for k, s in jobs if not _path(cache, k, s, steps, log_every).is_file()]
+    todo = [(k, s) for k, s in jobs if not rows_path(cache, k, s, steps, log_every).is_file()]
     if not todo or cached_only:
         return
     if workers <= 1 or len(todo) == 1:
         for k, s in todo:
-            _train_to(str(_path(cache, k, s, steps, log_every)), k, s, steps, log_every)
+            _train_to(str(rows_path(cache, k, s, steps, log_every)), k, s, steps, log_every)
         return
     import concurrent.futures as cf
     import multiprocessing
 
     with cf.ProcessPoolExecutor(min(workers, len(todo)), mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = [pool.submit(_train_to, str(_path(cache, k, s, steps, log_every)), k, s, steps, log_every)
+        futures = [pool.submit(_train_to, str(rows_path(cache, k, s, steps, log_every)), k, s, steps, log_every)
                    for k, s in todo]
         for f in cf.as_completed(futures):
             f.result()
@@ -107,7 +118,7 @@ def ensure(cache: Path, jobs: list[tuple[str, int]], steps: int, log_every: int,
 
 def cached(cache: Path, kind: str, seed: int, steps: int, log_every: int, cached_only: bool = False) -> pd.DataFrame:
     """The run's rows (training it now if needed; an empty frame if ``cached_only`` and absent)."""
-    path = _path(cache, kind, seed, steps, log_every)
+    path = rows_path(cache, kind, seed, steps, log_every)
     if not path.is_file():
         if cached_only:
             return pd.DataFrame({"step": [], "test_error": []})

@@ -146,12 +146,13 @@ def provenance(timings: dict[str, Any], figures: list[str], quick: bool) -> list
 
 
 def stamp(out: Path, command: str, quick: bool, runs_s: float | None = None,
-          figures: list[str] | None = None) -> dict[str, Any]:
+          figures: list[str] | None = None, machines: dict[str, dict[str, int] | None] | None = None) -> dict[str, Any]:
     """Date (UTC), commit, and the wall / CPU time of the campaign of invocations that made the data
     (`campaign`; for a rebuilt report, ``claims``, that of ``python -m figures all``), plus ``runs_s``: the
     runs' own training time summed over runs (each run records it and keeps it across a resume), which
     holds even when the invocation history is incomplete, and ``provenance``: per figure of ``figures``, the
-    command that trained the runs its data shows (`provenance`)."""
+    command that trained the runs its data shows (`provenance`), and ``machines``: per figure, its runs per machine
+    that trained them (the data file's count, `figures.common.machines`; None where the file predates it)."""
     info: dict[str, Any] = {"date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                             "commit": commit(), "command": command, "setting": "quick" if quick else "full",
                             "cpu_count": os.cpu_count()}
@@ -169,7 +170,31 @@ def stamp(out: Path, command: str, quick: bool, runs_s: float | None = None,
     info["history_complete"] = camp["complete"]
     info["runs_s"] = runs_s
     info["provenance"] = provenance(timings, list(figures or []), quick)
+    info["machines"] = dict(machines or {})
     return info
+
+
+def machines_line(st: dict[str, Any]) -> str | None:
+    """The header's sentence on the machines that trained the figures' runs (None when no figure says): each
+    machine with its runs and figures, most runs first, and the figures whose data files do not count them."""
+    per_figure = st.get("machines") or {}
+    if not per_figure:
+        return None
+    runs: dict[str, int] = {}
+    figs: dict[str, list[str]] = {}
+    for fig, counts in per_figure.items():
+        for label, n in (counts or {}).items():
+            runs[label] = runs.get(label, 0) + n
+            figs.setdefault(label, []).append(fig)
+    unknown = [fig for fig, counts in per_figure.items() if counts is None]
+    parts = [f"{label} ({runs[label]:,} runs: {', '.join(figs[label])})"
+             for label in sorted(runs, key=lambda k: (-runs[k], k))]
+    if unknown:
+        parts.append(f"not counted for {', '.join(unknown)} (their data files predate the count)")
+    return ("Machines that trained the runs behind the figures (CPU, the instruction set torch's kernels use, torch, "
+            "BLAS; \"not recorded\": runs saved before their records named it): " + "; ".join(parts)
+            + ". A run of one config can end with other last bits on another machine, so a verdict near its rule's "
+            "edge can move with it.")
 
 
 def hms(seconds: float | None) -> str:
@@ -237,6 +262,9 @@ def _header(p: dict[str, Any]) -> list[str]:
                  f"The wall time covers only the {n} recorded invocation(s) (commits {commits}): part of the run cache "
                  "was trained by invocations not recorded in timings.json.")
         lines.append(f"{timed} The runs' own training time, summed over runs: {hms(st.get('runs_s'))} of worker time.")
+    trained_on = machines_line(st)
+    if trained_on:
+        lines.append(trained_on)
     if p.get("missing_runs"):
         lines.append(f"**Partial report:** {p['missing_runs']} of {p['total_runs']} simulator runs were not (yet) in the "
                      "cache (`--cached-only`); the affected cells use the seeds that finished.")

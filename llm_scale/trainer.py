@@ -442,15 +442,9 @@ def device_name(device: torch.device) -> str:
     """What the run ran on, for the record: the GPU's name, or the CPU's model name."""
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    import platform
+    from testbed.machine import cpu_model
 
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    return cpu_model()
 
 
 def _tail_column(path: Path, column: str, n: int) -> list[float]:

@@ -5,7 +5,8 @@ Layout of an output directory::
     OUT/config.json        the sweep (or run command) and the resolved config of every run, by run id
     OUT/runs/<id>.csv      the logged rows of one finished run      (written first)
     OUT/runs/<id>.steps.csv  one row per optimizer step: cosine and its kind, cheap diagnostics (testbed/health.py)
-    OUT/runs/<id>.json     its config, status and timing            (written last: the "done" marker)
+    OUT/runs/<id>.json     its config, status, timing and the machine that finished it (testbed/machine.py;
+                           written last: the "done" marker)
     OUT/runs/<id>.log      the traceback of a run that failed (status ``failed``)
     OUT/results.csv        all runs' rows, in the sweep's order     (+ results.parquet with --format parquet)
     OUT/summary.csv        one row per run: config, status, final metrics, wall time
@@ -39,6 +40,7 @@ from typing import Any
 import pandas as pd
 
 from testbed.files import atomic_open, atomic_write_text
+from testbed.machine import machine
 from testbed.runner import RunConfig, RunResult
 
 CONFIG_COLUMNS = ["run_id", *(f for f in RunConfig.field_names() if f != "task_args")]
@@ -185,7 +187,7 @@ class ResultStore:
         if result.steps:
             atomic_write_frame(pd.DataFrame(result.steps), self._steps_path(run_id))
         record = {"run_id": run_id, "config": result.config.to_dict(), "status": result.status, **result.info,
-                  "rows": len(result.rows)}
+                  "rows": len(result.rows), "machine": machine()}
         atomic_write_text(self.runs / f"{run_id}.json", json.dumps(record, indent=1, sort_keys=True, default=_scalar))
         (self.runs / f"{run_id}.log").unlink(missing_ok=True)  # from an earlier failed attempt
 
@@ -196,7 +198,7 @@ class ResultStore:
         atomic_write_text(log, traceback_text)
         result = RunResult(cfg, [], "failed", {"error": error, "log": str(log.relative_to(self.out))})
         atomic_write_frame(result_frame(result), self.runs / f"{cfg.run_id}.csv")
-        record = {"run_id": cfg.run_id, "config": cfg.to_dict(), "status": "failed", **result.info}
+        record = {"run_id": cfg.run_id, "config": cfg.to_dict(), "status": "failed", **result.info, "machine": machine()}
         atomic_write_text(self.runs / f"{cfg.run_id}.json", json.dumps(record, indent=1, sort_keys=True))
         return log
 

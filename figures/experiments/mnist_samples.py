@@ -79,6 +79,7 @@ def _oracle(ctx: Context, kind: str, seeds: tuple[int, ...]) -> np.ndarray:
     b = ctx.budget
     out = []
     for s in seeds:
+        ctx.touch([oracle_runs.rows_path(ctx.cache, kind, s, b.mnist_steps, b.mnist_log)])
         df = oracle_runs.cached(ctx.cache, kind, s, b.mnist_steps, b.mnist_log, cached_only=True)
         v = df["test_error"].dropna().to_numpy(dtype=float)
         out.append(float(v[-max(1, round(0.05 * len(v))):].mean()) if len(v) else float("nan"))

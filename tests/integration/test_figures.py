@@ -17,9 +17,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from figures import FIGURES
+from figures import FIGURES, module
 from figures import __main__ as cli
 from figures.claims import VERDICTS, evaluate
+from figures.common import dedupe
 from figures.experiments import (
     all_claims,
     async_grpo,
@@ -31,6 +32,7 @@ from figures.experiments import (
     token_frictions,
     token_horizon,
 )
+from testbed.machine import describe, machine
 
 pytestmark = pytest.mark.integration
 
@@ -59,6 +61,14 @@ def test_every_figure_is_written_with_caption(quick_run):
         assert f"made by: python -m figures {name} --quick" in text
         data = json.loads((quick_run / "data" / f"{name}.json").read_text())
         assert data["figure"] == name and data["quick"] is True and data["evidence"]
+        # every run the figure read was trained here, and counted once (exact-gradient runs are not testbed configs)
+        runs = dedupe(module(name).configs(True))
+        assert set(data["machines"]) <= {describe(machine())}, data["machines"]
+        assert sum(data["machines"].values()) >= len(runs), (name, data["machines"], len(runs))
+        if name == "mnist_samples":  # its exact-gradient and cross-entropy runs count too
+            from figures.budgets import budget
+
+            assert sum(data["machines"].values()) >= len(runs) + len(mnist_samples.oracle_jobs(budget(True)))
 
 
 def test_report_holds_every_claim_with_margins_and_paragraph_slots(quick_run):
@@ -101,6 +111,9 @@ def test_report_holds_every_claim_with_margins_and_paragraph_slots(quick_run):
         assert f"**{rows[cid]['verdict']}**" in line
     assert "**What we measured.**" in md and "verdicts are NOT evidence" in md
     assert "## Preconditions, seeds and stopping" in md and "## Does the testbed predict the LLM?" in md
+    trained = sum(n for counts in report["stamp"]["machines"].values() for n in counts.values())
+    assert "Machines that trained the runs behind the figures (" in md
+    assert f"{describe(machine())} ({trained:,} runs: " in md
     page = (quick_run / "index.html").read_text()
     assert page.startswith("<!DOCTYPE html>")
     # self-contained: every figure a claim names is embedded once, nothing is linked from outside

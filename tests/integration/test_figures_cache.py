@@ -50,3 +50,64 @@ def test_disk_refusal_names_figures_own_options(tmp_path, monkeypatch):
         ctx.ensure(_configs(1))
     message = str(info.value)
     assert "free" in message and "--log-every" not in message and "--cache" in message and "--quick" in message
+
+
+def _set_machine(store: ResultStore, run_id: str, value) -> None:
+    import json
+
+    path = store.runs / f"{run_id}.json"
+    record = json.loads(path.read_text())
+    if value is None:
+        record.pop("machine")
+    else:
+        record["machine"] = value
+    path.write_text(json.dumps(record))
+
+
+def test_reused_runs_trained_elsewhere_are_counted_in_the_cache_line(tmp_path, capsys):
+    from testbed.machine import describe, machine
+
+    ctx = Context(out=tmp_path / "out", cache=tmp_path / "cache", progress=False)
+    configs = _configs(3)
+    ctx.ensure(configs)
+    store = ResultStore(ctx.cache)
+    assert all(store.record(c.run_id)["machine"] == machine() for c in configs)
+    ctx.ensure(configs)
+    assert capsys.readouterr().out.strip().endswith("3 of 3 runs reused")  # all from this machine: nothing to say
+    _set_machine(store, configs[0].run_id, {**machine(), "cpu_capability": "AVX512"})
+    _set_machine(store, configs[1].run_id, None)  # saved before records named their machine
+    ctx.ensure(configs)
+    line = capsys.readouterr().out
+    assert "3 of 3 runs reused, 1 of them trained on another machine and 1 with no machine recorded" in line
+    assert describe(store.record(configs[0].run_id)["machine"]) != describe(machine())
+
+
+def test_a_figure_counts_the_machines_of_every_run_it_read(tmp_path):
+    """Runs read through `ensure` and through an experiment's evidence computed for an earlier figure (memoized)
+    both count; a run the cache lacks does not; a record without a machine counts as not recorded."""
+    import types
+
+    from figures.common import machines
+    from testbed.machine import NOT_RECORDED, describe, machine
+
+    ctx = Context(out=tmp_path / "out", cache=tmp_path / "cache", progress=False)
+    own, shared = _configs(3)[:1], _configs(3)[1:]
+    store = ResultStore(ctx.cache)
+
+    def evidence(c):
+        c.ensure(shared)
+        c.touch([store.runs / "absent.csv"])  # read but never trained: not counted
+        return "evidence"
+
+    exp = types.SimpleNamespace(NAME="shared_exp", evidence=evidence)
+    with ctx.reading() as first:
+        ctx.ensure(own)
+        assert ctx.evidence(exp) == "evidence"
+    with ctx.reading() as second:  # another figure of the same experiment: evidence memoized, its runs still count
+        assert ctx.evidence(exp) == "evidence"
+    here = describe(machine())
+    assert machines(first) == {here: 3}
+    assert machines(second) == {here: 2}
+    _set_machine(store, shared[0].run_id, None)
+    assert machines(second) == {NOT_RECORDED: 1, here: 1}
+    assert ctx.extra["reading"] == []  # every block closed its set

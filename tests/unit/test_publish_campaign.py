@@ -93,3 +93,16 @@ def test_a_figure_no_command_recorded_has_no_provenance():
     (row,) = provenance({"invocations": [inv(5.0, 10, command="python -m figures b")]}, ["a"], quick=False)
     assert row["command"] is None and row["figure_s"] is None
     assert provenance_wall({"provenance": [row]}) == (0, False)
+
+
+def test_the_header_names_each_machine_with_its_runs_and_figures():
+    from figures.publish import machines_line
+    from testbed.machine import NOT_RECORDED, describe
+
+    a = describe({"cpu": "AMD EPYC", "cpu_capability": "AVX2", "torch": "2.13.0+cpu", "blas": "mkl"})
+    assert a == "AMD EPYC, AVX2, 2.13.0+cpu, mkl" and describe(None) == NOT_RECORDED
+    st = {"machines": {"f1": {a: 10, NOT_RECORDED: 5}, "f2": {NOT_RECORDED: 40}, "f3": None, "analytic": {}}}
+    line = machines_line(st)
+    assert f"{NOT_RECORDED} (45 runs: f1, f2); {a} (10 runs: f1); not counted for f3" in line
+    assert "analytic" not in line
+    assert machines_line({"machines": {}}) is None and machines_line({}) is None
