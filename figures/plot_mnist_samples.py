@@ -43,13 +43,13 @@ def make(ctx: Context) -> dict:
         ax.errorbar([x_inf], [mean_ex], yerr=[se], fmt="s", color=style.color(r), markersize=5, capsize=2)
         ax.plot([ks[-1], x_inf], [np.nanmean(vals[:, -1]), mean_ex], ":", color=style.color(r), lw=1)
     ce = arr(ev.error["ce"])
-    sd = np.nanstd(ce, ddof=1) if len(ce) > 1 else 0.0
-    ax.axhline(np.nanmean(ce), color=style.COLORS["ce"], ls="--", lw=1.2, label=style.label("ce"))
-    ax.axhspan(np.nanmean(ce) - sd, np.nanmean(ce) + sd, color="k", alpha=0.08)
-    half = (np.nanmean(arr(ev.error[f"pg|{ks[0]}"])) + np.nanmean(ce)) / 2  # DG-1: DG closes half of PG's gap to CE
+    ce_mean, ce_se = style.mean_se(ce)  # the band is mean +- s.e., like every series the caption describes
+    ax.axhline(ce_mean, color=style.COLORS["ce"], ls="--", lw=1.2, label=style.label("ce"))
+    ax.axhspan(ce_mean - ce_se, ce_mean + ce_se, color="k", alpha=0.08)
+    half = (np.nanmean(arr(ev.error[f"pg|{ks[0]}"])) + ce_mean) / 2  # DG-1: DG closes half of PG's gap to CE
     style.paper_star(ax, ks[0], half, name="dg")
     style.paper_star(ax2, b.mnist_steps, half, name="dg")
-    ax2.axhline(np.nanmean(ce), color=style.COLORS["ce"], ls="--", lw=1.2)
+    ax2.axhline(ce_mean, color=style.COLORS["ce"], ls="--", lw=1.2)
     ax.set_xscale("log", base=2)
     ax.set_xticks([*ks, x_inf])
     ax.set_xticklabels([str(k) for k in ks] + ["inf (exact)"])
