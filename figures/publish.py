@@ -176,19 +176,17 @@ def stamp(out: Path, command: str, quick: bool, runs_s: float | None = None,
 
 def machines_line(st: dict[str, Any]) -> str | None:
     """The header's sentence on the machines that trained the figures' runs (None when no figure says): each
-    machine with its runs and figures, most runs first, and the figures whose data files do not count them."""
+    machine with the runs of each figure it trained (figures that share an experiment read the same runs, so
+    the counts are per figure, never summed), and the figures whose data files do not count them."""
     per_figure = st.get("machines") or {}
     if not per_figure:
         return None
-    runs: dict[str, int] = {}
     figs: dict[str, list[str]] = {}
     for fig, counts in per_figure.items():
         for label, n in (counts or {}).items():
-            runs[label] = runs.get(label, 0) + n
-            figs.setdefault(label, []).append(fig)
+            figs.setdefault(label, []).append(f"{fig} {n:,}")
     unknown = [fig for fig, counts in per_figure.items() if counts is None]
-    parts = [f"{label} ({runs[label]:,} runs: {', '.join(figs[label])})"
-             for label in sorted(runs, key=lambda k: (-runs[k], k))]
+    parts = [f"{label} (runs per figure: {', '.join(figs[label])})" for label in sorted(figs)]
     if unknown:
         parts.append(f"not counted for {', '.join(unknown)} (their data files predate the count)")
     return ("Machines that trained the runs behind the figures (CPU, the instruction set torch's kernels use, torch, "

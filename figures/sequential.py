@@ -135,6 +135,13 @@ class Design:
         """The two-sided interval level decisions read at look ``look`` (0-based)."""
         return 1.0 - 2.0 * self.nominal()[look]
 
+    def seeds_shown(self) -> str:
+        """The seeds an experiment under this design trains, for its grid line: "5 seeds at the first look, up to
+        15 where a claim's design adds seeds" ("5 seeds" for a single look)."""
+        if len(self.looks) == 1:
+            return f"{self.n0} seeds"
+        return f"{self.n0} seeds at the first look, up to {self.cap} where a claim's design adds seeds"
+
     def to_dict(self) -> dict[str, Any]:
         return {"n0": self.n0, "step": self.step, "cap": self.cap, "alpha": self.alpha, "spending": self.spending,
                 "looks": list(self.looks), "levels": [self.level(k) for k in range(len(self.looks))]}

@@ -154,7 +154,7 @@ def describe(b: Budget) -> str:
     settings = ", ".join(f"{k} = {v}" for k, v in reg.for_task("mnist").items())
     tag = "" if registered else " [PROVISIONAL: async_grpo is not registered in testbed/regimes.py]"
     return (f"MNIST in the async-GRPO regime ({settings}){tag}; staleness sync and {', '.join(reg.stale)}; "
-            f"{b.async_steps:,} learner batches; {len(b.async_seeds)} seeds; recipes {', '.join(RECIPES)}")
+            f"{b.async_steps:,} learner batches; {b.async_design.seeds_shown()}; recipes {', '.join(RECIPES)}")
 
 
 def evidence(ctx: Context) -> Evidence:

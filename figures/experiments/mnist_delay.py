@@ -147,7 +147,7 @@ class Evidence(ExperimentEvidence):
 
 def describe(b: Budget) -> str:
     return (f"MNIST bandit, one step per batch, fixed actor delay D in {', '.join(str(lag_of(d)) for d in b.mnist_delays)}; "
-            f"{b.mnist_steps:,} learner steps of 100 images; {len(b.mnist_seeds)} seeds; recipes {', '.join(RECIPES)}; "
+            f"{b.mnist_steps:,} learner steps of 100 images; {b.mnist_design.seeds_shown()}; recipes {', '.join(RECIPES)}; "
             f"VCPO ablations at D = {', '.join(str(lag_of(d)) for d in b.ablation_delays)}")
 
 

@@ -72,7 +72,7 @@ class Evidence(ExperimentEvidence):
 def describe(b: Budget) -> str:
     return (f"MNIST bandit on-policy, 100 images x k samples per batch, k in {', '.join(map(str, b.samples_k))} and "
             f"infinity (exact expected update), plus supervised cross-entropy; pg and dg with the batch-mean "
-            f"baseline; {b.mnist_steps:,} steps; {len(b.mnist_seeds)} seeds")
+            f"baseline; {b.mnist_steps:,} steps; {b.mnist_design.seeds_shown()}")
 
 
 def _oracle(ctx: Context, kind: str, seeds: tuple[int, ...]) -> np.ndarray:

@@ -93,7 +93,7 @@ class Evidence(ExperimentEvidence):
 
 def describe(b: Budget) -> str:
     return (f"token reversal M = {b.tr_M}, H = {b.tr_H}, {b.tr_actors} actors, {b.tr_episodes} episodes per step, "
-            f"{b.tr_steps:,} learner steps, {len(b.tr_seeds)} seeds; settings {', '.join(settings(b))}; frictions: "
+            f"{b.tr_steps:,} learner steps, {b.tr_design.seeds_shown()}; settings {', '.join(settings(b))}; frictions: "
             f"the calibrated preset {TOKEN_REVERSAL_PRESET} (testbed/frictions.py); methods {', '.join(METHODS)}")
 
 

@@ -52,7 +52,7 @@ class Evidence(ExperimentEvidence):
 
 def describe(b: Budget) -> str:
     return (f"token reversal M = {b.tr_M}, all four frictions, H in {min(b.tr_horizons)}..{max(b.tr_horizons)} "
-            f"({len(b.tr_horizons)} lengths), {b.tr_steps:,} learner steps, {len(b.tr_seeds)} seeds; solved = final "
+            f"({len(b.tr_horizons)} lengths), {b.tr_steps:,} learner steps, {b.tr_design.seeds_shown()}; solved = final "
             f"sampled error <= {SOLVED:.0%}; methods {', '.join(METHODS)}")
 
 

@@ -111,9 +111,10 @@ def test_report_holds_every_claim_with_margins_and_paragraph_slots(quick_run):
         assert f"**{rows[cid]['verdict']}**" in line
     assert "**What we measured.**" in md and "verdicts are NOT evidence" in md
     assert "## Preconditions, seeds and stopping" in md and "## Does the testbed predict the LLM?" in md
-    trained = sum(n for counts in report["stamp"]["machines"].values() for n in counts.values())
     assert "Machines that trained the runs behind the figures (" in md
-    assert f"{describe(machine())} ({trained:,} runs: " in md
+    per_figure = ", ".join(f"{fig} {counts[describe(machine())]:,}" for fig, counts in report["stamp"]["machines"].items()
+                           if counts)
+    assert f"{describe(machine())} (runs per figure: {per_figure})" in md
     page = (quick_run / "index.html").read_text()
     assert page.startswith("<!DOCTYPE html>")
     # self-contained: every figure a claim names is embedded once, nothing is linked from outside

@@ -103,6 +103,7 @@ def test_the_header_names_each_machine_with_its_runs_and_figures():
     assert a == "AMD EPYC, AVX2, 2.13.0+cpu, mkl" and describe(None) == NOT_RECORDED
     st = {"machines": {"f1": {a: 10, NOT_RECORDED: 5}, "f2": {NOT_RECORDED: 40}, "f3": None, "analytic": {}}}
     line = machines_line(st)
-    assert f"{NOT_RECORDED} (45 runs: f1, f2); {a} (10 runs: f1); not counted for f3" in line
+    # per figure, never summed: figures of one experiment read the same runs
+    assert f"{a} (runs per figure: f1 10); {NOT_RECORDED} (runs per figure: f1 5, f2 40); not counted for f3" in line
     assert "analytic" not in line
     assert machines_line({"machines": {}}) is None and machines_line({}) is None

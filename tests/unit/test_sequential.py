@@ -152,3 +152,10 @@ def test_the_estimate_plans_the_first_look_and_the_cap():
     extra = [c for loop in dict(full)[CAP_ROW] for c in loop]
     assert extra and not first & {c.run_id for c in extra}
     assert max(c.seed for c in extra) == 14  # MNIST and async-GRPO designs: cap 15 seeds
+
+
+def test_the_grid_line_counts_the_seeds_a_design_may_add():
+    from figures.sequential import Design
+
+    assert Design(5, 5, 15).seeds_shown() == "5 seeds at the first look, up to 15 where a claim's design adds seeds"
+    assert Design(3, 3, 3).seeds_shown() == "3 seeds"  # one look: nothing is added
