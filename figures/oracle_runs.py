@@ -85,7 +85,6 @@ def rows_path(cache: Path, kind: str, seed: int, steps: int, log_every: int) -> 
     return Path(cache) / "oracle" / f"{_key(_settings(kind, seed, steps, log_every))}.csv"
 
 
-
 def _train_to(path: str, kind: str, seed: int, steps: int, log_every: int) -> str:
     from testbed.machine import machine
 

@@ -41,8 +41,9 @@ def machine() -> dict[str, Any]:
 
 
 def describe(m: dict[str, Any] | None) -> str:
-    """One label for a machine record: the fields that change floating-point results ("AMD EPYC, AVX2, torch
-    2.13.0+cpu, mkl"), or `NOT_RECORDED` for a run saved before records carried their machine."""
+    """One label for a machine record: the fields that change floating-point results, CPU, instruction set, torch
+    version and BLAS ("AMD EPYC, AVX2, 2.13.0+cpu, mkl"), or `NOT_RECORDED` for a run saved before records carried
+    their machine."""
     if not m:
         return NOT_RECORDED
     return ", ".join(str(m.get(k, "?")) for k in ("cpu", "cpu_capability", "torch", "blas"))
