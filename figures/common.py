@@ -32,7 +32,7 @@ import pandas as pd
 from figures.budgets import Budget, budget
 from figures.evidence import Evidence
 from testbed.files import atomic_write_text
-from testbed.machine import NOT_RECORDED, describe, machine
+from testbed.machine import NOT_RECORDED, describe, machine, trained_by
 from testbed.runner import RunConfig
 
 
@@ -153,8 +153,8 @@ class Context:
 
 
 def cache_line(store: Any, configs: list[RunConfig], todo: list[RunConfig], cached_only: bool = False) -> str:
-    """One line saying what the cache gave: runs reused (and how many of them another machine trained, or one not
-    recorded), runs whose record exists but whose files did not verify (cut short, unreadable) or that failed,
+    """One line saying what the cache gave: runs reused (and how many of them another machine trained, whole or in
+    part, or one not recorded), runs whose record exists but whose files did not verify (cut short, unreadable) or that failed,
     to be trained again, and new runs to train."""
     failed = damaged = 0
     for c in todo:
@@ -170,7 +170,7 @@ def cache_line(store: Any, configs: list[RunConfig], todo: list[RunConfig], cach
     parts = [f"cache {store.out}: {len(configs) - len(todo)} of {len(configs)} runs reused"]
     pending = {c.run_id for c in todo}
     here = describe(machine())
-    elsewhere = Counter(describe(store.record(c.run_id).get("machine")) for c in configs if c.run_id not in pending)
+    elsewhere = Counter(trained_by(store.record(c.run_id)) for c in configs if c.run_id not in pending)
     elsewhere.pop(here, None)
     if elsewhere:
         unknown = elsewhere.pop(NOT_RECORDED, 0)
@@ -315,10 +315,10 @@ def arr(v: Any) -> np.ndarray:
 
 
 def machines(rows_files: Iterable[Path]) -> dict[str, int]:
-    """How many of these cached runs each machine trained: {`testbed.machine.describe` label: runs}, most runs
+    """How many of these cached runs each machine trained: {`testbed.machine.trained_by` label: runs}, most runs
     first. A run is its rows file (a testbed run's ``runs/<id>.csv``, an exact-gradient run's ``oracle/<hash>.csv``);
-    its machine is in the record beside it (``.json``), "not recorded" for runs saved before records named it.
-    Absent rows files (runs not trained) are not counted."""
+    its machine is in the record beside it (``.json``), "not recorded" for runs saved before records named it, and
+    "A then B" for a loop stopped on A and resumed on B. Absent rows files (runs not trained) are not counted."""
     counts: Counter[str] = Counter()
     for rows in rows_files:
         if not rows.is_file():
@@ -327,7 +327,7 @@ def machines(rows_files: Iterable[Path]) -> dict[str, int]:
             record = json.loads(rows.with_suffix(".json").read_text())
         except (OSError, ValueError):
             record = {}
-        counts[describe(record.get("machine") if isinstance(record, dict) else None)] += 1
+        counts[trained_by(record)] += 1
     return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 

@@ -46,6 +46,7 @@ import numpy as np
 
 from figures.experiments.async_grpo import rescue_parts
 from figures.stats import combine, fmt, fmt_interval
+from testbed.stabilizers.fingerprint import newest_files
 
 LLM_CLAIMS = ("GAC-1", "VCPO-1", "AREAL-1", "GAC-2")
 POSITIVE = ("reproduced", "direction only")
@@ -63,16 +64,13 @@ def _load_json(path: Path) -> Any:
 
 def fingerprints(root: Path) -> list[dict[str, Any]]:
     """The newest readable real-model fingerprint of each model and task anywhere under results/llm/fingerprint
-    (by its ``date``), with its file name and ``_earlier``, the files of that model and task it supersedes."""
-    by_pair: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for path in sorted((Path(root) / "results/llm/fingerprint").rglob("*.json")):
+    (`testbed.stabilizers.fingerprint.newest_files`, by its ``date``), with its file name and ``_earlier``, the
+    files of that model and task it supersedes."""
+    out = []
+    for path, earlier in newest_files(Path(root) / "results/llm/fingerprint"):
         data = _load_json(path)
         if isinstance(data, dict):
-            by_pair.setdefault((str(data.get("model")), str(data.get("task"))), []).append({**data, "_file": str(path)})
-    out = []
-    for group in by_pair.values():
-        group.sort(key=lambda d: str(d.get("date") or ""))
-        out.append({**group[-1], "_earlier": [d["_file"] for d in group[:-1]]})
+            out.append({**data, "_file": str(path), "_earlier": [str(p) for p in earlier]})
     return out
 
 

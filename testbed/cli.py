@@ -319,7 +319,7 @@ def _cmd_fingerprint(argv: list[str]) -> int:
     p.add_argument("--lr", type=number(0, open_lo=True), default=None, help="override the regime's")
     p.add_argument("--out", type=directory, default="results/fingerprint")
     p.add_argument("--real", type=directory, default="results/llm/fingerprint",
-                   help="directory of real-model fingerprints drawn beside it")
+                   help="directory of real-model fingerprints: the newest of each model and task is drawn beside it")
     args = p.parse_args(argv)
     try:
         lags = tuple(int(x) for x in args.lags.split(","))

@@ -20,8 +20,8 @@ stands for:
    NaN (a testbed episode has a fixed length: nothing is cut).
 
 Writes ``OUT/<regime>.json`` (``results/fingerprint`` by default) and ``OUT/<regime>.png``: the regime's
-cosine-by-minibatch and ESS-by-lag beside every real-model fingerprint found under
-``results/llm/fingerprint/``.
+cosine-by-minibatch and ESS-by-lag beside the newest real-model fingerprint of each model and task found
+under ``results/llm/fingerprint/`` (a re-measurement supersedes the earlier ones).
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ from testbed.stabilizers.fingerprint import (
     gram_matrix,
     mean_token_entropy,
     minibatch_cosines,
+    newest_files,
     noise_scale_from_cosines,
     noise_scale_from_gram,
     staleness_stats,
@@ -185,10 +186,9 @@ def fingerprint(regime: str, task: str = "mnist", recipe: str = "grpo", steps: i
 
 
 def real_fingerprints(directory: Path = REAL_DIR) -> list[Fingerprint]:
-    """Every readable real-model fingerprint under ``directory`` (none when it does not exist)."""
-    if not directory.is_dir():
-        return []
-    return [Fingerprint.load(str(p)) for p in sorted(directory.glob("*.json"))]
+    """The newest real-model fingerprint of each model and task anywhere under ``directory`` (`newest_files`: a
+    re-measurement supersedes the earlier ones; none when the directory does not exist)."""
+    return [Fingerprint.load(str(path)) for path, _ in newest_files(directory)]
 
 
 def figure(fp: Fingerprint, others: list[Fingerprint], path: Path) -> None:

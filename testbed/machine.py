@@ -47,3 +47,15 @@ def describe(m: dict[str, Any] | None) -> str:
     if not m:
         return NOT_RECORDED
     return ", ".join(str(m.get(k, "?")) for k in ("cpu", "cpu_capability", "torch", "blas"))
+
+
+def trained_by(record: dict[str, Any] | None) -> str:
+    """The machines that trained the run of a record (``runs/<id>.json``): `describe` of its ``machine``, or, when
+    a loop stopped on one machine was resumed on another, each machine in order joined by " then " (the
+    record's ``trained_on``: [{from_step, machine}], written only then)."""
+    if not isinstance(record, dict):
+        return NOT_RECORDED
+    parts = record.get("trained_on")
+    if isinstance(parts, list) and len(parts) > 1:
+        return " then ".join(describe(p.get("machine") if isinstance(p, dict) else None) for p in parts)
+    return describe(record.get("machine"))

@@ -6,6 +6,7 @@ Layout of an output directory::
     OUT/runs/<id>.csv      the logged rows of one finished run      (written first)
     OUT/runs/<id>.steps.csv  one row per optimizer step: cosine and its kind, cheap diagnostics (testbed/health.py)
     OUT/runs/<id>.json     its config, status, timing and the machine that finished it (testbed/machine.py;
+                           ``trained_on`` too when a loop stopped on one machine was resumed on another;
                            written last: the "done" marker)
     OUT/runs/<id>.log      the traceback of a run that failed (status ``failed``)
     OUT/results.csv        all runs' rows, in the sweep's order     (+ results.parquet with --format parquet)

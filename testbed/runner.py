@@ -77,6 +77,7 @@ from testbed.config import (  # noqa: F401  (the run's configuration, re-exporte
 from testbed.delay import Schedule
 from testbed.files import atomic_open
 from testbed.learner import Learner, NoCompileAdam, NoCompileSGD, skip_dynamo_import
+from testbed.machine import describe, machine
 from testbed.seeding import generator, numpy_rng
 from testbed.slots import call_with
 from testbed.stabilizers import Recipe
@@ -202,6 +203,8 @@ class Runner(Actor, Learner):
         self.on_batch: Callable[[int, int, dict[str, Tensor]], None] | None = None
         self.next_step = 0  # the first learner step `run` takes (> 0 in a runner restored by `load`)
         self.wall = 0.0  # seconds spent in `run` before an interruption
+        # the machines that trained the loop: [{from_step, machine}], a new entry when `run` starts on another
+        self.trained_on: list[dict[str, Any]] = []
 
     # -- interruption: save and load a whole loop -------------------------------------------------------
     def __getstate__(self) -> dict[str, Any]:
@@ -228,6 +231,7 @@ class Runner(Actor, Learner):
             return None
         runner: Runner = state["runner"]
         runner.task, runner.on_version, runner.on_batch = task, None, None
+        runner.__dict__.setdefault("trained_on", [{"from_step": 0, "machine": None}])  # saved before loops named it
         return runner
 
     # -- the policy's slots ------------------------------------------------------------------------
@@ -263,6 +267,8 @@ class Runner(Actor, Learner):
         ``stop``: asked after every step; when it returns True before the last step, `Interrupted` is raised
         with the loop whole between two steps (`save` keeps it)."""
         t0 = time.perf_counter() - self.wall
+        if not self.trained_on or describe(self.trained_on[-1]["machine"]) != describe(machine()):
+            self.trained_on.append({"from_step": self.next_step, "machine": machine()})
         bar = None
         if progress:
             from tqdm.auto import tqdm
@@ -294,7 +300,9 @@ class Runner(Actor, Learner):
         n = len(self.runs)
         return [RunResult(r.cfg, r.rows, r.status, {"wall_s": wall / n, "loop_wall_s": wall, "loop_runs": n,
                                                     "queue_peak_bytes": r.queue_peak, "param_bytes": param_bytes,
-                                                    **health.run_health(r.steps, r.cfg.steps, r.lost_final)},
+                                                    **health.run_health(r.steps, r.cfg.steps, r.lost_final),
+                                                    **({"trained_on": self.trained_on} if len(self.trained_on) > 1
+                                                       else {})},
                           r.steps)
                 for r in self.runs]
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import pandas as pd
 
 from testbed.results import ResultStore
-from testbed.stabilizers.fingerprint import summarize_cosines
+from testbed.stabilizers.fingerprint import newest_files, summarize_cosines
 
 REAL_COS16 = 0.10  # SmolLM2-135M-Instruct, arithmetic, dense reward, 16 sequences (ALGORITHMS.md)
 KEYS = ("batch_size", "group_size", "minibatches", "lr")
@@ -52,9 +52,10 @@ def runs(out: Path) -> pd.DataFrame:
 
 
 def real_target(real: Path) -> dict[str, float]:
-    """The real model's r (from its cosine at 16 sequences), ESS/N and log-ratio q95 at lag 32 when known."""
+    """The real model's r (from its cosine at 16 sequences), ESS/N and log-ratio q95 at lag 32 when known: of the
+    fingerprints under ``real``, the first model and task's newest (`newest_files`)."""
     out = {"r": REAL_COS16 / (1 - REAL_COS16), "ess": math.nan, "q95": math.nan, "source": "ALGORITHMS.md"}
-    for path in sorted(real.glob("*.json")) if real.is_dir() else []:
+    for path, _ in newest_files(real):
         d = json.loads(path.read_text())
         for c in d.get("cosine_by_minibatch", []):
             if c.get("m") == 16 and c.get("mean") is not None:

@@ -36,6 +36,7 @@ import dataclasses
 import json
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -429,6 +430,32 @@ class Fingerprint:
             raise FingerprintError(f"{path}: {e}") from None
         except (OSError, UnicodeDecodeError) as e:
             raise FingerprintError(f"{path}: cannot read: {e.strerror if isinstance(e, OSError) else e}") from None
+
+
+def newest_files(directory: str | Path) -> list[tuple[Path, list[Path]]]:
+    """The newest fingerprint file of each model and task anywhere under ``directory``, with the files of that
+    model and task it supersedes: [(newest, [earlier, oldest first])], in the order of their newest files' paths.
+
+    A fingerprint's model and task are its ``model`` and ``task`` fields, its age its ``date`` (ISO 8601, so
+    text order is time order; files without one count as oldest, ties go by path). A re-measurement (fresh
+    prompts, another seed, a rule fixed since) supersedes the earlier ones. Files that are not readable JSON
+    objects are skipped; none when ``directory`` does not exist. Schema checks are the reader's
+    (`Fingerprint.load`, or a tolerant reader of its own).
+    """
+    root = Path(directory)
+    by_pair: dict[tuple[str, str], list[tuple[str, Path]]] = {}
+    for path in sorted(root.rglob("*.json")) if root.is_dir() else []:
+        try:
+            d = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError):
+            continue
+        if isinstance(d, dict):
+            by_pair.setdefault((str(d.get("model")), str(d.get("task"))), []).append((str(d.get("date") or ""), path))
+    out = []
+    for group in by_pair.values():
+        group.sort(key=lambda dated: dated[0])  # stable: equal dates keep path order
+        out.append((group[-1][1], [p for _, p in group[:-1]]))
+    return sorted(out, key=lambda pair: pair[0])
 
 
 def _row(cls: type, where: str, r: Any, ints: tuple[str, ...]) -> Any:

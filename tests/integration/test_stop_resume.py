@@ -148,3 +148,45 @@ def test_a_shared_store_keeps_the_saved_loops_of_other_commands(tmp_path):
     configs = [RunConfig(task="bandit", steps=4, log_every=2, seed=0)]
     run_sweep(configs, tmp_path, progress=False, shared=True)
     assert other.is_file()
+
+
+def test_a_loop_resumed_on_another_machine_records_both(tmp_path, monkeypatch):
+    from testbed import runner as runner_module
+    from testbed.machine import describe, machine, trained_by
+    from testbed.results import ResultStore
+
+    configs = _loop_configs(steps=12)
+    runner = Runner(configs)
+    with pytest.raises(Interrupted):
+        runner.run(stop=_stop_after(5))
+    path = tmp_path / "loop.pt"
+    runner.save(path)
+    other = {**machine(), "cpu": "Another CPU", "cpu_capability": "AVX512"}
+    monkeypatch.setattr(runner_module, "machine", lambda: other)
+    resumed = Runner.load(path, make_task("mnist"), [c.run_id for c in configs])
+    results = resumed.run()
+    trained_on = results[0].info["trained_on"]
+    assert [p["from_step"] for p in trained_on] == [0, 5]
+    assert [describe(p["machine"]) for p in trained_on] == [describe(machine()), describe(other)]
+    store = ResultStore(tmp_path / "out")
+    store.save(results[0])
+    assert trained_by(store.record(configs[0].run_id)) == f"{describe(machine())} then {describe(other)}"
+    # the same machine again adds nothing: a loop resumed where it stopped names one machine
+    again = Runner(configs)
+    with pytest.raises(Interrupted):
+        again.run(stop=_stop_after(3))
+    assert "trained_on" not in again.run()[0].info
+
+
+def test_a_loop_saved_before_loops_named_their_machine_resumes_as_not_recorded_then_this_one(tmp_path):
+    from testbed.machine import NOT_RECORDED, describe, machine, trained_by
+
+    configs = _loop_configs(steps=8)
+    runner = Runner(configs)
+    with pytest.raises(Interrupted):
+        runner.run(stop=_stop_after(3))
+    del runner.trained_on  # what a loop saved by the code before machine records holds
+    path = tmp_path / "loop.pt"
+    runner.save(path)
+    results = Runner.load(path, make_task("mnist"), [c.run_id for c in configs]).run()
+    assert trained_by(results[0].info) == f"{NOT_RECORDED} then {describe(machine())}"

@@ -189,3 +189,20 @@ def test_fingerprint_load_names_the_file(tmp_path):
 
 def test_np_inputs_accepted():
     assert fp.summarize_cosines(4, np.array([0.2, 0.2])).ci_high == pytest.approx(0.2)
+
+
+def test_newest_files_keeps_the_latest_measurement_of_each_model_and_task(tmp_path):
+    def write(where, model, task, date=None):
+        path = tmp_path / where
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"model": model, "task": task, **({"date": date} if date else {})}))
+        return path
+
+    first = write("a__t.json", "a", "t", "2026-01-01T00:00:00Z")
+    again = write("seed1/a__t.json", "a", "t", "2026-02-01T00:00:00Z")
+    undated = write("old/a__t.json", "a", "t")
+    other = write("b__t.json", "b", "t", "2025-01-01T00:00:00Z")
+    (tmp_path / "broken.json").write_text("{not json")
+    (tmp_path / "list.json").write_text("[1, 2]")
+    assert fp.newest_files(tmp_path) == [(other, []), (again, [undated, first])]
+    assert fp.newest_files(tmp_path / "absent") == []
