@@ -14,7 +14,10 @@ b interpolated linearly in H. The figure's wall time is the list schedule of its
 workers; the exact-gradient MNIST runs (figures/oracle_runs.py) are timed the same way; the theory
 figures are timed by running their evidence at the full budget; drawing adds the seconds measured in
 the quick setting. Assumes a quiet machine (time it alone): on
-a loaded machine every loop slows down by the load.
+a loaded machine every loop slows down by the load. So it reports what it can see of other work (`loaded`): the
+1-minute load average when it starts (other jobs: it has not started its own yet) and the share of a core its
+timed samples got (CPU seconds over wall seconds), and says the estimate is too high when either shows a
+shared machine.
 
 Seeds. The claims' sequential designs (figures/budgets.py, figures/sequential.py) train the first look's
 seeds for every cell and more seeds, in stages, only for undecided claims. How many claims stay
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections import defaultdict
@@ -43,6 +47,20 @@ DRAW_S = 2.0  # seconds to read back, judge and draw one figure (measured in the
 
 
 CAP_ROW = "extra seeds (cap)"
+QUIET_LOAD = 0.5  # a 1-minute load average above this, before the estimate's own work, means other jobs run
+QUIET_SHARE = 0.9  # timed samples that got less of a core than this shared it
+
+
+def loaded(load_at_start: float, cpu_share: float, cores: int) -> str | None:
+    """Why the machine was not quiet while it was timed, or None when it was: the 1-minute load average before
+    the estimate's own work (``load_at_start``, jobs wanting a core) above `QUIET_LOAD`, or the timed samples'
+    CPU seconds over their wall seconds (``cpu_share``) below `QUIET_SHARE` (another job took part of the core)."""
+    why = []
+    if load_at_start > QUIET_LOAD:
+        why.append(f"the load average was {load_at_start:.2f} on {cores} core(s) before it started")
+    if cpu_share < QUIET_SHARE:
+        why.append(f"its timed samples got {cpu_share:.0%} of a core")
+    return "; ".join(why) or None
 
 
 def cap_configs(quick: bool) -> list[RunConfig]:
@@ -135,6 +153,7 @@ def estimate(workers: int = 2, quick: bool = False, progress: bool = True) -> di
     import torch
 
     torch.set_num_threads(1)
+    load_at_start = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")  # (not on Windows)
     figures = plan(workers, quick, cap=True)
     # one sample per shape (per H for token reversal, at a few H)
     firsts: dict[tuple, dict[int, list[RunConfig]]] = defaultdict(dict)
@@ -143,14 +162,15 @@ def estimate(workers: int = 2, quick: bool = False, progress: bool = True) -> di
             c = loop[0].resolved()
             firsts[shape_key(loop[0])].setdefault(int(c.task_args.get("H", 0)), loop)
     fits: dict[tuple, dict[int, tuple[float, float, float]]] = {}
-    sampling = 0.0
+    sampling = sampling_cpu = 0.0
     for key, by_h in firsts.items():
         fits[key] = {}
         for h in _h_samples(list(by_h)):
             loop = by_h[h]
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             a, b = fit(loop)
             sampling += time.perf_counter() - t0
+            sampling_cpu += time.process_time() - c0
             fits[key][h] = (a, b, sum(cost_estimate(c) for c in loop))
             if progress:
                 print(f"  sampled {loop[0].task} {dict(loop[0].task_args)} x{len(loop)} runs: a = {a:.2f} s, "
@@ -179,9 +199,11 @@ def estimate(workers: int = 2, quick: bool = False, progress: bool = True) -> di
     extra = _oracle_and_theory(workers, quick)
     total += extra["oracle_wall_s"] + extra["theory_s"] + DRAW_S * len(FIGURES)
     cap_extra = sum(r["wall_s"] for r in rows if r["figure"] == CAP_ROW) + extra["oracle_cap_wall_s"]
+    share = sampling_cpu / sampling if sampling > 0 else float("nan")
     return {"workers": workers, "setting": "quick" if quick else "full", "figures": rows, **extra,
             "draw_s": DRAW_S * len(FIGURES), "sampling_s": sampling, "total_wall_s": total,
-            "cap_wall_s": total + cap_extra}
+            "cap_wall_s": total + cap_extra, "load_at_start": load_at_start, "sampling_cpu_share": share,
+            "loaded": loaded(load_at_start, share, os.cpu_count() or 1)}
 
 
 def _oracle_and_theory(workers: int, quick: bool) -> dict[str, float]:
@@ -234,6 +256,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"estimated wall time with {res['workers']} worker(s): {hms(res['total_wall_s'])} if every claim is "
           f"decided at its first look; upper bound {hms(res['cap_wall_s'])} if every staged claim runs to its cap "
           f"(sampling took {res['sampling_s']:.0f} s)")
+    if res["loaded"]:
+        print(f"warning: the machine was not quiet ({res['loaded']}): every time above is too high; "
+              "time it alone")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(res, fh, indent=1)

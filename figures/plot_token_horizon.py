@@ -1,8 +1,10 @@
-"""Token reversal with all four frictions: final error vs sequence length H and the longest solved H
-per method (DDG-3).
+"""Token reversal with all four frictions: learning curves at every length H of the grid, final error vs H
+and the longest solved H per method (DDG-3).
 
 A method *solves* length H when its final sampled sequence error is at most 10% within the fixed
-budget of learner steps; its longest solved H (per seed) is the largest H of the grid solved.
+budget of learner steps; its longest solved H (per seed) is the largest H of the grid solved. Each
+learning-curve panel names the methods the paper reports solving that length (its longest solved H at
+least H).
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from figures import style
-from figures.common import Context, arr, experiment_configs
+from figures.common import Context, arr, curves, experiment_configs
 from figures.experiments import token_horizon as exp
 
 NAME = "token_horizon"
@@ -25,10 +27,26 @@ def make(ctx: Context) -> dict:
     b = ctx.budget
     ev = ctx.evidence(exp)
     hs = ev.H
-    fig, (ax, ax2) = style.subplots(2, width=3.8)
+    table = ctx.table(exp.configs(b))
+    fig, axes = style.subplots(len(hs) + 2, ncols=4, width=3.0, height=2.6)
+    for ax, h in zip(axes, hs, strict=False):
+        for r in exp.METHODS:
+            x, ys = curves(table, exp.cell(b, r, h), "test_error")
+            if len(x):
+                style.band(ax, x * b.tr_episodes, ys, name=r)
+        ax.axhline(exp.SOLVED, color="k", ls=":", lw=0.8)
+        solvers = [r.upper() for r in exp.METHODS if PAPER.get(r, 0.0) >= h]
+        ax.set_title(f"H = {h} (paper solves: {', '.join(solvers) or 'none'})", fontsize=8)
+        ax.set_ylim(-0.02, 1.02)
+        ax.set_xlabel("episodes")
+        ax.set_ylabel("sampled sequence error")
+    axes[0].legend(fontsize=6)
+    ax, ax2 = axes[len(hs)], axes[len(hs) + 1]
     per_seed = {}
     for i, r in enumerate(exp.METHODS):
-        style.band(ax, hs, np.stack([arr(ev.error[f"{r}|{h}"]) for h in hs], axis=1), name=r, marker="o")
+        errors = np.stack([arr(ev.error[f"{r}|{h}"]) for h in hs], axis=1)
+        style.band(ax, hs, errors, name=r, marker="o")
+        style.seed_dots(ax, hs, errors, name=r)
         lg = per_seed[r] = arr(ev.longest[r])  # seeds not trained (a later look's) are NaN
         mean, se = style.mean_se(lg)
         ax2.bar(i, mean, color=style.color(r), yerr=se, capsize=2)
@@ -41,13 +59,15 @@ def make(ctx: Context) -> dict:
     ax.set_xlabel("sequence length H")
     ax.set_ylabel("final sampled sequence error")
     ax.set_ylim(-0.02, 1.02)
-    ax.set_title("all four frictions")
-    ax.legend()
+    ax.set_title("final error by length (dots: seeds)", fontsize=8)
     ax2.set_xticks(range(len(exp.METHODS)))
     ax2.set_xticklabels(exp.METHODS)
     ax2.set_ylabel(f"longest H solved (error <= {exp.SOLVED:.0%})")
-    ax2.set_title("longest solved length (dots: seeds; stars: paper)")
-    cap = style.caption_text(CLAIMS, f"token reversal M={b.tr_M}, {b.tr_steps} steps x {b.tr_episodes} episodes per H, "
-                             f"{style.seed_note(len(b.tr_seeds), per_seed)}; H grid {min(hs)}..{max(hs)}", ctx.cmd(NAME))
+    ax2.set_title("longest solved H (dots: seeds; stars: paper)", fontsize=8)
+    cap = style.caption_text(CLAIMS, f"token reversal M={b.tr_M}, all four frictions, {b.tr_steps} steps x "
+                             f"{b.tr_episodes} episodes per H; curves: mean +- s.e. over the first look's "
+                             f"{len(b.tr_seeds)} seeds, dotted: solved (error <= {exp.SOLVED:.0%}); final error and "
+                             f"longest solved H over {style.seed_note(len(b.tr_seeds), per_seed)}; H grid "
+                             f"{min(hs)}..{max(hs)}", ctx.cmd(NAME))
     style.save(fig, ctx.out, NAME, cap)
     return {exp.NAME: ev}
