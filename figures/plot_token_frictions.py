@@ -29,14 +29,9 @@ def make(ctx: Context) -> dict:
     names = ev.settings
     fig, axes = style.subplots(len(names) + 1, ncols=4, width=3.0, height=2.6)
     for ax, name in zip(axes, names, strict=False):
-        for r in exp.METHODS:
-            x, ys = curves(table, exp.cell(b, r, name), "test_error")
-            if len(x):
-                style.band(ax, x * b.tr_episodes, ys, name=r)
-        ax.set_title(name)
-        ax.set_ylim(-0.02, 1.02)
-        ax.set_xlabel("episodes")
-        ax.set_ylabel("sampled sequence error")
+        style.curve_panel(ax, {r: curves(table, exp.cell(b, r, name), "test_error") for r in exp.METHODS},
+                          x_scale=b.tr_episodes, title=name, xlabel="episodes", ylabel="sampled sequence error",
+                          ylim=(-0.02, 1.02))
     axes[0].legend()
     for r, v in PAPER.items():  # the paper's values (all four frictions), on the "all four" panel
         axes[names.index("all four")].axhline(v, color=style.color(r), ls=":", lw=0.8)

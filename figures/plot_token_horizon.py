@@ -30,16 +30,12 @@ def make(ctx: Context) -> dict:
     table = ctx.table(exp.configs(b))
     fig, axes = style.subplots(len(hs) + 2, ncols=4, width=3.0, height=2.6)
     for ax, h in zip(axes, hs, strict=False):
-        for r in exp.METHODS:
-            x, ys = curves(table, exp.cell(b, r, h), "test_error")
-            if len(x):
-                style.band(ax, x * b.tr_episodes, ys, name=r)
-        ax.axhline(exp.SOLVED, color="k", ls=":", lw=0.8)
         solvers = [r.upper() for r in exp.METHODS if PAPER.get(r, 0.0) >= h]
-        ax.set_title(f"H = {h} (paper solves: {', '.join(solvers) or 'none'})", fontsize=8)
-        ax.set_ylim(-0.02, 1.02)
-        ax.set_xlabel("episodes")
-        ax.set_ylabel("sampled sequence error")
+        style.curve_panel(ax, {r: curves(table, exp.cell(b, r, h), "test_error") for r in exp.METHODS},
+                          x_scale=b.tr_episodes, title=f"H = {h} (paper solves: {', '.join(solvers) or 'none'})",
+                          xlabel="episodes", ylabel="sampled sequence error", ylim=(-0.02, 1.02))
+        ax.title.set_fontsize(8)
+        ax.axhline(exp.SOLVED, color="k", ls=":", lw=0.8)
     axes[0].legend(fontsize=6)
     ax, ax2 = axes[len(hs)], axes[len(hs) + 1]
     per_seed = {}

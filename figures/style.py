@@ -121,6 +121,20 @@ def band(ax, x, values: np.ndarray, *, name: str = "", color_: str | None = None
         ax.fill_between(x, lo, hi, color=c, alpha=alpha, linewidth=0)
 
 
+def curve_panel(ax, series: dict[str, tuple[np.ndarray, np.ndarray]], *, x_scale: float = 1.0, title: str = "",
+                xlabel: str = "", ylabel: str = "", ylim: tuple[float, float] | None = None) -> None:
+    """One panel of learning curves: a `band` per named series ``{name: (x, values [n_seeds, n_x])}`` with x times
+    ``x_scale`` (a series with no logged points is skipped), then the panel's title, axis labels and y range."""
+    for name, (x, values) in series.items():
+        if len(x):
+            band(ax, np.asarray(x, dtype=float) * x_scale, values, name=name)
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if ylim is not None:
+        ax.set_ylim(*ylim)
+
+
 def seed_dots(ax, x, values: np.ndarray, *, name: str = "", color_: str | None = None) -> None:
     """One small dot per seed at each x (rows of ``values`` [n_seeds, n_x]); NaNs are skipped."""
     values = np.atleast_2d(np.asarray(values, dtype=float))
