@@ -6,8 +6,9 @@ How. ``python -m figures all`` trains figure by figure; each figure's missing ru
 `testbed.sweep.run_sweep`, which packs runs of one model shape into loops (`group_runs`) and hands the
 loops, in order, to ``workers`` processes. This script builds the same loops from the same configs,
 then times one sample loop per shape (the first loop of that shape, its own runs) at two lengths,
-L and 2L learner steps with L = the runs' ``log_every`` (so evaluation is sampled at its real
-frequency) after a short warm-up run, fits time = a + b * steps, and predicts every loop of that shape as a + b * steps * c,
+L and (1 + m) L learner steps with L = the runs' ``log_every`` (so evaluation is sampled at its real
+frequency) and m the smallest that makes the second sample's extra steps last ``MIN_SPAN_S`` (`fit_line`),
+after a short warm-up run, fits time = a + b * steps, and predicts every loop of that shape as a + b * steps * c,
 c = the loop's summed `cost_estimate` over the sample's (more runs or heavier recipes cost more).
 Shapes that differ only in the token-reversal length H are sampled at a few lengths and the fit's
 b interpolated linearly in H. The figure's wall time is the list schedule of its loops over the
@@ -30,10 +31,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -49,6 +52,11 @@ DRAW_S = 2.0  # seconds to read back, judge and draw one figure (measured in the
 CAP_ROW = "extra seeds (cap)"
 QUIET_LOAD = 0.5  # a 1-minute load average above this, before the estimate's own work, means other jobs run
 QUIET_SHARE = 0.9  # timed samples that got less of a core than this shared it
+# The slope is a difference of two timings, so a short difference is mostly noise: measured on one MNIST loop
+# (8 runs, 10,000 steps of 32 to 35 ms each in the real run), slopes from 100 extra steps (3 s) ranged 25 to
+# 47 ms/step over four fits, from about 20 s of extra steps 29 to 38 over three (the machine's pace itself
+# varies that much between such windows); every shape is sampled, so the errors partly average out.
+MIN_SPAN_S = 20.0
 
 
 def loaded(load_at_start: float, cpu_share: float, cores: int) -> str | None:
@@ -109,15 +117,31 @@ def _timed(loop: list[RunConfig], steps: int) -> float:
     return time.perf_counter() - t0
 
 
+def fit_line(time_at: Callable[[int], float], unit: int, steps: int,
+             min_span_s: float = MIN_SPAN_S) -> tuple[float, float]:
+    """(a, b) of time = a + b * steps from two timed lengths, both multiples of ``unit`` steps (so work done
+    every ``unit`` steps, such as evaluation, is in the sample at its real frequency):
+
+        n1 = unit,  n2 = n1 + m * unit,  m = max(1, min(ceil(min_span_s / t1), steps // unit - 1)),
+        b = (t2 - t1) / (n2 - n1),  a = max(t1 - b * n1, 0)
+
+    with t_i = ``time_at(n_i)``: the second sample's extra steps last about ``min_span_s`` at the first
+    sample's pace, so a second of jitter in either timing moves b by a few percent, not by half; the
+    sample is never longer than the run it stands for (``steps``), except that it takes two units."""
+    t1 = time_at(unit)
+    m = max(1, min(math.ceil(min_span_s / max(t1, 1e-9)), steps // unit - 1))
+    t2 = time_at(unit + m * unit)
+    b = max(t2 - t1, 1e-9) / (m * unit)
+    return max(t1 - b * unit, 0.0), b
+
+
 def fit(loop: list[RunConfig]) -> tuple[float, float]:
-    """(a, b) of time = a + b * steps for this loop, from runs of L and 2L steps (L = log_every), after a
-    2-step warm-up run (first calls pay one-time costs that would otherwise shrink the fitted slope:
-    measured 3.6 instead of 15.9 ms per step on an MNIST loop)."""
-    step_l = loop[0].resolved().log_every
+    """(a, b) of time = a + b * steps for this loop (`fit_line` with L = log_every), after a 2-step warm-up
+    run (first calls pay one-time costs that would otherwise shrink the fitted slope: measured 3.6 instead
+    of 15.9 ms per step on an MNIST loop)."""
     _timed(loop, 2)
-    t1, t2 = _timed(loop, step_l), _timed(loop, 2 * step_l)
-    b = max(t2 - t1, 1e-9) / step_l
-    return max(t1 - b * step_l, 0.0), b
+    c = loop[0].resolved()
+    return fit_line(lambda n: _timed(loop, n), c.log_every, c.steps)
 
 
 def list_schedule(durations: list[float], workers: int) -> float:
@@ -217,13 +241,14 @@ def _oracle_and_theory(workers: int, quick: bool) -> dict[str, float]:
     per_kind = {}
     for kind in oracle_runs.KINDS:
         oracle_runs.train(kind, 0, 2, 2)  # warm-up
-        t0 = time.perf_counter()
-        oracle_runs.train(kind, 0, b.mnist_log, b.mnist_log)
-        t1 = time.perf_counter()
-        oracle_runs.train(kind, 0, 2 * b.mnist_log, b.mnist_log)
-        t2 = time.perf_counter()
-        slope = max((t2 - t1) - (t1 - t0), 1e-9) / b.mnist_log
-        per_kind[kind] = max(2 * (t1 - t0) - (t2 - t1), 0.0) + slope * b.mnist_steps
+
+        def time_at(n: int, kind: str = kind) -> float:
+            t0 = time.perf_counter()
+            oracle_runs.train(kind, 0, n, b.mnist_log)
+            return time.perf_counter() - t0
+
+        a, slope = fit_line(time_at, b.mnist_log, b.mnist_steps)
+        per_kind[kind] = a + slope * b.mnist_steps
     oracle = list_schedule([per_kind[k] for k, _ in jobs], workers)
     cap_jobs = [j for j in mnist_samples.oracle_jobs(b, b.all_seeds("mnist")) if j not in jobs]  # DG-1 to its cap
     oracle_cap = list_schedule([per_kind[k] for k, _ in cap_jobs], workers)

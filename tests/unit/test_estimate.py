@@ -27,3 +27,23 @@ def test_the_printed_estimate_warns_when_the_machine_was_shared(monkeypatch, cap
     assert estimate.main([]) == 0
     out = capsys.readouterr().out
     assert "warning: the machine was not quiet (the load average was 1.50" in out and "60% of a core" in out
+
+
+def test_the_slope_is_timed_over_a_span_long_enough_to_swamp_start_up_jitter():
+    lengths = []
+
+    def time_at(n):  # 1 s of start-up, 10 ms per step
+        lengths.append(n)
+        return 1.0 + 0.01 * n
+
+    a, b = estimate.fit_line(time_at, unit=100, steps=10_000, min_span_s=20.0)
+    assert lengths == [100, 1_100]  # t1 = 2 s, so m = 10 units of 2 s
+    assert math.isclose(a, 1.0) and math.isclose(b, 0.01)
+
+    lengths.clear()
+    estimate.fit_line(lambda n: lengths.append(n) or 0.5 * n, unit=50, steps=1_000, min_span_s=20.0)
+    assert lengths == [50, 100]  # a slow shape: one unit already lasts 25 s
+
+    lengths.clear()
+    estimate.fit_line(lambda n: lengths.append(n) or 1e-3 * n, unit=5, steps=20, min_span_s=20.0)
+    assert lengths == [5, 20]  # never longer than the run it stands for
