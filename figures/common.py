@@ -114,21 +114,27 @@ class Context:
             stack.pop()  # blocks nest, so the last set is this one
 
     def table(self, configs: list[RunConfig]) -> pd.DataFrame:
-        """The tidy rows (one per run x logged step) of ``configs``, training what is missing.
+        """The tidy rows (one per run x logged step) of ``configs``, training what is missing (`ensure`)."""
+        self.ensure(configs)
+        return self.rows(configs)
+
+    def rows(self, configs: list[RunConfig]) -> pd.DataFrame:
+        """The tidy rows of those of ``configs`` already trained: trains nothing and prints no cache line (a
+        sequential design reads every seed up to its cap, the later looks' not trained yet); the runs read
+        count as read (`touch`).
 
         Read run by run with the id column set from the config: a CSV reader takes an id such as
         ``789907539e16`` for a number, so the stored column cannot be trusted to match."""
         from testbed.results import ResultStore, read_frame
 
-        configs = dedupe(configs)
-        self.ensure(configs)
         store = ResultStore(self.cache)
+        done = [c for c in dedupe(configs) if store.done(c.run_id)]
+        self.touch(store.runs / f"{c.run_id}.csv" for c in done)
         frames = []
-        for c in configs:
-            if store.done(c.run_id):
-                frame = read_frame(store.runs / f"{c.run_id}.csv")
-                frame["run_id"] = c.run_id
-                frames.append(frame)
+        for c in done:
+            frame = read_frame(store.runs / f"{c.run_id}.csv")
+            frame["run_id"] = c.run_id
+            frames.append(frame)
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["run_id", "status"])
 
     def step_records(self, configs: list[RunConfig]) -> dict[str, pd.DataFrame]:

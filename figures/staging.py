@@ -15,10 +15,7 @@ did not record them (older runs): a claim that needs them is then "not testable"
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any, TypeVar
-
-import pandas as pd
 
 from figures.common import Context
 from figures.evidence import Evidence
@@ -50,11 +47,6 @@ def cell_health(ctx: Context, cell: list[RunConfig]) -> dict[str, list[Any]]:
             out[k].append(None if rec is None else _record_value(rec, k))
         out["diverged"].append(None if rec is None else rec.get("status") == "diverged")
     return out
-
-
-def cached_table(ctx: Context, configs: list[RunConfig]) -> pd.DataFrame:
-    """The rows of those of ``configs`` already trained (trains nothing)."""
-    return replace(ctx, cached_only=True).table(configs)
 
 
 def staged(ctx: Context, claims: tuple[Claim, ...], design: Design, seeds: tuple[int, ...],

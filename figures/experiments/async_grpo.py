@@ -41,7 +41,7 @@ from figures.records import (
     resolution,
     with_direction,
 )
-from figures.staging import cached_table, cell_health, staged
+from figures.staging import cell_health, staged
 from figures.stats import (
     Outcome,
     at_least,
@@ -175,7 +175,7 @@ def staged_runs(b: Budget, seeds: tuple[int, ...], claim_ids: list[str]) -> list
 
 def _evidence(ctx: Context, seeds: tuple[int, ...]) -> Evidence:
     b = ctx.budget
-    table = cached_table(ctx, configs(b, seeds))
+    table = ctx.rows(configs(b, seeds))
     reg, registered = regime()
     ev = Evidence(grid=describe(b), seeds=list(seeds), registered=registered, regime=reg.for_task("mnist"),
                   levels=list(levels()), floor=resolution_floor())
@@ -190,7 +190,7 @@ def _evidence(ctx: Context, seeds: tuple[int, ...]) -> Evidence:
             if r == "gac":  # how often the projection acts (per seed, second half of training)
                 ev.rates[f"gac|{d}"] = {k: values(table, c, f"gac_{k}_frac", start=0.5).tolist()
                                            for k in ("projected", "skipped")}
-    sens = cached_table(ctx, sensitivity_configs(b))
+    sens = ctx.rows(sensitivity_configs(b))
     ev.sensitivity = {}
     for name, spec in GAC_VARIANTS.items():
         for d in ("sync", levels()[-1]):

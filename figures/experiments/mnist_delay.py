@@ -42,7 +42,7 @@ from figures.records import (
     resolution,
     with_direction,
 )
-from figures.staging import cached_table, cell_health, staged
+from figures.staging import cell_health, staged
 from figures.stats import Outcome, at_least, equivalence, exact, fmt, proportion, superiority
 from testbed.runner import RunConfig
 
@@ -248,7 +248,7 @@ def staged_runs(b: Budget, seeds: tuple[int, ...], claim_ids: list[str]) -> list
 
 def _evidence(ctx: Context, seeds: tuple[int, ...]) -> Evidence:
     b = ctx.budget
-    table = cached_table(ctx, configs(b, seeds))
+    table = ctx.rows(configs(b, seeds))
     ev = Evidence(grid=describe(b), seeds=list(seeds), delays=list(b.mnist_delays),
                   ablation_delays=list(b.ablation_delays), floor=resolution_floor())
     for r in RECIPES:

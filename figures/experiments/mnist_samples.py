@@ -31,7 +31,7 @@ from figures.records import (
     judged_on,
     resolution,
 )
-from figures.staging import cached_table, cell_health, staged
+from figures.staging import cell_health, staged
 from figures.stats import at_least, fmt, superiority
 from testbed.runner import RunConfig
 
@@ -108,7 +108,7 @@ def staged_runs(b: Budget, seeds: tuple[int, ...], claim_ids: list[str]) -> list
 
 def _evidence(ctx: Context, seeds: tuple[int, ...]) -> Evidence:
     b = ctx.budget
-    table = cached_table(ctx, configs(b, seeds))
+    table = ctx.rows(configs(b, seeds))
     ev = Evidence(grid=describe(b), seeds=list(seeds), k=list(b.samples_k), floor=resolution_floor())
     for m in METHODS:
         for k in b.samples_k:

@@ -30,7 +30,7 @@ from figures.budgets import Budget
 from figures.common import Context, arr, values
 from figures.evidence import Evidence as ExperimentEvidence
 from figures.records import FRICTION_SENSITIVITY, Claim, Judgement, Margin, Precondition, judged_on
-from figures.staging import cached_table, cell_health, staged
+from figures.staging import cell_health, staged
 from figures.stats import at_most, fmt, superiority
 from testbed.frictions import TOKEN_REVERSAL_PRESET, token_reversal_preset
 from testbed.runner import RunConfig
@@ -124,7 +124,7 @@ def staged_runs(b: Budget, seeds: tuple[int, ...], claim_ids: list[str]) -> list
 
 def _evidence(ctx: Context, seeds: tuple[int, ...]) -> Evidence:
     b = ctx.budget
-    table = cached_table(ctx, configs(b, seeds))
+    table = ctx.rows(configs(b, seeds))
     ev = Evidence(grid=describe(b), seeds=list(seeds), settings=list(settings(b)), H=b.tr_H,
                   floor=resolution_floor(b))
     for r in METHODS:

@@ -19,7 +19,7 @@ from figures.common import Context, arr, values
 from figures.evidence import Evidence as ExperimentEvidence
 from figures.experiments import token_frictions as tf
 from figures.records import FRICTION_SENSITIVITY, Claim, Judgement, Margin, Precondition, judged_on
-from figures.staging import cached_table, staged
+from figures.staging import staged
 from figures.stats import Outcome, fmt, superiority
 from testbed.runner import RunConfig
 
@@ -83,7 +83,7 @@ def staged_runs(b: Budget, seeds: tuple[int, ...], claim_ids: list[str]) -> list
 
 def _evidence(ctx: Context, seeds: tuple[int, ...]) -> Evidence:
     b = ctx.budget
-    table = cached_table(ctx, configs(b, seeds))
+    table = ctx.rows(configs(b, seeds))
     hs = list(b.tr_horizons)
     ev = Evidence(grid=describe(b), seeds=list(seeds), H=hs, threshold=SOLVED)
     for r in METHODS:

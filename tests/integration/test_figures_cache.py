@@ -40,6 +40,21 @@ def test_cut_short_run_file_is_trained_again_and_reported(tmp_path, capsys):
     assert len(again) == len(whole) and again["run_id"].nunique() == 2
 
 
+def test_rows_reads_the_trained_runs_only_and_trains_and_prints_nothing(tmp_path, capsys):
+    ctx = Context(out=tmp_path / "out", cache=tmp_path / "cache", progress=False)
+    configs = _configs(3)
+    ctx.ensure(configs[:2])
+    capsys.readouterr()
+    with ctx.reading() as used:
+        rows = ctx.rows(configs)
+    store = ResultStore(ctx.cache)
+    assert not store.done(configs[2].run_id) and capsys.readouterr().out == ""
+    assert set(rows["run_id"]) == {configs[0].run_id, configs[1].run_id}
+    assert sorted(rows.groupby("run_id")["step"].apply(list).tolist()) == [[5, 10, 15, 20]] * 2  # logged steps
+    assert used == {store.runs / f"{c.run_id}.csv" for c in configs[:2]}
+    assert rows.equals(ctx.table(configs[:2]))
+
+
 def test_disk_refusal_names_figures_own_options(tmp_path, monkeypatch):
     from testbed import limits
     from testbed.usage import UsageError
