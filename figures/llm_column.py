@@ -12,7 +12,11 @@ gives "not measured" with the reason, never an error):
   fields for the testbed's async-GRPO regime;
 * ``results/llm/study/**/study.json`` (``python -m llm_scale study``, the promotion study): ``base``,
   ``recipes``, ``eval_problems``, ``chosen`` {eta, lr} or null, ``forced``, ``verdict``, ``cell_runs``
-  [{arm, seed, finished, diverged, accuracy}] (arm: "sync", "stale" or a recipe trained stale).
+  [{arm, seed, finished, diverged, accuracy}] (arm: "sync", "stale" or a recipe trained stale);
+* ``results/llm/gac1_cpu/runs.csv`` (``python -m llm_scale study sweeps/llm/gac1_cpu.toml``, GAC-1's
+  trainer runs): per run ``stage``, ``arm`` ("sync" / "stale"), ``eta``, ``seed``, ``finished`` and
+  ``late_grad_cos_within`` (the mean cosine between consecutive optimizer steps' raw gradients within a
+  batch over the second half of the updates).
 
 Per claim (`LLM_CLAIMS`) the real model is judged by the testbed's own rule where the data allow:
 
@@ -20,7 +24,11 @@ Per claim (`LLM_CLAIMS`) the real model is judged by the testbed's own rule wher
   minibatch size over the gradient noise scale, E cos = m / (m + B_noise) (McCandlish et al., 2018, "An
   Empirical Model of Large-Batch Training"), so the real model's cosine is read at the m whose m / B_noise
   is closest (in log) to the testbed regime's; "near orthogonal" = the interval inside +-`BAND`. The
-  staleness part is not in the fingerprint.
+  staleness part is not in the fingerprint. Where GAC-1's trainer runs have finished (every planned
+  seed of both arms), the whole claim is judged on them instead, by the testbed's own rule
+  (`figures.experiments.async_grpo.gac1_parts`: sync inside +-`BAND`, stale above it) on the same
+  quantity and window as the testbed's (the within-batch consecutive-step cosine over the second half of
+  training, per seed), and set beside the testbed's verdict; the fingerprint's cosine is shown with it.
 * VCPO-1: needs collapses in real-model runs with ESS logged before them; none exist, so "not measured"
   with the fingerprint's ESS by lag shown.
 * AREAL-1 (decoupled_ppo) / GAC-2 (gac): the promotion study's chosen cell (the first that degrades by the
@@ -44,7 +52,7 @@ from typing import Any
 
 import numpy as np
 
-from figures.experiments.async_grpo import rescue_parts
+from figures.experiments.async_grpo import gac1_parts, rescue_parts
 from figures.stats import combine, fmt, fmt_interval
 from testbed.stabilizers.fingerprint import newest_files
 
@@ -53,6 +61,7 @@ POSITIVE = ("reproduced", "direction only")
 BAND = 0.2  # GAC-1's "near orthogonal" band (figures/experiments/async_grpo.py)
 METHOD = {"AREAL-1": "decoupled_ppo", "GAC-2": "gac"}
 TESTBED_FINGERPRINT = "results/fingerprint/async_grpo.json"
+GAC1_RUNS = "results/llm/gac1_cpu/runs.csv"
 
 
 def _load_json(path: Path) -> Any:
@@ -155,9 +164,43 @@ def _gac1(fps: list[dict[str, Any]], m_testbed: float | None, b_testbed: float |
                "matched by m)")
     earlier = fp.get("_earlier") or []
     source = f"{fp['_file']}, {fp.get('date', 'undated')}" + (f"; supersedes {', '.join(earlier)}" if earlier else "")
-    return f"sync part {status}", (f"{model} on {task} ({source}): sync cosine {mean:+.3f} [{lo:+.3f}, {hi:+.3f}] "
-                                   f"at {matched}; the staleness part is not in the fingerprint, so the two are "
-                                   "compared on the synchronous part only")
+    return f"sync part {status}", f"{model} on {task} ({source}): sync cosine {mean:+.3f} [{lo:+.3f}, {hi:+.3f}] at {matched}"
+
+
+def gac1_runs(root: Path) -> dict[str, Any] | None:
+    """GAC-1's trainer runs as `GAC1_RUNS` records them: {"eta": the stale arm's lag, "seeds": [...],
+    "cos": {"sync": [...], "stale": [...]} (per seed, NaN where the run has not finished or defines no
+    cosine), "finished": n, "planned": n}; None when the file is absent, unreadable or lacks a column."""
+    import pandas as pd
+
+    path = Path(root) / GAC1_RUNS
+    try:
+        t = pd.read_csv(path, dtype={"stage": str, "arm": str, "eta": "Int64", "seed": "Int64", "finished": bool,
+                                     "late_grad_cos_within": float})
+        t = t[(t["stage"] == "search") & t["arm"].isin(["sync", "stale"])]
+        etas = sorted(set(t["eta"].dropna().astype(int)))
+        seeds = sorted(set(t["seed"].dropna().astype(int)))
+    except (OSError, ValueError, KeyError):
+        return None
+    if len(etas) != 1 or not seeds:
+        return None
+    cos: dict[str, list[float]] = {arm: [math.nan] * len(seeds) for arm in ("sync", "stale")}
+    for r in t.itertuples():
+        if r.finished and math.isfinite(r.late_grad_cos_within):
+            cos[r.arm][seeds.index(int(r.seed))] = float(r.late_grad_cos_within)
+    return {"eta": etas[0], "seeds": seeds, "cos": cos, "finished": int(t["finished"].sum()), "planned": len(t),
+            "file": str(path)}
+
+
+def _gac1_trainer(runs: dict[str, Any], sync_shown: str) -> tuple[str, str]:
+    """The whole of GAC-1 on the real model's trainer runs, by the testbed's rule."""
+    stale = f"eta={runs['eta']}"
+    parts = gac1_parts({"grpo|sync": runs["cos"]["sync"], f"grpo|{stale}": runs["cos"]["stale"]}, ["sync", stale])
+    shown = (f"{runs['file']}: within-batch consecutive-step cosine over the second half of the updates, per seed "
+             f"{', '.join(map(str, runs['seeds']))}: sync {fmt(runs['cos']['sync'], 2)}, {stale} "
+             f"{fmt(runs['cos']['stale'], 2)}; " + "; ".join(f"{p.name}: {fmt_interval(p)} -> {p.status}" for p in parts)
+             + f". Fingerprint: {sync_shown}")
+    return combine(parts), shown
 
 
 def _vcpo1(fps: list[dict[str, Any]]) -> tuple[str, str]:
@@ -225,20 +268,27 @@ def testbed_noise_scale(root: Path) -> float | None:
 def llm_rows(root: Path, testbed: dict[str, str], m_testbed: float | None = None) -> list[dict[str, str]]:
     """One row per claim the real model can speak to: testbed verdict, real-model verdict, what it read,
     agreement (module docstring). ``testbed``: claim id -> verdict; for GAC-1, "sync part <status> (...)"
-    (the status of its synchronous part) so that part is compared with the real model's. ``m_testbed``: the
-    testbed regime's minibatch size in samples."""
+    (the status of its synchronous part) so that part is compared with the real model's fingerprint, and
+    "GAC-1 claim" -> the whole claim's verdict, compared where the trainer runs judge the whole claim.
+    ``m_testbed``: the testbed regime's minibatch size in samples."""
     root = Path(root)
     fps = fingerprints(root)
     found, skipped = studies(root)
     out = []
+    trainer = gac1_runs(root)
     for cid in LLM_CLAIMS:
+        tb = testbed.get(cid, "not measured")
         if cid == "GAC-1":
             real, why = _gac1(fps, m_testbed, testbed_noise_scale(root))
+            if trainer is not None and trainer["finished"] == trainer["planned"]:
+                real, why = _gac1_trainer(trainer, why)
+                tb = testbed.get("GAC-1 claim", tb)
+            elif real != "not measured":
+                why += "; the staleness part is not in the fingerprint, so the two are compared on the synchronous part only"
         elif cid == "VCPO-1":
             real, why = _vcpo1(fps)
         else:
             real, why = _rescue(found, skipped, METHOD[cid])
-        tb = testbed.get(cid, "not measured")
         ag = agreement(tb, real)
         if ag == "not measured" and real not in ("not measured", "not testable"):
             why += f"; the testbed's verdict is '{tb}'"

@@ -221,7 +221,9 @@ def run_result(directory: Path, last_evals: int = 1) -> dict[str, Any] | None:
 
 
 def _metrics_means(path: Path) -> dict[str, float]:
-    """Per-run means of the health and staleness columns (NaN-aware), and the mean seconds per update."""
+    """Per-run means of the health and staleness columns (NaN-aware), the mean seconds per update, and
+    ``late_grad_cos_within``: the NaN-aware mean of ``grad_cos_within`` over the second half of the updates
+    (the last ``n // 2`` of ``n``; NaN when none is defined), the window the testbed's GAC-1 reads."""
     import pandas as pd
 
     try:
@@ -230,7 +232,11 @@ def _metrics_means(path: Path) -> dict[str, float]:
         return {}
     cols = ("step_seconds", "staleness_ess", "drift_ess", "grad_cos_within", "grad_cos_across", "zero_adv_frac",
             "mismatch_abs_max", "lag_mean")  # fmt: skip
-    return {f"mean_{c}": float(table[c].mean()) for c in cols if c in table}
+    out = {f"mean_{c}": float(table[c].mean()) for c in cols if c in table}
+    if "grad_cos_within" in table:
+        late = table["grad_cos_within"].iloc[len(table) - len(table) // 2:]
+        out["late_grad_cos_within"] = float(late.mean()) if late.notna().any() else math.nan
+    return out
 
 
 def execute(

@@ -240,11 +240,16 @@ def _tag(ev: Evidence) -> str:
     return "" if ev.registered else " [provisional regime settings]"
 
 
-def _gac1_parts(ev: Evidence, base: str) -> list[Outcome]:
-    cos = ev.cos
-    sync = arr(cos[f"{base}|sync"])
+def gac1_parts(cos: dict[str, Any], levels: list[str], base: str = "grpo") -> list[Outcome]:
+    """The parts of GAC-1 from per-seed cosines between consecutive optimizer steps' raw gradients.
+
+    ``cos``: cell ``"<base>|<level>"`` -> one cosine per seed (NaN: missing); ``levels[0]`` is the
+    synchronous level. "Near orthogonal under sync": the sync cosine inside +-`BAND` (one-sample TOST);
+    "high under async", per stale level: above `BAND`, softened to "direction" when it is significantly
+    above sync but not above the band."""
+    sync = arr(cos[f"{base}|{levels[0]}"])
     parts = [within(f"{base}: sync cosine near 0 (|mean| < {BAND.value})", sync, 0.0, BAND.value)]
-    for s in ev.levels[1:]:
+    for s in levels[1:]:
         stale = arr(cos[f"{base}|{s}"])
         high = at_least(f"{base}: cosine at {s} above {BAND.value}", stale, BAND.value)
         if high.status == "fails":
@@ -257,7 +262,7 @@ def _gac1_parts(ev: Evidence, base: str) -> list[Outcome]:
 
 @judged_on(NAME)
 def judge_gac1(ev: Evidence) -> Judgement:
-    per_base = {b: _gac1_parts(ev, b) for b in BASES}
+    per_base = {b: gac1_parts(ev.cos, ev.levels, b) for b in BASES}
     variants = {b: combine(p) for b, p in per_base.items()}
     ours = "; ".join(f"{b}: " + ", ".join(f"{'sync' if d == 'sync' else d} {fmt(arr(ev.cos[f'{b}|{d}']), 2)}"
                                            for d in ev.levels) for b in BASES) + _tag(ev)

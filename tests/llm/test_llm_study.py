@@ -95,6 +95,19 @@ def test_a_run_counts_as_done_only_when_finished_through_its_last_version(tmp_pa
     assert math.isnan(study.mean_se([0.5, math.nan, 0.4])[0])
 
 
+@pytest.mark.parametrize("cosines, late", [((0.9, 0.9, 0.1, "nan"), 0.1), ((0.9, 0.2, 0.4), 0.4),
+                                           ((0.9, 0.9, "nan", "nan"), math.nan)])
+def test_the_late_within_batch_cosine_is_the_nan_aware_mean_of_the_second_half_of_the_updates(tmp_path, cosines,
+                                                                                              late):
+    run = tmp_path / "r"
+    run.mkdir()
+    (run / "summary.json").write_text(json.dumps({"status": "finished", "of_steps": 2, "device": "cpu"}))
+    (run / "eval.csv").write_text("version,eval_reward\n0,0.1\n2,0.2\n")
+    (run / "metrics.csv").write_text("step,grad_cos_within\n" + "".join(f"{i},{c}\n" for i, c in enumerate(cosines)))
+    got = study.run_result(run)["late_grad_cos_within"]
+    assert got == pytest.approx(late) if math.isfinite(late) else math.isnan(got)
+
+
 @pytest.mark.slow
 def test_dry_study_is_cached_and_resumes_across_invocations(tmp_path):
     """Cut by a short budget, the study resumes where it stopped; a finished study reruns nothing."""

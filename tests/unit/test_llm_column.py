@@ -146,6 +146,43 @@ def test_an_unreadable_or_foreign_study_file_is_skipped_and_named(tmp_path):
     assert row["real"] == "not measured" and "schema: " in row["evidence"] and "old/study.json" in row["evidence"]
 
 
+def _gac1_study(tmp_path, late: dict[str, list[float | None]]) -> Path:
+    """GAC-1's trainer runs written by llm_scale.study: ``late`` {arm: per-seed cosine of the second half of
+    the updates, None: the run has not finished}; the first half's cosines are 0.9, which the rule must not read."""
+    (tmp_path / "gac1.toml").write_text(SWEEP.replace("eta = [2, 4]", "eta = [1]"))
+    sweep = study.load_sweep(tmp_path / "gac1.toml")
+    runs = tmp_path / "runs_gac1"
+    for run in study.search_runs(sweep):
+        c = late[run.arm][run.seed]
+        if c is None:
+            continue
+        _finish(runs, run, 0.5)
+        rows = [f"{step},{cos}" for step, cos in enumerate((0.9, 0.9, c, "nan" if run.seed == 0 else c))]
+        (runs / run.key / "metrics.csv").write_text("step,grad_cos_within\n" + "\n".join(rows) + "\n")
+    study.write_report(sweep, study.collect(sweep, runs), tmp_path / "results/llm/gac1_cpu", "test")
+    return tmp_path
+
+
+GAC1_TESTBED = {"GAC-1": "sync part holds (claim: not reproduced)", "GAC-1 claim": "not reproduced"}
+
+
+@pytest.mark.parametrize("stale, real, agree", [([0.01, 0.04, -0.02], "not reproduced", "agree"),
+                                                ([0.5, 0.55, 0.6], "reproduced", "disagree")])
+def test_gac1_is_judged_whole_on_the_trainer_runs_by_the_testbeds_rule(tmp_path, stale, real, agree):
+    _fingerprint(_gac1_study(tmp_path, {"sync": [0.02, -0.01, 0.03], "stale": stale}), [(8, 0.0)], 400.0)
+    row = llm_rows(tmp_path, GAC1_TESTBED, m_testbed=200.0)[0]
+    assert (row["testbed"], row["real"], row["agreement"]) == ("not reproduced", real, agree)
+    assert "grpo: cosine at eta=1 above 0.2" in row["evidence"] and "Fingerprint: smollm2 on arith" in row["evidence"]
+    assert "sync 0.013 +- 0.021 (n=3)" in row["evidence"] and "synchronous part only" not in row["evidence"]  # the second half only: the 0.9s are not read
+
+
+def test_gac1_falls_back_to_the_fingerprints_sync_part_until_every_trainer_run_has_finished(tmp_path):
+    _fingerprint(_gac1_study(tmp_path, {"sync": [0.02, -0.01, 0.03], "stale": [0.01, None, -0.02]}), [(8, 0.0)], 400.0)
+    row = llm_rows(tmp_path, GAC1_TESTBED, m_testbed=200.0)[0]
+    assert (row["testbed"], row["real"], row["agreement"]) == (GAC1_TESTBED["GAC-1"], "sync part holds", "agree")
+    assert "the staleness part is not in the fingerprint" in row["evidence"]
+
+
 def test_agreement_table():
     assert agreement("reproduced", "direction only") == "agree"
     assert agreement("not reproduced", "reproduced") == "disagree"
