@@ -20,6 +20,16 @@ def test_the_shipped_sweep_files_load(name):
     assert sweep.recipes == ("tis(c=2)+ess_lr", "dg", "gac", "decoupled_ppo") and sweep.base == "grpo"
 
 
+def test_gac1s_sweep_holds_the_settings_its_header_fixes():
+    """Minibatches of 8 sequences (the testbed regime's m / B_noise with the real model's B_noise), one epoch as
+    in the testbed regime, exactly one lag, three seeds, and enough updates for a second half at full lag."""
+    sweep = study.load_sweep(ROOT / "sweeps" / "llm" / "gac1_cpu.toml")
+    t = sweep.train
+    assert t["prompts_per_step"] * t["group_size"] // t["minibatches"] == 8 and t["epochs"] == 1
+    assert sweep.etas == (1,) and t["lag_policy"] == "fixed" and len(sweep.search_seeds) == 3
+    assert t["steps"] - t["steps"] // 2 >= sweep.etas[0]  # the second half's updates are all at full lag
+
+
 def test_the_full_study_has_three_seeds_and_the_rule_of_the_design():
     sweep = study.load_sweep(ROOT / "sweeps" / "llm" / "promotion.toml")
     assert len(sweep.search_seeds) >= 3 and len(sweep.compare_seeds) >= 3
