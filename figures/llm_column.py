@@ -174,9 +174,9 @@ def gac1_runs(root: Path) -> dict[str, Any] | None:
     import pandas as pd
 
     path = Path(root) / GAC1_RUNS
+    types = {"stage": str, "arm": str, "eta": "Int64", "seed": "Int64", "finished": bool, "late_grad_cos_within": float}
     try:
-        t = pd.read_csv(path, dtype={"stage": str, "arm": str, "eta": "Int64", "seed": "Int64", "finished": bool,
-                                     "late_grad_cos_within": float})
+        t = pd.read_csv(path, dtype=types)[list(types)]  # a missing column: KeyError
         t = t[(t["stage"] == "search") & t["arm"].isin(["sync", "stale"])]
         etas = sorted(set(t["eta"].dropna().astype(int)))
         seeds = sorted(set(t["seed"].dropna().astype(int)))

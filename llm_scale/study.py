@@ -234,8 +234,7 @@ def _metrics_means(path: Path) -> dict[str, float]:
             "mismatch_abs_max", "lag_mean")  # fmt: skip
     out = {f"mean_{c}": float(table[c].mean()) for c in cols if c in table}
     if "grad_cos_within" in table:
-        late = table["grad_cos_within"].iloc[len(table) - len(table) // 2:]
-        out["late_grad_cos_within"] = float(late.mean()) if late.notna().any() else math.nan
+        out["late_grad_cos_within"] = float(table["grad_cos_within"].iloc[len(table) - len(table) // 2:].mean())
     return out
 
 

@@ -183,6 +183,16 @@ def test_gac1_falls_back_to_the_fingerprints_sync_part_until_every_trainer_run_h
     assert "the staleness part is not in the fingerprint" in row["evidence"]
 
 
+def test_a_gac1_runs_table_without_the_late_cosine_is_skipped_not_an_error(tmp_path):
+    _fingerprint(_gac1_study(tmp_path, {"sync": [0.02, -0.01, 0.03], "stale": [0.5, 0.55, 0.6]}), [(8, 0.0)], 400.0)
+    runs = tmp_path / "results/llm/gac1_cpu/runs.csv"
+    lines = runs.read_text().splitlines()
+    drop = lines[0].split(",").index("late_grad_cos_within")
+    runs.write_text("\n".join(",".join(c for i, c in enumerate(ln.split(",")) if i != drop) for ln in lines) + "\n")
+    row = llm_rows(tmp_path, GAC1_TESTBED, m_testbed=200.0)[0]
+    assert (row["real"], row["agreement"]) == ("sync part holds", "agree")  # the fingerprint's sync part only
+
+
 def test_agreement_table():
     assert agreement("reproduced", "direction only") == "agree"
     assert agreement("not reproduced", "reproduced") == "disagree"
