@@ -13,6 +13,9 @@ gives "not measured" with the reason, never an error):
 * ``results/llm/study/**/study.json`` (``python -m llm_scale study``, the promotion study): ``base``,
   ``recipes``, ``eval_problems``, ``chosen`` {eta, lr} or null, ``forced``, ``verdict``, ``cell_runs``
   [{arm, seed, finished, diverged, accuracy}] (arm: "sync", "stale" or a recipe trained stale);
+* ``results/llm/vcpo1_cpu/runs.csv`` and ``updates.csv`` (``python -m llm_scale study
+  sweeps/llm/vcpo1_cpu.toml``, VCPO-1's trainer runs): per run ``key``, ``stage``, ``finished``; per run and
+  policy version ``eval_reward``, ``staleness_ess``, ``grad_norm_raw``, ``diverged``;
 * ``results/llm/gac1_cpu/runs.csv`` (``python -m llm_scale study sweeps/llm/gac1_cpu.toml``, GAC-1's
   trainer runs): per run ``stage``, ``arm`` ("sync" / "stale"), ``eta``, ``seed``, ``finished`` and
   ``late_grad_cos_within`` (the mean cosine between consecutive optimizer steps' raw gradients within a
@@ -29,8 +32,14 @@ Per claim (`LLM_CLAIMS`) the real model is judged by the testbed's own rule wher
   (`figures.experiments.async_grpo.gac1_parts`: sync inside +-`BAND`, stale above it) on the same
   quantity and window as the testbed's (the within-batch consecutive-step cosine over the second half of
   training, per seed), and set beside the testbed's verdict; the fingerprint's cosine is shown with it.
-* VCPO-1: needs collapses in real-model runs with ESS logged before them; none exist, so "not measured"
-  with the fingerprint's ESS by lag shown.
+* VCPO-1: on the trainer runs of ``results/llm/vcpo1_cpu`` (`vcpo1_runs`; one optimizer step per update,
+  a greedy evaluation after every update), once every planned run has finished, by the testbed's own rule
+  and code (`figures.experiments.mnist_delay.collapses`, `precursor_counts`, `precursor_parts`): a collapse
+  is an evaluation whose error (1 - greedy accuracy) is more than 0.2 above its running minimum, or
+  divergence; the precursors (an update's ESS below half, its raw gradient norm above twice, the median of
+  every earlier update's) are read among the updates of the 3 evaluation intervals up to it, and at the last
+  evaluation of the runs that do not collapse. No collapse after enough history: "not testable". Until
+  the runs have finished: "not measured", with the fingerprint's ESS by lag.
 * AREAL-1 (decoupled_ppo) / GAC-2 (gac): the promotion study's chosen cell (the first that degrades by the
   study's rule, fixed in its sweep file) through `figures.experiments.async_grpo.rescue_parts`, the
   testbed's rule, on error = 1 - greedy accuracy per seed (a diverged run: error 1), floored at half a
@@ -53,6 +62,7 @@ from typing import Any
 import numpy as np
 
 from figures.experiments.async_grpo import gac1_parts, rescue_parts
+from figures.experiments.mnist_delay import collapses, precursor_counts, precursor_parts
 from figures.stats import combine, fmt, fmt_interval
 from testbed.stabilizers.fingerprint import newest_files
 
@@ -62,6 +72,7 @@ BAND = 0.2  # GAC-1's "near orthogonal" band (figures/experiments/async_grpo.py)
 METHOD = {"AREAL-1": "decoupled_ppo", "GAC-2": "gac"}
 TESTBED_FINGERPRINT = "results/fingerprint/async_grpo.json"
 GAC1_RUNS = "results/llm/gac1_cpu/runs.csv"
+VCPO1_RUNS = "results/llm/vcpo1_cpu"
 
 
 def _load_json(path: Path) -> Any:
@@ -203,14 +214,73 @@ def _gac1_trainer(runs: dict[str, Any], sync_shown: str) -> tuple[str, str]:
     return combine(parts), shown
 
 
-def _vcpo1(fps: list[dict[str, Any]]) -> tuple[str, str]:
+def _fingerprint_ess(fps: list[dict[str, Any]]) -> str:
     ess = []
     for fp in fps:
         for s in fp.get("staleness") or []:
             if isinstance(s, dict) and s.get("lag") is not None and s.get("ess_seq") is not None:
                 ess.append(f"lag {s['lag']}: ESS/N {float(s['ess_seq']):.2f}")
-    shown = ("; fingerprint ESS by lag: " + ", ".join(ess[:6])) if ess else ""
-    return "not measured", "no collapse in the real-model runs to test precursors against" + shown
+    return ("fingerprint ESS by lag: " + ", ".join(ess[:6])) if ess else ""
+
+
+def vcpo1_runs(root: Path) -> dict[str, Any] | None:
+    """VCPO-1's trainer runs under `VCPO1_RUNS` in the shape the testbed's collapse code reads: ``table``
+    (one row per evaluation: ``recipe``, ``delay``, ``seed``, ``run_id``, ``step`` = policy version,
+    ``test_error`` = 1 - greedy accuracy, ``status``), ``steps`` (run_id -> one row per update: ``step`` = the
+    version it made, ``ess`` = its ``staleness_ess``, ``grad_norm`` = its ``grad_norm_raw``), ``log_every``
+    (updates between evaluations), ``finished`` / ``planned`` and ``file``; None when a file is absent,
+    unreadable or lacks a column."""
+    import pandas as pd
+
+    folder = Path(root) / VCPO1_RUNS
+    run_types = {"key": str, "stage": str, "finished": bool}
+    types = {"key": str, "arm": str, "eta": "Int64", "lr": float, "seed": "Int64", "diverged": bool, "version": "Int64",
+             "eval_reward": float, "staleness_ess": float, "grad_norm_raw": float}  # fmt: skip
+    try:
+        runs = pd.read_csv(folder / "runs.csv", dtype=run_types)[list(run_types)]
+        runs = runs[runs["stage"] == "search"]
+        up = pd.read_csv(folder / "updates.csv", dtype=types)[list(types)]
+    except (OSError, ValueError, KeyError):
+        return None
+    up = up[up["key"].isin(set(runs["key"]))]
+    evaluated = up[up["eval_reward"].notna()]
+    gaps = {int(g) for _, r in evaluated.groupby("key") for g in np.diff(np.sort(r["version"].to_numpy(dtype=int)))}
+    table = pd.DataFrame({
+        "recipe": "grpo", "delay": np.where(evaluated["arm"] == "sync", "sync",
+                                            "fixed:" + evaluated["eta"].astype(str)),
+        "lr": evaluated["lr"], "seed": evaluated["seed"].astype(int), "run_id": evaluated["key"],
+        "step": evaluated["version"].astype(float), "test_error": 1.0 - evaluated["eval_reward"],
+        "status": np.where(evaluated["diverged"], "diverged", "finished")})  # fmt: skip
+    table["delay"] = table["delay"] + " lr=" + table.pop("lr").map(lambda v: f"{v:g}")
+    made = up[up["version"] > 0]
+    steps = {key: pd.DataFrame({"step": r["version"].astype(float), "ess": r["staleness_ess"],
+                                "grad_norm": r["grad_norm_raw"]}) for key, r in made.groupby("key")}  # fmt: skip
+    return {"table": table, "steps": steps, "log_every": min(gaps) if gaps else 1, "finished": int(runs["finished"].sum()),
+            "planned": len(runs), "file": str(folder)}  # fmt: skip
+
+
+def _vcpo1(fps: list[dict[str, Any]], runs: dict[str, Any] | None) -> tuple[str, str]:
+    """VCPO-1 on the real model's trainer runs, by the testbed's rule and code (module docstring)."""
+    fingerprint = _fingerprint_ess(fps)
+    if runs is None or runs["finished"] < runs["planned"] or not runs["planned"]:
+        done = f" ({runs['finished']} of {runs['planned']} trainer runs in {runs['file']} finished)" if runs else ""
+        return "not measured", "no collapse in the real-model runs to test precursors against" + done + (
+            f"; {fingerprint}" if fingerprint else "")
+    events, quiet = collapses(runs["table"], runs["steps"], runs["log_every"])
+    counts = precursor_counts(events, quiet)
+    where = ", ".join(f"{x['delay']} seed {x['seed']} at version {x['step']:.0f}" for x in events)
+    head = (f"{runs['file']}: {runs['planned']} runs, {len(events)} collapse(s)" + (f" ({where})" if where else "")
+            + f", {counts['n']} after enough history; {counts['nq']} non-collapsing run ends")
+    if counts["n"] == 0:
+        return "not testable", head + ": no collapse after enough logged updates to test precursors against"
+    parts = precursor_parts(counts)
+    leads = []
+    for key, what in (("lead_ess", "ESS drop"), ("lead_grad", "spike")):
+        shown = [x[key] for x in events if x.get("enough_history") and x.get(key) is not None]
+        if shown:
+            leads.append(f"{what} first shows a median {np.median(shown):.0f} updates before the evaluation that shows it")
+    return combine(parts), (head + "; " + "; ".join(f"{p.name} ({p.detail}): {fmt_interval(p)} -> {p.status}" for p in parts)
+                            + (f" ({'; '.join(leads)})" if leads else ""))
 
 
 def _rescue(found: list[Study], skipped: list[str], method: str) -> tuple[str, str]:
@@ -286,7 +356,7 @@ def llm_rows(root: Path, testbed: dict[str, str], m_testbed: float | None = None
             elif real != "not measured":
                 why += "; the staleness part is not in the fingerprint, so the two are compared on the synchronous part only"
         elif cid == "VCPO-1":
-            real, why = _vcpo1(fps)
+            real, why = _vcpo1(fps, vcpo1_runs(root))
         else:
             real, why = _rescue(found, skipped, METHOD[cid])
         ag = agreement(tb, real)

@@ -24,7 +24,9 @@ running (each keeps its last checkpoint) and writes the tables from what has fin
 invocation picks up from there. Each run records the device it ran on (its summary.json).
 
 Outputs under ``--out`` (default results/llm/study): search.csv (one row per cell), compare.csv
-(one row per arm), runs.csv (one row per run with its accuracy, device and wall time), study.json
+(one row per arm), runs.csv (one row per run with its accuracy, device and wall time), updates.csv (one
+row per finished run and policy version: the version's greedy evaluation and the metrics of the update
+that made it, `run_updates`), study.json
 (the rule, the base and recipes, the problems behind each accuracy, the chosen cell and, per arm and
 seed, its comparison runs' accuracies, the verdict, how many runs are done), study.png / study.pdf.
 """
@@ -220,6 +222,37 @@ def run_result(directory: Path, last_evals: int = 1) -> dict[str, Any] | None:
     }  # fmt: skip
 
 
+UPDATE_COLUMNS = ("staleness_ess", "grad_norm_raw", "reward_mean", "zero_adv_frac", "loss")
+
+
+def run_updates(directory: Path) -> list[dict[str, Any]]:
+    """A run's trajectory by policy version: one row per version v = 0, 1, ... (the run's updates made so
+    far), with ``eval_reward`` (its greedy evaluation of v; NaN where v was not evaluated) and the
+    `UPDATE_COLUMNS` of the update that made v (metrics.csv's row ``step = v - 1``; NaN at v = 0). With
+    one optimizer step per update, ``staleness_ess`` is that step's ESS of the policy taking it against the
+    behaviour policy and ``grad_norm_raw`` its raw gradient norm. Empty when metrics.csv cannot be read."""
+    import pandas as pd
+
+    try:
+        metrics = pd.read_csv(directory / "metrics.csv")
+    except (OSError, ValueError):
+        return []
+    try:
+        evals = pd.read_csv(directory / "eval.csv", dtype={"version": int, "eval_reward": float})
+    except (OSError, ValueError):
+        evals = pd.DataFrame({"version": pd.Series(dtype=int), "eval_reward": pd.Series(dtype=float)})
+    if "step" not in metrics or not len(metrics):
+        return []
+    score = dict(zip(evals["version"].astype(int), evals["eval_reward"].astype(float), strict=True))
+    made = {int(row["step"]) + 1: row for _, row in metrics.iterrows()}
+    out = []
+    for v in range(max(made) + 1):
+        row = made.get(v)
+        out.append({"version": v, "eval_reward": score.get(v, math.nan),
+                    **{c: float(row[c]) if row is not None and c in row else math.nan for c in UPDATE_COLUMNS}})
+    return out
+
+
 def _metrics_means(path: Path) -> dict[str, float]:
     """Per-run means of the health and staleness columns (NaN-aware), the mean seconds per update, and
     ``late_grad_cos_within``: the NaN-aware mean of ``grad_cos_within`` over the second half of the updates
@@ -348,6 +381,7 @@ class Report:
     compare: list[dict[str, Any]] = field(default_factory=list)
     runs: list[dict[str, Any]] = field(default_factory=list)
     cell: list[dict[str, Any]] = field(default_factory=list)  # the chosen cell's comparison runs, one per arm and seed
+    updates: list[dict[str, Any]] = field(default_factory=list)  # per finished run and policy version (`run_updates`)
     chosen: dict[str, Any] | None = None
     forced: bool = False
 
@@ -413,6 +447,9 @@ def collect(sweep: Sweep, root: Path, force: tuple[int, float] | None = None) ->
         r = result(run)
         rep.runs.append({"key": run.key, "stage": run.stage, "arm": run.arm, "eta": run.eta, "lr": run.lr,
                          "seed": run.seed, "finished": r is not None, **(r or {})})  # fmt: skip
+        if r is not None:
+            rep.updates += [{"key": run.key, "arm": run.arm, "eta": run.eta, "lr": run.lr, "seed": run.seed,
+                             "diverged": r["diverged"], **row} for row in run_updates(root / run.key)]  # fmt: skip
     return rep
 
 
@@ -423,6 +460,8 @@ def write_report(sweep: Sweep, rep: Report, out: Path, command: str) -> None:
     pd.DataFrame(rep.search).to_csv(out / "search.csv", index=False)
     pd.DataFrame(rep.compare).to_csv(out / "compare.csv", index=False)
     pd.DataFrame(rep.runs).to_csv(out / "runs.csv", index=False)
+    pd.DataFrame(rep.updates, columns=["key", "arm", "eta", "lr", "seed", "diverged", "version", "eval_reward",
+                                       *UPDATE_COLUMNS]).to_csv(out / "updates.csv", index=False)  # fmt: skip
     done = sum(r["finished"] for r in rep.runs)
     if rep.chosen is None:
         verdict = ("not testable in this grid: no cell degrades by the rule" if all(r["complete"] for r in rep.search)

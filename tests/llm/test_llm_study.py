@@ -135,3 +135,19 @@ def test_dry_study_is_cached_and_resumes_across_invocations(tmp_path):
     mtimes = {p: p.stat().st_mtime for p in (tmp_path / "runs").glob("*/summary.json")}
     assert study.main([*args, "--budget-s", "60"]) == 0
     assert {p: p.stat().st_mtime for p in (tmp_path / "runs").glob("*/summary.json")} == mtimes
+
+
+def test_updates_table_puts_each_updates_metrics_on_the_version_it_made(tmp_path):
+    """updates.csv: version v carries its evaluation and the metrics of update v - 1 (none at v = 0); a version
+    without an evaluation has NaN there, never 0."""
+    run = tmp_path / "r"
+    run.mkdir()
+    (run / "eval.csv").write_text("version,eval_reward\n0,0.5\n2,0.25\n")
+    (run / "metrics.csv").write_text("step,staleness_ess,grad_norm_raw,loss\n0,1.0,2.0,0.1\n1,0.5,8.0,0.2\n")
+    rows = study.run_updates(run)
+    assert [r["version"] for r in rows] == [0, 1, 2]
+    assert rows[0]["eval_reward"] == 0.5 and math.isnan(rows[0]["staleness_ess"]) and math.isnan(rows[0]["grad_norm_raw"])
+    assert math.isnan(rows[1]["eval_reward"]) and (rows[1]["staleness_ess"], rows[1]["grad_norm_raw"]) == (1.0, 2.0)
+    assert (rows[2]["eval_reward"], rows[2]["staleness_ess"], rows[2]["grad_norm_raw"], rows[2]["loss"]) == (0.25, 0.5, 8.0, 0.2)
+    assert math.isnan(rows[2]["reward_mean"])  # a column the run did not log
+    assert study.run_updates(tmp_path / "absent") == []

@@ -193,6 +193,70 @@ def test_a_gac1_runs_table_without_the_late_cosine_is_skipped_not_an_error(tmp_p
     assert (row["real"], row["agreement"]) == ("sync part holds", "agree")  # the fingerprint's sync part only
 
 
+VCPO1_TESTBED = {"VCPO-1": "inconclusive"}
+
+
+def _trace(collapse_at: int | None, precursors: bool, stale: bool, last: int = 12) -> tuple[list, list, list]:
+    """Per version 0..last: greedy accuracy 0.6 (0.2 from ``collapse_at`` on); per update 1..last: ESS 0.9
+    (1.0 in sync) and gradient norm 3.0, with an ESS of 0.2 and a norm of 10 at the update before the collapse
+    when ``precursors``."""
+    acc = [0.2 if collapse_at is not None and v >= collapse_at else 0.6 for v in range(last + 1)]
+    ess = [0.9 if stale else 1.0] * last
+    norm = [3.0] * last
+    if precursors and collapse_at is not None:
+        ess[collapse_at - 2], norm[collapse_at - 2] = 0.2, 10.0  # update collapse_at - 2 makes version collapse_at - 1
+    return acc, ess, norm
+
+
+def _vcpo1_study(tmp_path, stale: list[tuple[int | None, bool, bool]], missing: int = 0) -> Path:
+    """VCPO-1's trainer runs written by llm_scale.study: synchronous runs that never collapse, and per seed a stale
+    run (collapse version or None, precursors before it, diverged: its evaluations stop at the collapse);
+    ``missing`` of the sync runs have not finished."""
+    text = SWEEP.replace("eta = [2, 4]", "eta = [4]").replace("steps = 4", "steps = 12").replace(
+        "eval_every = 2", "eval_every = 1").replace("seeds = [0, 1, 2]\n[compare]", f"seeds = {list(range(len(stale)))}\n[compare]")
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "vcpo1.toml").write_text(text)
+    sweep = study.load_sweep(tmp_path / "vcpo1.toml")
+    runs = tmp_path / "runs_vcpo1"
+    for run in study.search_runs(sweep):
+        if run.arm == "sync" and run.seed < missing:
+            continue
+        collapse, pre, diverged = stale[run.seed] if run.arm == "stale" else (None, False, False)
+        acc, ess, norm = _trace(collapse, pre, run.arm == "stale")
+        last = collapse if diverged else 12
+        d = runs / run.key
+        d.mkdir(parents=True)
+        (d / "summary.json").write_text(json.dumps({"status": "diverged" if diverged else "finished", "of_steps": 12}))
+        (d / "eval.csv").write_text("version,eval_reward\n" + "".join(f"{v},{acc[v]}\n" for v in range(last + 1)))
+        (d / "metrics.csv").write_text("step,staleness_ess,grad_norm_raw\n"
+                                       + "".join(f"{s},{ess[s]},{norm[s]}\n" for s in range(last)))
+    study.write_report(sweep, study.collect(sweep, runs), tmp_path / "results/llm/vcpo1_cpu", "test")
+    return tmp_path
+
+
+def test_vcpo1_is_judged_on_the_trainer_runs_by_the_testbeds_collapse_rule(tmp_path):
+    stale = [(9, True, False)] * 5 + [(9, True, True)]  # the last one diverges at version 9: a collapse there
+    row = llm_rows(_vcpo1_study(tmp_path, stale), VCPO1_TESTBED)[1]
+    assert (row["id"], row["testbed"], row["real"], row["agreement"]) == ("VCPO-1", "inconclusive", "reproduced",
+                                                                        "not decided")
+    assert "6 collapse(s)" in row["evidence"] and "6 after enough history; 6 non-collapsing run ends" in row["evidence"]
+    assert "ESS drop before the collapse (6/6 collapses; 0/6 non-collapsing run ends)" in row["evidence"]
+    assert "fixed:4 lr=0.001 seed 5 at version 9" in row["evidence"]
+
+
+def test_vcpo1_collapses_without_precursors_fail_and_early_ones_are_not_testable(tmp_path):
+    row = llm_rows(_vcpo1_study(tmp_path / "a", [(9, False, False)] * 6), VCPO1_TESTBED)[1]
+    assert row["real"] == "not reproduced" and "0/6 collapses" in row["evidence"]
+    row = llm_rows(_vcpo1_study(tmp_path / "b", [(4, True, False)] * 6), VCPO1_TESTBED)[1]  # too little history
+    assert (row["real"], row["agreement"]) == ("not testable", "not measured")
+    assert "6 collapse(s)" in row["evidence"] and "0 after enough history" in row["evidence"]
+
+
+def test_vcpo1_is_not_measured_until_every_trainer_run_has_finished(tmp_path):
+    row = llm_rows(_vcpo1_study(tmp_path, [(9, True, False)] * 6, missing=1), VCPO1_TESTBED)[1]
+    assert row["real"] == "not measured" and "11 of 12 trainer runs" in row["evidence"]
+
+
 def test_agreement_table():
     assert agreement("reproduced", "direction only") == "agree"
     assert agreement("not reproduced", "reproduced") == "disagree"
