@@ -30,6 +30,17 @@ def test_gac1s_sweep_holds_the_settings_its_header_fixes():
     assert t["steps"] - t["steps"] // 2 >= sweep.etas[0]  # the second half's updates are all at full lag
 
 
+def test_vcpo1s_sweep_holds_the_settings_its_header_fixes():
+    """The testbed's VCPO-1 setting: one optimizer step per batch, an evaluation after every update on the same
+    problems, a fixed lag; the degradation rule off (no difference of accuracies reaches 1, so no comparison)."""
+    sweep = study.load_sweep(ROOT / "sweeps" / "llm" / "vcpo1_cpu.toml")
+    t = sweep.train
+    assert t["epochs"] == t["minibatches"] == 1 and sweep.eval_every == 1 and t["eval_size"] == 32
+    assert sweep.etas == (4,) and t["lag_policy"] == "fixed" and sweep.lrs == (1e-4, 5e-5, 3e-5)
+    assert sweep.search_seeds == (0, 1, 2) and sweep.min_drop == 1.0
+    assert t["steps"] >= 12  # a collapse needs 3 updates of history before its 3-update window
+
+
 def test_the_full_study_has_three_seeds_and_the_rule_of_the_design():
     sweep = study.load_sweep(ROOT / "sweeps" / "llm" / "promotion.toml")
     assert len(sweep.search_seeds) >= 3 and len(sweep.compare_seeds) >= 3
