@@ -62,7 +62,7 @@ from typing import Any
 import numpy as np
 
 from figures.experiments.async_grpo import gac1_parts, rescue_parts
-from figures.experiments.mnist_delay import collapses, precursor_counts, precursor_parts
+from figures.experiments.mnist_delay import collapses, precursor_counts, precursor_leads, precursor_parts
 from figures.stats import combine, fmt, fmt_interval
 from testbed.stabilizers.fingerprint import newest_files
 
@@ -245,13 +245,12 @@ def vcpo1_runs(root: Path) -> dict[str, Any] | None:
     up = up[up["key"].isin(set(runs["key"]))]
     evaluated = up[up["eval_reward"].notna()]
     gaps = {int(g) for _, r in evaluated.groupby("key") for g in np.diff(np.sort(r["version"].to_numpy(dtype=int)))}
+    level = np.where(evaluated["arm"] == "sync", "sync", "fixed:" + evaluated["eta"].astype(str))
     table = pd.DataFrame({
-        "recipe": "grpo", "delay": np.where(evaluated["arm"] == "sync", "sync",
-                                            "fixed:" + evaluated["eta"].astype(str)),
-        "lr": evaluated["lr"], "seed": evaluated["seed"].astype(int), "run_id": evaluated["key"],
+        "recipe": "grpo", "delay": level + " lr=" + evaluated["lr"].map(lambda v: f"{v:g}"),
+        "seed": evaluated["seed"].astype(int), "run_id": evaluated["key"],
         "step": evaluated["version"].astype(float), "test_error": 1.0 - evaluated["eval_reward"],
         "status": np.where(evaluated["diverged"], "diverged", "finished")})  # fmt: skip
-    table["delay"] = table["delay"] + " lr=" + table.pop("lr").map(lambda v: f"{v:g}")
     made = up[up["version"] > 0]
     steps = {key: pd.DataFrame({"step": r["version"].astype(float), "ess": r["staleness_ess"],
                                 "grad_norm": r["grad_norm_raw"]}) for key, r in made.groupby("key")}  # fmt: skip
@@ -274,11 +273,7 @@ def _vcpo1(fps: list[dict[str, Any]], runs: dict[str, Any] | None) -> tuple[str,
     if counts["n"] == 0:
         return "not testable", head + ": no collapse after enough logged updates to test precursors against"
     parts = precursor_parts(counts)
-    leads = []
-    for key, what in (("lead_ess", "ESS drop"), ("lead_grad", "spike")):
-        shown = [x[key] for x in events if x.get("enough_history") and x.get(key) is not None]
-        if shown:
-            leads.append(f"{what} first shows a median {np.median(shown):.0f} updates before the evaluation that shows it")
+    leads = precursor_leads(events, "updates")
     return combine(parts), (head + "; " + "; ".join(f"{p.name} ({p.detail}): {fmt_interval(p)} -> {p.status}" for p in parts)
                             + (f" ({'; '.join(leads)})" if leads else ""))
 

@@ -237,13 +237,13 @@ def run_updates(directory: Path) -> list[dict[str, Any]]:
         metrics = pd.read_csv(directory / "metrics.csv")
     except (OSError, ValueError):
         return []
-    try:
-        evals = pd.read_csv(directory / "eval.csv", dtype={"version": int, "eval_reward": float})
-    except (OSError, ValueError):
-        evals = pd.DataFrame({"version": pd.Series(dtype=int), "eval_reward": pd.Series(dtype=float)})
     if "step" not in metrics or not len(metrics):
         return []
-    score = dict(zip(evals["version"].astype(int), evals["eval_reward"].astype(float), strict=True))
+    try:
+        evals = pd.read_csv(directory / "eval.csv", dtype={"version": int, "eval_reward": float})
+        score = dict(zip(evals["version"], evals["eval_reward"], strict=True))
+    except (OSError, ValueError, KeyError):
+        score = {}
     made = {int(row["step"]) + 1: row for _, row in metrics.iterrows()}
     out = []
     for v in range(max(made) + 1):

@@ -374,6 +374,18 @@ def precursor_parts(c: dict[str, int], prefix: str = "") -> list[Outcome]:
             for k, kq, what in (("ess", "ess_q", "ESS drop"), ("grad", "grad_q", "gradient-norm spike"))]
 
 
+def precursor_leads(events: list[dict], unit: str = "learner steps") -> list[str]:
+    """Per precursor, among the collapses with enough history that show it, the median lead (``lead_*`` of
+    `precursors`) from its first showing to the evaluation that shows the collapse, in ``unit``."""
+    leads = []
+    for key, what in (("lead_ess", "ESS drop"), ("lead_grad", "spike")):
+        shown = [x[key] for x in events if x.get("enough_history") and x.get(key) is not None]
+        if shown:
+            leads.append(f"{what} first shows a median {np.median(shown):.0f} {unit} before the evaluation that "
+                         "shows the collapse")
+    return leads
+
+
 @judged_on(NAME)
 def judge_vcpo1(ev: Evidence) -> Judgement:
     events = [x for x in ev.events if x.get("enough_history")]
@@ -386,12 +398,7 @@ def judge_vcpo1(ev: Evidence) -> Judgement:
                          other_parts=sensitivity)
     parts = precursor_parts(precursor_counts(ev.events, ev.quiet))
     which = sorted({f"{x['recipe']}@{lag_of(x['delay'])}" for x in events})
-    leads = []
-    for key, what in (("lead_ess", "ESS drop"), ("lead_grad", "spike")):
-        shown = [x[key] for x in events if x.get(key) is not None]
-        if shown:
-            leads.append(f"{what} first shows a median {np.median(shown):.0f} learner steps before the evaluation "
-                         "that shows the collapse")
+    leads = precursor_leads(events)
     ours = (f"{n} collapses ({', '.join(which[:8])}{'...' if len(which) > 8 else ''}): "
             + "; ".join(p.detail for p in parts) + (f" ({'; '.join(leads)})" if leads else ""))
     return Judgement(ours, parts, other_parts=sensitivity)
