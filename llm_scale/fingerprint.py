@@ -201,7 +201,8 @@ class _Measure:
         gram = fp.gram_matrix(torch.stack(sketches))
         cos = fp.minibatch_cosines(gram, g, list(a.sizes), seed=a.seed)
         fit = fp.noise_scale_from_cosines([c.m for c in cos], [c.mean for c in cos], [c.pairs for c in cos])
-        truncated = ~(torch.isin(batch.completion_ids, torch.tensor(self.eos_ids)) & mask).any(-1)
+        eos = torch.tensor(self.eos_ids, device=batch.completion_ids.device)
+        truncated = ~(torch.isin(batch.completion_ids, eos) & mask).any(-1)
         return {
             "version": version, "cosine_by_minibatch": cos, "noise_scale": fit,
             "noise_scale_gram": fp.noise_scale_from_gram(gram, g),

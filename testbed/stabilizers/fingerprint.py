@@ -170,7 +170,7 @@ def minibatch_cosines(
             raise ValueError(f"minibatch size {m} is not a positive multiple of the group size {group_size}")
         values = []
         for a, b in disjoint_pairs(n, m // group_size, seed=seed + j):
-            ia, ib = torch.tensor(a), torch.tensor(b)
+            ia, ib = torch.tensor(a, device=k_mat.device), torch.tensor(b, device=k_mat.device)
             ab = float(k_mat[ia][:, ib].sum())
             aa, bb = float(k_mat[ia][:, ia].sum()), float(k_mat[ib][:, ib].sum())
             values.append(NAN if aa <= 0.0 or bb <= 0.0 else ab / math.sqrt(aa * bb))
@@ -272,7 +272,7 @@ def staleness_stats(
     if tok.numel() == 0:
         return StalenessStats(lag, NAN, NAN, NAN, NAN, NAN, NAN, NAN)
     seq = torch.where(m, lr, 0.0).sum(-1)[m.any(-1)]
-    q = torch.quantile(tok, torch.tensor([0.05, 0.5, 0.95], dtype=torch.float64))
+    q = torch.quantile(tok, torch.tensor([0.05, 0.5, 0.95], dtype=torch.float64, device=tok.device))
     lo, hi = math.log1p(-eps), math.log1p(eps)
     if advantages is None:
         clipped = (tok < lo) | (tok > hi)
@@ -298,8 +298,8 @@ def zero_advantage_frac(rewards: Tensor, group_ids: Tensor) -> float:
         return NAN
     _, inv = torch.unique(g, return_inverse=True)
     n = int(inv.max()) + 1
-    hi = torch.full((n,), -math.inf, dtype=torch.float64).scatter_reduce(0, inv, r, "amax")
-    lo = torch.full((n,), math.inf, dtype=torch.float64).scatter_reduce(0, inv, r, "amin")
+    hi = torch.full((n,), -math.inf, dtype=torch.float64, device=r.device).scatter_reduce(0, inv, r, "amax")
+    lo = torch.full((n,), math.inf, dtype=torch.float64, device=r.device).scatter_reduce(0, inv, r, "amin")
     return float((hi == lo).double().mean())
 
 
