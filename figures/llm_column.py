@@ -44,7 +44,8 @@ Per claim (`LLM_CLAIMS`) the real model is judged by the testbed's own rule wher
   study's rule, fixed in its sweep file) through `figures.experiments.async_grpo.rescue_parts`, the
   testbed's rule, on error = 1 - greedy accuracy per seed (a diverged run: error 1), floored at half a
   problem. A study whose search found no degrading cell makes the claim "not testable"; a forced or
-  unfinished one is never judged; of several valid studies the last in path order is judged.
+  unfinished one is never judged (a search that has not finished is named before a forced pilot); of several
+  valid studies the last in path order is judged.
 
 Agreement: both positive (reproduced / direction only) or both negative (not reproduced) = "agree"; one
 of each = "disagree"; both "not testable" = "neither testable"; an inconclusive side = "not decided";
@@ -106,6 +107,8 @@ class Study:
     forced: bool
     verdict: str
     cell_runs: tuple[dict[str, Any], ...] = field(default_factory=tuple)
+    runs_finished: int = 0
+    runs_planned: int = 0
 
     @classmethod
     def read(cls, path: Path) -> Study | None:
@@ -113,7 +116,8 @@ class Study:
         d = _load_json(path)
         try:
             return cls(str(path), str(d["base"]), tuple(map(str, d["recipes"])), int(d["eval_problems"]),
-                       d["chosen"], bool(d["forced"]), str(d["verdict"]), tuple(d["cell_runs"]))
+                       d["chosen"], bool(d["forced"]), str(d["verdict"]), tuple(d["cell_runs"]),
+                       int(d["runs_finished"]), int(d["runs_planned"]))
         except (KeyError, TypeError, ValueError):
             return None
 
@@ -288,6 +292,11 @@ def _rescue(found: list[Study], skipped: list[str], method: str) -> tuple[str, s
         untestable = [s for s in mine if s.chosen is None and s.verdict.startswith("not testable")]
         if untestable:
             return "not testable", f"{untestable[0].path}: {untestable[0].verdict} (the base never degrades)"
+        searching = [s for s in mine if s.chosen is None and not s.forced]
+        if searching:
+            s = searching[-1]
+            return "not measured", (f"{s.path}: {s.verdict} ({s.runs_finished} of {s.runs_planned} planned runs finished)"
+                                    "; a search that has not finished chooses no cell")
         forced = [s for s in mine if s.forced]
         if forced:
             return "not measured", f"{forced[0].path}: {forced[0].verdict}; a forced cell is never judged"

@@ -41,6 +41,19 @@ def test_vcpo1s_sweep_holds_the_settings_its_header_fixes():
     assert t["steps"] >= 12  # a collapse needs 3 updates of history before its 3-update window
 
 
+def test_the_gpu_sized_study_differs_from_the_full_one_only_where_its_header_says():
+    """One search cell (the full grid's largest eta and lr), half the updates, no checkpoints, the two recipes the
+    real-LLM column reads; every other training setting, the rule and the seeds as in promotion.toml."""
+    gpu, full = (study.load_sweep(ROOT / "sweeps" / "llm" / n) for n in ("promotion_gpu.toml", "promotion.toml"))
+    assert (gpu.etas, gpu.lrs) == ((max(full.etas),), (max(full.lrs),)) and gpu.recipes == ("decoupled_ppo", "gac")
+    assert gpu.train["steps"] * 2 == full.train["steps"] and gpu.train["checkpoint_every"] == 0
+    fixed = ("steps", "checkpoint_every", "keep_checkpoints")
+    assert {k: v for k, v in gpu.train.items() if k not in fixed} == {k: v for k, v in full.train.items() if k not in fixed}
+    assert (gpu.base, gpu.min_drop, gpu.min_se, gpu.last_evals, gpu.eval_every) == (
+        full.base, full.min_drop, full.min_se, full.last_evals, full.eval_every)
+    assert gpu.search_seeds == full.search_seeds and gpu.compare_seeds == full.compare_seeds
+
+
 def test_the_full_study_has_three_seeds_and_the_rule_of_the_design():
     sweep = study.load_sweep(ROOT / "sweeps" / "llm" / "promotion.toml")
     assert len(sweep.search_seeds) >= 3 and len(sweep.compare_seeds) >= 3

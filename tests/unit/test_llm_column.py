@@ -138,6 +138,16 @@ def test_forced_or_unfinished_comparisons_are_never_judged(tmp_path, compare, sa
     assert row["real"] == "not measured" and says in row["evidence"]
 
 
+def test_a_search_that_has_not_finished_is_named_before_a_forced_pilot(tmp_path):
+    flat = {("sync", e): SYNC for e in (2, 4)} | {("stale", e): [0.60, 0.60, 0.59] for e in (2, 4)}
+    _study(tmp_path, flat, {"decoupled_ppo": SYNC, "gac": SYNC}, force=(2, 1e-3), name="a_pilot")
+    sweep = study.load_sweep(tmp_path / "sweep.toml")
+    study.write_report(sweep, study.collect(sweep, tmp_path / "no_runs"), tmp_path / "results/llm/study/b_gpu", "test")
+    row = llm_rows(tmp_path, {"AREAL-1": "reproduced"}, 200.0)[2]
+    assert row["real"] == "not measured" and "a_pilot" not in row["evidence"]
+    assert "b_gpu/study.json: search incomplete (0 of 9 planned runs finished)" in row["evidence"]
+
+
 def test_an_unreadable_or_foreign_study_file_is_skipped_and_named(tmp_path):
     d = tmp_path / "results/llm/study/old"
     d.mkdir(parents=True)
