@@ -65,6 +65,7 @@ from torch import Tensor
 from testbed import seeding
 from testbed.stabilizers import PolicyTerms, Recipe, aggregate
 from testbed.stabilizers import fingerprint as fp
+from testbed.stabilizers.gradient import global_dots
 
 from .generation import RolloutBatch, position_ids
 
@@ -210,23 +211,23 @@ class Learner:
         ).to(self.device)  # fmt: skip
 
     def _grad_stats(self, same_batch: bool) -> dict[str, float]:
-        """Norm of the raw gradient and its cosine with the previous optimizer step's raw gradient.
+        """Norm of the raw gradient and its cosine with the previous optimizer step's raw gradient, the cosine by
+        `global_dots` (the products GAC acts on); one host synchronisation for each, not one per parameter.
 
         The pair's kind is ``within`` when the previous step was taken on the same rollout batch,
         ``across`` when it was the last step on the previous batch. The cosine is NaN when either
         gradient is zero (undefined, as `fingerprint.cosine`) or there is no previous step.
         """
         grads = [p.grad for p in self.model.parameters() if p.grad is not None]
-        sq = sum(float(g.double().pow(2).sum()) for g in grads)
+        sq = float(torch.stack([g.detach().double().pow(2).sum() for g in grads]).sum()) if grads else 0.0
         out = {"grad_norm_raw": math.sqrt(sq)}
         if not self.s.grad_cosine:
             return out
         cos = float("nan")
         if self.prev_grad is not None and len(self.prev_grad) == len(grads):
-            dot = sum(float((g.double() * h).sum()) for g, h in zip(grads, self.prev_grad, strict=True))
-            prev_sq = sum(float(h.double().pow(2).sum()) for h in self.prev_grad)
-            if sq > 0 and prev_sq > 0 and math.isfinite(dot):
-                cos = dot / math.sqrt(sq * prev_sq)
+            dot, g_sq, prev_sq = global_dots(list(zip(grads, self.prev_grad, strict=True)))
+            if g_sq > 0 and prev_sq > 0 and math.isfinite(dot):
+                cos = dot / math.sqrt(g_sq * prev_sq)
             for h, g in zip(self.prev_grad, grads, strict=True):
                 h.copy_(g)
             kind = "within" if same_batch else "across"
@@ -367,7 +368,7 @@ class Learner:
 
     def finite(self) -> bool:
         """True while every parameter is finite."""
-        return all(bool(torch.isfinite(p.detach()).all()) for p in self.model.parameters())
+        return bool(torch.stack([torch.isfinite(p.detach()).all() for p in self.model.parameters()]).all())
 
 
 def informative_rows(rewards: Tensor, group_ids: Tensor) -> Tensor:
