@@ -377,12 +377,8 @@ def informative_rows(rewards: Tensor, group_ids: Tensor) -> Tensor:
     DAPO's dynamic sampling (arXiv 2503.14476) drops the other groups: their group-normalised
     advantages are all zero, so they cost a forward and backward and add no gradient.
     """
-    _, inv = torch.unique(group_ids, return_inverse=True)
-    n = int(inv.max()) + 1 if inv.numel() else 0
-    r = rewards.detach().double()
-    hi = torch.full((n,), -math.inf, dtype=torch.float64, device=r.device).scatter_reduce(0, inv, r, "amax")
-    lo = torch.full((n,), math.inf, dtype=torch.float64, device=r.device).scatter_reduce(0, inv, r, "amin")
-    return (hi > lo)[inv]
+    constant, group = fp.constant_reward_groups(rewards, group_ids)
+    return ~constant[group]
 
 
 def select_rows(batch: RolloutBatch, rows: Tensor) -> RolloutBatch:

@@ -287,20 +287,26 @@ def staleness_stats(
 # ------------------------------------------------------------------------------------------- batch health
 
 
-def zero_advantage_frac(rewards: Tensor, group_ids: Tensor) -> float:
-    """Fraction of prompt groups whose rewards are all equal (max == min): their GRPO advantages are all zero,
-    so they cost a forward and backward and contribute no gradient (DAPO's dynamic sampling drops them,
-    arXiv 2503.14476). A group of one sample counts as zero-advantage. No group: NaN."""
+def constant_reward_groups(rewards: Tensor, group_ids: Tensor) -> tuple[Tensor, Tensor]:
+    """([G] bool: prompt group g's rewards are all equal (max == min), [B] long: each sequence's group index g),
+    the G groups numbered in the sorted order of their ids. Such a group's GRPO advantages are all zero, so it
+    costs a forward and backward and contributes no gradient (DAPO's dynamic sampling drops it, arXiv
+    2503.14476); a group of one sample is constant, and so is a group with a NaN reward (no usable advantage)."""
     r, g = rewards.detach().reshape(-1).double(), group_ids.detach().reshape(-1)
     if r.shape != g.shape:
-        raise ValueError(f"zero_advantage_frac: {r.numel()} rewards but {g.numel()} group ids")
-    if r.numel() == 0:
-        return NAN
+        raise ValueError(f"constant_reward_groups: {r.numel()} rewards but {g.numel()} group ids")
     _, inv = torch.unique(g, return_inverse=True)
-    n = int(inv.max()) + 1
+    n = int(inv.max()) + 1 if inv.numel() else 0
     hi = torch.full((n,), -math.inf, dtype=torch.float64, device=r.device).scatter_reduce(0, inv, r, "amax")
     lo = torch.full((n,), math.inf, dtype=torch.float64, device=r.device).scatter_reduce(0, inv, r, "amin")
-    return float((hi == lo).double().mean())
+    return ~(hi > lo), inv
+
+
+def zero_advantage_frac(rewards: Tensor, group_ids: Tensor) -> float:
+    """Fraction of prompt groups whose rewards are all equal (`constant_reward_groups`): their GRPO advantages
+    are all zero. No group: NaN."""
+    constant, _ = constant_reward_groups(rewards, group_ids)
+    return float(constant.double().mean()) if constant.numel() else NAN
 
 
 def mean_token_entropy(logits: Tensor, mask: Tensor) -> float:

@@ -114,6 +114,9 @@ def test_zero_advantage_fraction_and_dynamic_sampling(tmp_path):
     groups = torch.arange(3).repeat_interleave(4)
     assert informative_rows(rewards, groups).tolist() == [True] * 4 + [False] * 8
     assert fp.zero_advantage_frac(rewards, groups) == pytest.approx(2 / 3)
+    with_nan = rewards.clone()
+    with_nan[0] = math.nan  # a group with a NaN reward has no usable advantage: counted constant, dropped
+    assert not informative_rows(with_nan, groups).any() and fp.zero_advantage_frac(with_nan, groups) == 1.0
     trainer = Trainer(tiny_config(tmp_path, task="arithmetic", prompts_per_step=3, dynamic_sampling=True))
     batch = trainer.sampler.batch(trainer.model, 0, 0)
     batch.rewards = rewards
