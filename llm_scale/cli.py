@@ -162,7 +162,11 @@ def _train(argv: list[str]) -> int:
     try:
         summary = trainer.run()
     except KeyboardInterrupt:
-        print(f"interrupted at update {trainer.step}; continue from the last checkpoint with --resume auto", file=sys.stderr)
+        if (trainer.out / "checkpoints" / "latest").is_file():
+            print(f"interrupted at update {trainer.step}; continue from the last checkpoint with --resume auto", file=sys.stderr)
+        else:
+            print(f"interrupted at update {trainer.step}; no checkpoint was written (--checkpoint-every 0), so a rerun "
+                  "starts over", file=sys.stderr)  # fmt: skip
         return 130
     except Exception as exc:
         log = write_failure(trainer.out, exc)

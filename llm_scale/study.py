@@ -331,7 +331,9 @@ def execute(
             proc.kill()
             proc.wait()
         handle.close()
-        print(f"study: interrupted {run.arm} seed={run.seed} (resumes next time)", file=log, flush=True)
+        resumes = (root / run.key / "checkpoints" / "latest").is_file()
+        print(f"study: interrupted {run.arm} seed={run.seed} ({'resumes from its last checkpoint' if resumes else 'no checkpoint: starts over'} "
+              "next time)", file=log, flush=True)  # fmt: skip
     return finished
 
 

@@ -378,3 +378,21 @@ def test_sigkill_of_the_trainer_leaves_no_orphan_rollout_process(tmp_path):
     while time.monotonic() < deadline and any(_alive(k) for k in kids):
         time.sleep(0.05)
     assert not any(_alive(k) for k in kids)
+
+
+@pytest.mark.parametrize("checkpoint", [True, False])
+def test_an_interrupted_run_says_whether_a_rerun_resumes_or_starts_over(tmp_path, monkeypatch, capsys, checkpoint):
+    from llm_scale.trainer import Trainer
+
+    def interrupted(self):
+        if checkpoint:
+            (self.out / "checkpoints").mkdir(parents=True)
+            (self.out / "checkpoints" / "latest").write_text("step_1\n")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Trainer, "run", interrupted)
+    argv = ["train", "--model", "tiny", "--task", "copy", "--steps", "2", "--out", str(tmp_path / "run"),
+            "--tensorboard", "off", "--checkpoint-every", "1" if checkpoint else "0"]  # fmt: skip
+    assert main(argv) == 130
+    err = capsys.readouterr().err
+    assert ("--resume auto" in err) == checkpoint and ("starts over" in err) != checkpoint
