@@ -45,7 +45,7 @@ Per claim (`LLM_CLAIMS`) the real model is judged by the testbed's own rule wher
   testbed's rule, on error = 1 - greedy accuracy per seed (a diverged run: error 1), floored at half a
   problem. A study whose search found no degrading cell makes the claim "not testable"; a forced or
   unfinished one is never judged (a search that has not finished is named before a forced pilot); of several
-  valid studies the last in path order is judged.
+  valid studies, or of several without a degrading cell, the last in path order is read.
 
 Agreement: both positive (reproduced / direction only) or both negative (not reproduced) = "agree"; one
 of each = "disagree"; both "not testable" = "neither testable"; an inconclusive side = "not decided";
@@ -291,7 +291,7 @@ def _rescue(found: list[Study], skipped: list[str], method: str) -> tuple[str, s
     if not valid:
         untestable = [s for s in mine if s.chosen is None and s.verdict.startswith("not testable")]
         if untestable:
-            return "not testable", f"{untestable[0].path}: {untestable[0].verdict} (the base never degrades)"
+            return "not testable", f"{untestable[-1].path}: {untestable[-1].verdict} (the base never degrades)"
         searching = [s for s in mine if s.chosen is None and not s.forced]
         if searching:
             s = searching[-1]

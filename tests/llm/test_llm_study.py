@@ -54,6 +54,15 @@ def test_the_gpu_sized_study_differs_from_the_full_one_only_where_its_header_say
     assert gpu.search_seeds == full.search_seeds and gpu.compare_seeds == full.compare_seeds
 
 
+def test_the_cpu_study_searches_vcpo1s_runs_by_the_full_studys_rule():
+    """Its search runs are VCPO-1's (the same run keys, so none is rerun), judged by promotion.toml's rule."""
+    cpu, vcpo1, full = (study.load_sweep(ROOT / "sweeps" / "llm" / n)
+                        for n in ("promotion_cpu.toml", "vcpo1_cpu.toml", "promotion.toml"))  # fmt: skip
+    assert [r.key for r in study.search_runs(cpu)] == [r.key for r in study.search_runs(vcpo1)]
+    assert (cpu.min_drop, cpu.min_se, cpu.last_evals) == (full.min_drop, full.min_se, full.last_evals)
+    assert cpu.recipes == ("decoupled_ppo", "gac") and cpu.compare_seeds == cpu.search_seeds == (0, 1, 2)
+
+
 def test_the_full_study_has_three_seeds_and_the_rule_of_the_design():
     sweep = study.load_sweep(ROOT / "sweeps" / "llm" / "promotion.toml")
     assert len(sweep.search_seeds) >= 3 and len(sweep.compare_seeds) >= 3
