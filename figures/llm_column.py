@@ -290,13 +290,14 @@ def _rescue(found: list[Study], skipped: list[str], method: str) -> tuple[str, s
     valid = [s for s in mine if s.chosen is not None and not s.forced]
     if not valid:
         untestable = [s for s in mine if s.chosen is None and s.verdict.startswith("not testable")]
+        searching = [s for s in mine if s.chosen is None and not s.forced and s not in untestable]
+        unfinished = "; ".join(f"{s.path}: {s.verdict} ({s.runs_finished} of {s.runs_planned} planned runs finished)"
+                               for s in searching)  # fmt: skip
         if untestable:
-            return "not testable", f"{untestable[-1].path}: {untestable[-1].verdict} (the base never degrades)"
-        searching = [s for s in mine if s.chosen is None and not s.forced]
+            return "not testable", (f"{untestable[-1].path}: {untestable[-1].verdict} (the base never degrades)"
+                                    + (f"; not finished: {unfinished}" if unfinished else ""))
         if searching:
-            s = searching[-1]
-            return "not measured", (f"{s.path}: {s.verdict} ({s.runs_finished} of {s.runs_planned} planned runs finished)"
-                                    "; a search that has not finished chooses no cell")
+            return "not measured", unfinished + "; a search that has not finished chooses no cell"
         forced = [s for s in mine if s.forced]
         if forced:
             return "not measured", f"{forced[0].path}: {forced[0].verdict}; a forced cell is never judged"

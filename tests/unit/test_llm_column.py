@@ -148,6 +148,11 @@ def test_a_search_that_has_not_finished_is_named_before_a_forced_pilot(tmp_path)
     row = llm_rows(tmp_path, {"AREAL-1": "reproduced"}, 200.0)[2]
     assert row["real"] == "not measured" and "a_pilot" not in row["evidence"]
     assert "b_gpu/study.json: search incomplete (0 of 9 planned runs finished)" in row["evidence"]
+    flat = {("sync", e): SYNC for e in (2, 4)} | {("stale", e): [0.60, 0.60, 0.59] for e in (2, 4)}
+    _study(tmp_path, flat, name="c_cpu")  # a finished search without a degrading cell: not testable, the other named
+    row = llm_rows(tmp_path, {"AREAL-1": "reproduced"}, 200.0)[2]
+    assert row["real"] == "not testable" and "c_cpu/study.json" in row["evidence"]
+    assert "not finished: " in row["evidence"] and "b_gpu/study.json: search incomplete (0 of 9" in row["evidence"]
 
 
 def test_an_unreadable_or_foreign_study_file_is_skipped_and_named(tmp_path):
