@@ -71,6 +71,7 @@ LLM_CLAIMS = ("GAC-1", "VCPO-1", "AREAL-1", "GAC-2")
 POSITIVE = ("reproduced", "direction only")
 BAND = 0.2  # GAC-1's "near orthogonal" band (figures/experiments/async_grpo.py)
 METHOD = {"AREAL-1": "decoupled_ppo", "GAC-2": "gac"}
+AGREEMENTS = ("agree", "disagree", "neither testable", "not decided", "not measured")  # what `agreement` returns
 TESTBED_FINGERPRINT = "results/fingerprint/async_grpo.json"
 GAC1_RUNS = "results/llm/gac1_cpu/runs.csv"
 VCPO1_RUNS = "results/llm/vcpo1_cpu"

@@ -32,6 +32,7 @@ from figures.experiments import (
     token_frictions,
     token_horizon,
 )
+from figures.llm_column import AGREEMENTS
 from testbed.machine import describe, machine
 
 pytestmark = pytest.mark.integration
@@ -104,7 +105,7 @@ def test_report_holds_every_claim_with_margins_and_paragraph_slots(quick_run):
     for cid in ("GAC-2", "AREAL-1", "VCPO-2", "DDG-1"):
         assert rows[cid]["preconditions"], cid
     assert [r["id"] for r in report["llm"]] == ["GAC-1", "VCPO-1", "AREAL-1", "GAC-2"]
-    assert all(r["agreement"] in ("agree", "disagree", "not measured", "not decided") for r in report["llm"])
+    assert all(r["agreement"] in AGREEMENTS for r in report["llm"])
     md = (quick_run / "claims.md").read_text()
     for cid in CLAIM_IDS:
         line = next(ln for ln in md.splitlines() if ln.startswith(f"| {cid} |"))
