@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from tyro.conf import Positional
 
-from .config import TrainConfig, UsageError
+from .config import TrainConfig, UsageError, checkpoint_pointer
 
 COMMANDS = ("train", "recipes", "tasks", "scorecard", "models", "fingerprint", "study")
 T = TypeVar("T")
@@ -162,11 +162,11 @@ def _train(argv: list[str]) -> int:
     try:
         summary = trainer.run()
     except KeyboardInterrupt:
-        if (trainer.out / "checkpoints" / "latest").is_file():
+        if checkpoint_pointer(trainer.out).is_file():
             print(f"interrupted at update {trainer.step}; continue from the last checkpoint with --resume auto", file=sys.stderr)
         else:
-            print(f"interrupted at update {trainer.step}; no checkpoint was written (--checkpoint-every 0), so a rerun "
-                  "starts over", file=sys.stderr)  # fmt: skip
+            print(f"interrupted at update {trainer.step}; no checkpoint has been written, so a rerun starts over",
+                  file=sys.stderr)
         return 130
     except Exception as exc:
         log = write_failure(trainer.out, exc)

@@ -301,6 +301,12 @@ def check_device(flag: str, device: str) -> None:
         raise UsageError(f"{flag} {device}: only {torch.cuda.device_count()} GPU(s) visible (cuda:0 .. cuda:{torch.cuda.device_count() - 1})")
 
 
+def checkpoint_pointer(out: str | os.PathLike) -> Path:
+    """The file in run directory ``out`` that names its newest checkpoint (``checkpoints/latest``); absent
+    until the run has written one, so its presence is what ``--resume auto`` resumes from."""
+    return Path(out) / "checkpoints" / "latest"
+
+
 def check_paths(cfg: TrainConfig) -> None:
     """The data, scorecard, resume and output paths: present where they must be, writable where written."""
     if cfg.data is not None and not Path(cfg.data).expanduser().is_file():

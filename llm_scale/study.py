@@ -48,7 +48,7 @@ from typing import Any
 
 import tomllib
 
-from .config import TrainConfig, UsageError, cpu_budget
+from .config import TrainConfig, UsageError, checkpoint_pointer, cpu_budget
 
 SYNC, STALE = "sync", "stale"
 # TrainConfig fields the study sets itself, per run: the sweep's [train] table may not set them.
@@ -297,9 +297,9 @@ def execute(
             argv = run.argv(out)
             if device:
                 argv += ["--device", device]
-            if (out / "checkpoints" / "latest").is_file() or (out / "metrics.csv").exists():
+            if checkpoint_pointer(out).is_file() or (out / "metrics.csv").exists():
                 argv += ["--resume", "auto"]
-                if not (out / "checkpoints" / "latest").is_file():  # nothing to resume from: start over
+                if not checkpoint_pointer(out).is_file():  # nothing to resume from: start over
                     import shutil
 
                     shutil.rmtree(out)
@@ -331,9 +331,8 @@ def execute(
             proc.kill()
             proc.wait()
         handle.close()
-        resumes = (root / run.key / "checkpoints" / "latest").is_file()
-        print(f"study: interrupted {run.arm} seed={run.seed} ({'resumes from its last checkpoint' if resumes else 'no checkpoint: starts over'} "
-              "next time)", file=log, flush=True)  # fmt: skip
+        then = "resumes from its last checkpoint" if checkpoint_pointer(root / run.key).is_file() else "no checkpoint: starts over"
+        print(f"study: interrupted {run.arm} seed={run.seed} ({then} next time)", file=log, flush=True)
     return finished
 
 

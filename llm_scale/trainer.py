@@ -34,7 +34,7 @@ import torch
 
 from testbed.stabilizers import build
 
-from .config import TrainConfig, UsageError, check_device, check_paths, check_space
+from .config import TrainConfig, UsageError, check_device, check_paths, check_space, checkpoint_pointer
 from .generation import NonFiniteRollout, RolloutBatch
 from .learner import Learner, LearnerSettings, lr_multiplier
 from .metrics import CsvLog, Progress, add_scalars, tensorboard_writer
@@ -213,7 +213,7 @@ class Trainer:
     # -- checkpoints --------------------------------------------------------------------------------
     def _find_checkpoint(self, where: str) -> Path | None:
         if where == "auto":
-            pointer = self.out / "checkpoints" / "latest"
+            pointer = checkpoint_pointer(self.out)
             if not pointer.is_file():
                 return None  # nothing to resume: a fresh start
             path = self.out / "checkpoints" / pointer.read_text().strip()
@@ -258,7 +258,7 @@ class Trainer:
             normal_permissions(tmp)
             shutil.rmtree(final, ignore_errors=True)
             tmp.rename(final)
-            _write_text(root / "latest", final.name)
+            _write_text(checkpoint_pointer(self.out), final.name)
         except Exception as exc:  # safetensors reports a full disk as its own error type
             shutil.rmtree(tmp, ignore_errors=True)
             code = getattr(exc, "errno", None) or (errno.ENOSPC if "No space left" in str(exc) else None)
