@@ -3,7 +3,8 @@
 Other commands: ``recipes`` (the names a recipe spec may use), ``tasks``, ``scorecard RECIPE``,
 ``models`` (known pretrained models and whether they are in the model cache), ``models fetch NAME``
 (download and convert one once), ``fingerprint --model M --task T`` (the staleness fingerprint of a
-model on a task), ``study ...`` (the promotion study; ``study --help``).
+model on a task), ``budget --model M --task T`` (how the completion budget changes its rewards),
+``study ...`` (the promotion study; ``study --help``).
 The options of ``train`` are the fields of `llm_scale.config.TrainConfig`, derived by tyro
 (``--help`` lists them with their documentation). Exit codes: 0 finished (or stopped as asked),
 2 bad input (one line on stderr, nothing written), 1 an internal failure (short message; the
@@ -24,7 +25,7 @@ from tyro.conf import Positional
 
 from .config import TrainConfig, UsageError, checkpoint_pointer
 
-COMMANDS = ("train", "recipes", "tasks", "scorecard", "models", "fingerprint", "study")
+COMMANDS = ("train", "recipes", "tasks", "scorecard", "models", "fingerprint", "budget", "study")
 T = TypeVar("T")
 
 
@@ -195,6 +196,10 @@ def main(argv: list[str] | None = None) -> int:
             from .fingerprint import main as fingerprint_main
 
             return fingerprint_main(rest)
+        if command == "budget":
+            from .budget import main as budget_main
+
+            return budget_main(rest)
         if command == "study":
             try:
                 from .study import main as study_main

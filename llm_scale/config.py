@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Literal
 
 from .models import TinyConfig
+from .tasks import STYLES
 
 MAX_INT = 2**31 - 1
 
@@ -333,6 +334,15 @@ def check_paths(cfg: TrainConfig) -> None:
         os.unlink(probe)
     except OSError as exc:
         raise UsageError(f"--out {cfg.out!r}: cannot write in {str(parent)!r} ({exc.strerror}): read-only or no permission") from None
+
+
+def check_style_and_out(style: str, out: str) -> None:
+    """The checks the measuring commands (fingerprint, budget) share: a known ``--prompt-style`` and an ``--out``
+    that is a directory or does not exist yet."""
+    if style not in ("auto", *STYLES):
+        raise UsageError(f"--prompt-style must be auto, {', '.join(STYLES[:-1])} or {STYLES[-1]}, got {style!r}")
+    if Path(out).exists() and not Path(out).is_dir():
+        raise UsageError(f"--out {out!r} exists and is not a directory")
 
 
 def check_space(out: str, need_bytes: int) -> None:

@@ -90,7 +90,8 @@ class FingerprintArgs:
     """output directory"""
 
 
-def _name(model: str) -> str:
+def model_label(model: str) -> str:
+    """The model's name in output file names: a known name or tiny as given, else the file's stem or directory's name."""
     from .models import KNOWN_MODELS
 
     if model in KNOWN_MODELS or model == "tiny":
@@ -99,7 +100,8 @@ def _name(model: str) -> str:
     return p.stem if p.suffix == ".gguf" else p.name
 
 
-def _commit() -> str:
+def source_commit() -> str:
+    """``git describe --always --dirty`` of the code that runs, or "unknown" outside a git checkout."""
     try:
         here = Path(__file__).resolve().parent
         out = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=12"], cwd=here, capture_output=True,
@@ -107,6 +109,23 @@ def _commit() -> str:
         return out.stdout.strip() or "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown"
+
+
+def task_and_policy(task_spec: str, data: str | None, model_name: str, seed: int) -> tuple[Any, torch.nn.Module, Any]:
+    """(task, model in eval mode, tokenizer) for a measuring command; a bad task or model is a `UsageError`."""
+    from .config import UsageError
+    from .models import ModelLoadError, load_policy
+    from .tasks import build_task
+
+    try:
+        task = build_task(task_spec, data=data)
+    except (ValueError, FileNotFoundError) as exc:
+        raise UsageError(str(exc).splitlines()[0]) from None
+    try:
+        model, tok = load_policy(model_name, alphabet=task.alphabet, seed=seed)
+    except ModelLoadError as exc:
+        raise UsageError(str(exc)) from None
+    return task, model.eval(), tok
 
 
 class _Measure:
@@ -117,31 +136,20 @@ class _Measure:
 
         from .config import UsageError
         from .learner import Learner, LearnerSettings
-        from .models import ModelLoadError, load_policy
+        from .models import prompt_style, stop_ids
         from .sampler import Sampler
-        from .tasks import build_task, completion_budget
+        from .tasks import completion_budget
 
         self.args, self.log = args, log
         try:
             self.recipe = build(args.recipe)
-            task = build_task(args.task, data=args.data)
-        except (ValueError, FileNotFoundError) as exc:
+        except ValueError as exc:
             raise UsageError(str(exc).splitlines()[0]) from None
-        try:
-            model, tok = load_policy(args.model, alphabet=task.alphabet, seed=args.seed)
-        except ModelLoadError as exc:
-            raise UsageError(str(exc)) from None
-        self.model, self.tokenizer = model.eval(), tok
-        style = args.prompt_style
-        if style == "auto":
-            local = args.model == "tiny" or args.model.startswith("random:")
-            style = "compact" if local else ("chat" if getattr(tok, "chat_template", None) else "qa")
-        self.style = style
+        task, model, tok = task_and_policy(args.task, args.data, args.model, args.seed)
+        self.model, self.tokenizer = model, tok
+        self.style = style = prompt_style(args.prompt_style, args.model, tok)
         max_new = args.max_new_tokens or completion_budget(task, style, tok)
-        eos = {tok.eos_token_id}
-        extra = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-        eos.update(extra if isinstance(extra, list | tuple) else [extra] if extra is not None else [])
-        self.eos_ids = sorted(int(i) for i in eos if i is not None)
+        self.eos_ids = stop_ids(model, tok)
         self.max_new = max_new
 
         def sampler(prompts: int) -> Any:
@@ -284,16 +292,17 @@ def measure(args: FingerprintArgs, argv: list[str], log: Any = print) -> tuple[f
         "after_updates": None if after is None else plain(after),
     }  # fmt: skip
     result = fp.Fingerprint(
-        model=_name(a.model), task=_task_name(a.task), cosine_by_minibatch=first["cosine_by_minibatch"],
+        model=model_label(a.model), task=task_label(a.task), cosine_by_minibatch=first["cosine_by_minibatch"],
         noise_scale=first["noise_scale"], staleness=stale, zero_advantage_frac=first["zero_advantage_frac"],
         entropy=first["entropy"], truncated_frac=first["truncated_frac"],
         command="python -m llm_scale fingerprint " + shlex.join(argv),
-        date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), commit=_commit(), wall_s=wall, extra=extra,
+        date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), commit=source_commit(), wall_s=wall, extra=extra,
     )  # fmt: skip
     return result, {"first": first, "after": after}
 
 
-def _task_name(spec: str) -> str:
+def task_label(spec: str) -> str:
+    """The task's name in output file names: the spec without its parameters."""
     return spec.split("(", 1)[0].strip()
 
 
@@ -333,7 +342,8 @@ def plot(f: fp.Fingerprint, path: Path) -> None:
         ax[0].text(0.5, 0.5, "no finite cosine (every gradient zero)", ha="center", transform=ax[0].transAxes)
     ax[0].set_xlabel("minibatch size m (sequences, whole groups)")
     ax[0].set_ylabel("cosine of disjoint minibatch gradients")
-    ax[0].legend(fontsize=7)
+    if ax[0].get_legend_handles_labels()[0]:  # nothing to label when no cosine is finite
+        ax[0].legend(fontsize=7)
     lags = [s.lag for s in f.staleness]
     ax[1].plot(lags, [s.ess_seq for s in f.staleness], "o-", label="per sequence")
     ax[1].plot(lags, [s.ess_token for s in f.staleness], "s-", label="per token")
@@ -362,7 +372,7 @@ def plot(f: fp.Fingerprint, path: Path) -> None:
 
 
 def _check(args: FingerprintArgs) -> None:
-    from .config import UsageError
+    from .config import UsageError, check_style_and_out
 
     g = args.group_size
     if not 2 <= g <= 1024:
@@ -382,29 +392,23 @@ def _check(args: FingerprintArgs) -> None:
         raise UsageError(f"--lr and --extra-lrs must be in (0, 1), got {bad_lr[0]}")
     if args.sketch_dim < 64 or args.micro_batch_size < 1:
         raise UsageError(f"--sketch-dim must be >= 64 and --micro-batch-size >= 1, got {args.sketch_dim}, {args.micro_batch_size}")
-    if args.prompt_style not in ("auto", "compact", "qa", "chat"):
-        raise UsageError(f"--prompt-style must be auto, compact, qa or chat, got {args.prompt_style!r}")
     from testbed.stabilizers import AGG_MODES
 
     if args.agg not in AGG_MODES:
         raise UsageError(f"--agg must be one of {', '.join(AGG_MODES)}, got {args.agg!r}")
-    out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--out {args.out!r} exists and is not a directory")
+    check_style_and_out(args.prompt_style, args.out)
 
 
 def main(argv: list[str]) -> int:
+    from testbed.files import atomic_write_text
+
     from .cli import parse
 
     args = parse(FingerprintArgs, argv, "python -m llm_scale fingerprint")
     _check(args)
     result, _ = measure(args, argv, log=lambda msg: print(msg, file=sys.stderr, flush=True))
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = out / f"{result.model}__{result.task}"
-    tmp = stem.with_name(stem.name + ".json.tmp")
-    tmp.write_text(result.to_json())
-    os.replace(tmp, stem.with_suffix(".json"))
+    stem = Path(args.out) / f"{result.model}__{result.task}"
+    atomic_write_text(stem.with_suffix(".json"), result.to_json())
     plot(result, stem.with_suffix(".png"))
     print(summary(result))
     print(f"wrote {stem.with_suffix('.json')} and {stem.with_suffix('.png')}")

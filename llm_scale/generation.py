@@ -14,6 +14,8 @@ into prompts and rewards around it, and `rollout` runs samplers ahead of the lea
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
@@ -83,9 +85,18 @@ def sampling_logprobs(logits: Tensor, temperature: float, top_k: int = 0, top_p:
     return F.log_softmax(scaled, dim=-1)
 
 
+@functools.cache
+def cache_argument(forward: Callable[..., Any]) -> str:
+    """The name under which ``forward`` takes and returns the key/value cache: ``cache`` in the transformers
+    releases that renamed it (where ``past_key_values`` still works but warns on every call, until 5.40), else
+    ``past_key_values``."""
+    return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
+
+
 def _forward(model: torch.nn.Module, ids: Tensor, attn: Tensor, pos: Tensor, past: Any) -> tuple[Tensor, Any]:
-    out = model(input_ids=ids, attention_mask=attn, position_ids=pos, past_key_values=past, use_cache=True)
-    return out.logits[:, -1].float(), out.past_key_values
+    name = cache_argument(type(model).forward)
+    out = model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True, **{name: past})
+    return out.logits[:, -1].float(), getattr(out, name)
 
 
 @torch.no_grad()

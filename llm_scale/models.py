@@ -425,6 +425,26 @@ def load_policy(
     return _with_pad(model, tokenizer, name)
 
 
+def prompt_style(style: str, name: str, tokenizer: Any) -> str:
+    """The prompt style for model ``name``: ``style`` itself unless it is ``auto``, which means compact for the
+    local models (``tiny``, ``random:ARCH``: their character tokenizers know only the task's alphabet), chat for
+    a tokenizer with a chat template, else qa."""
+    if style != "auto":
+        return style
+    if name == "tiny" or name.startswith("random:"):
+        return "compact"
+    return "chat" if getattr(tokenizer, "chat_template", None) else "qa"
+
+
+def stop_ids(model: torch.nn.Module, tokenizer: Any) -> list[int]:
+    """The token ids that end a completion, sorted: the tokenizer's eos and the model's generation config's
+    eos id(s) (instruct models often end a turn with a token other than the tokenizer's eos)."""
+    ids = {tokenizer.eos_token_id}
+    extra = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ids.update(extra if isinstance(extra, list | tuple) else [extra] if extra is not None else [])
+    return sorted(int(i) for i in ids if i is not None)
+
+
 def _with_pad(model: torch.nn.Module, tokenizer: Any, name: str) -> tuple[torch.nn.Module, Any]:
     """Give the tokenizer a pad token (its eos) if it has none; refuse a tokenizer without eos."""
     if tokenizer.pad_token_id is None:

@@ -38,7 +38,7 @@ from .config import TrainConfig, UsageError, check_device, check_paths, check_sp
 from .generation import NonFiniteRollout, RolloutBatch
 from .learner import Learner, LearnerSettings, lr_multiplier
 from .metrics import CsvLog, Progress, add_scalars, tensorboard_writer
-from .models import ModelLoadError, load_policy, n_params
+from .models import ModelLoadError, load_policy, n_params, prompt_style, stop_ids
 from .rollout import Plan, make_rollouts
 from .sampler import Sampler
 from .tasks import build_task, completion_budget, truncation_warning
@@ -117,14 +117,11 @@ class Trainer:
             raise UsageError(f"--model {cfg.model}: transformers rejects the configuration: {str(exc).splitlines()[-1]}") from None
         self.model = model.to(device=self.device, dtype=dtype).eval()  # eval: no dropout, learner and sampler agree
         self.tokenizer = tokenizer
-        style = cfg.prompt_style
-        if style == "auto":
-            local = cfg.model == "tiny" or cfg.model.startswith("random:")
-            style = "compact" if local else ("chat" if getattr(tokenizer, "chat_template", None) else "qa")
+        style = prompt_style(cfg.prompt_style, cfg.model, tokenizer)
         max_new = cfg.max_new_tokens or completion_budget(task, style, tokenizer, seed=cfg.seed)
         self.sampler = Sampler(
             task, tokenizer, style, cfg.seed, cfg.prompts_per_step, cfg.group_size, max_new, cfg.temperature,
-            cfg.top_k, cfg.top_p, self._eos_ids(), cfg.autocast,
+            cfg.top_k, cfg.top_p, stop_ids(self.model, tokenizer), cfg.autocast,
         )  # fmt: skip
         self.rollout_sampler = self.sampler.replica()  # the rollout side's own: no tokenizer shared across threads
         self._check_model(max_new)
@@ -157,12 +154,6 @@ class Trainer:
                 self.resumed_from = found
         self._check_disk()
         self.eval_problems = self.sampler.eval_problems(cfg.eval_size) if cfg.eval_every else []
-
-    def _eos_ids(self) -> list[int]:
-        ids = {self.tokenizer.eos_token_id}
-        extra = getattr(getattr(self.model, "generation_config", None), "eos_token_id", None)
-        ids.update(extra if isinstance(extra, (list, tuple)) else [extra] if extra is not None else [])
-        return sorted(int(i) for i in ids if i is not None)
 
     def _check_model(self, max_new: int) -> None:
         """Refuse settings the model cannot run: dropout with checkpointing, too short a context, logits that cannot fit."""
