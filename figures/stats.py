@@ -525,12 +525,12 @@ def max_needed(outcomes: Sequence[Outcome]) -> int | None:
 
 
 def summary(values: Any) -> dict[str, float]:
-    """mean, std (ddof 1), standard error and n of the finite values."""
+    """mean, std (ddof 1), standard error and n of the finite values (std and standard error NaN below two)."""
     v = _finite(values)
     n = int(v.size)
     if n == 0:
         return {"mean": float("nan"), "std": float("nan"), "se": float("nan"), "n": 0}
-    std = float(v.std(ddof=1)) if n > 1 else 0.0
+    std = float(v.std(ddof=1)) if n > 1 else math.nan
     return {"mean": float(v.mean()), "std": std, "se": std / math.sqrt(n), "n": n}
 
 

@@ -357,12 +357,12 @@ class Learner:
         finished = torch.isin(batch.completion_ids, torch.tensor(self.eos_ids, device=mask.device, dtype=torch.long)) & mask
         return {
             "reward_mean": float(batch.rewards.mean()),
-            "reward_std": float(batch.rewards.std()) if n > 1 else 0.0,
+            "reward_std": float(batch.rewards.std()) if n > 1 else math.nan,
             "length_mean": float(lengths.mean()),
             "length_max": float(lengths.max()),
             "truncated_frac": float(1.0 - finished.any(-1).float().mean()),
-            "lag_mean": float(lag.float().mean()) if lag.numel() else 0.0,
-            "lag_max": float(lag.max()) if lag.numel() else 0.0,
+            "lag_mean": float(lag.float().mean()) if lag.numel() else math.nan,
+            "lag_max": float(lag.max()) if lag.numel() else math.nan,
             "versions_per_seq": float(distinct_per_row(batch.versions, mask).float().mean()),
         }
 

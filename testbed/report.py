@@ -68,8 +68,9 @@ def _stat(values: pd.Series) -> str:
     v = values[values.map(lambda x: isinstance(x, int | float) and math.isfinite(x))].astype(float)
     if not len(v):
         return "n/a"
-    sd = float(v.std(ddof=1)) if len(v) > 1 else 0.0
-    return f"{v.mean():.3f} +- {sd:.3f} (n={len(v)})"
+    if len(v) == 1:
+        return f"{v.iloc[0]:.3f} (n=1, no spread)"
+    return f"{v.mean():.3f} +- {float(v.std(ddof=1)):.3f} (n={len(v)})"
 
 
 def _detail(row: pd.Series) -> str:

@@ -257,5 +257,7 @@ def test_two_lost_class_seeds_may_change_the_verdict_and_the_rate_says_so():
 
 def test_one_seed_formats_without_a_spread():
     assert stats.fmt([0.25]) == "0.25 (n=1, no spread)"
+    one = stats.summary([0.25, float("nan")])
+    assert one["n"] == 1 and one["mean"] == 0.25 and math.isnan(one["std"]) and math.isnan(one["se"])  # undefined, not 0
     o = stats.Outcome("x", "at_least", "undecided", 0.1, "diff", stats.t_interval([0.3]))
     assert "no spread" in stats.fmt_interval(o)
