@@ -122,6 +122,6 @@ def cached(cache: Path, kind: str, seed: int, steps: int, log_every: int, cached
         if cached_only:
             return pd.DataFrame({"step": [], "test_error": []})
         _train_to(str(path), kind, seed, steps, log_every)
-    df = pd.read_csv(path).copy()
+    df = pd.read_csv(path, dtype={"step": "int64", "test_error": "float64", "test_reward": "float64"})
     df["kind"], df["seed"] = kind, seed
     return df

@@ -234,7 +234,7 @@ def run_updates(directory: Path) -> list[dict[str, Any]]:
     import pandas as pd
 
     try:
-        metrics = pd.read_csv(directory / "metrics.csv")
+        metrics = pd.read_csv(directory / "metrics.csv", dtype=float)  # the trainer writes numbers only
     except (OSError, ValueError):
         return []
     if "step" not in metrics or not len(metrics):
@@ -260,7 +260,7 @@ def _metrics_means(path: Path) -> dict[str, float]:
     import pandas as pd
 
     try:
-        table = pd.read_csv(path)
+        table = pd.read_csv(path, dtype=float)  # the trainer writes numbers only
     except (OSError, ValueError):
         return {}
     cols = ("step_seconds", "staleness_ess", "drift_ess", "grad_cos_within", "grad_cos_across", "zero_adv_frac",

