@@ -42,11 +42,12 @@ def flat_grad(params: list[Tensor]) -> Tensor:
     return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).detach().reshape(-1) for p in params])
 
 
-def cosine(a: Tensor, b: Tensor) -> float:
+def cosine(a: Tensor, b: Tensor, norm_a: Tensor | None = None) -> float:
     """cos(a, b); NaN when either is zero (undefined). Elementwise products and ATen reductions (not a
     BLAS dot, whose rounding can depend on memory alignment), so a slot's value does not depend on
-    where its gradient sits in a stacked tensor."""
-    na, nb = torch.linalg.vector_norm(a), torch.linalg.vector_norm(b)
+    where its gradient sits in a stacked tensor. ``norm_a``: ``torch.linalg.vector_norm(a)``, when at hand."""
+    na = torch.linalg.vector_norm(a) if norm_a is None else norm_a
+    nb = torch.linalg.vector_norm(b)
     if float(na) == 0.0 or float(nb) == 0.0:
         return float("nan")
     return float((a * b).sum() / (na * nb))

@@ -19,7 +19,7 @@ from testbed.delay import Chunk
 from testbed.seeding import generator
 from testbed.slots import cat, stack, take_rows
 from testbed.stabilizers import PolicyTerms, Recipe
-from testbed.stabilizers.numerics import sequence_log_ratio
+from testbed.stabilizers.numerics import effective_sample_size, masked_max, safe_exp, sequence_log_ratio
 from testbed.tasks.base import token_logp
 
 if TYPE_CHECKING:
@@ -202,17 +202,20 @@ class Learner:
     @staticmethod
     def _step_record(t: int, where: tuple[int, int], logits: Tensor, logp: Tensor, terms: PolicyTerms, grad: Tensor,
                      prev_grad: Tensor | None) -> dict[str, Any]:
-        """The cheap per-optimizer-step record of one run (testbed/health.py)."""
-        seq_lr = sequence_log_ratio(logp, terms.behavior_logp, torch.ones_like(logp, dtype=torch.bool))
-        stats = diag.ratio_stats(logp - terms.behavior_logp, seq_lr)
-        norm = float(torch.linalg.vector_norm(grad))
+        """The cheap per-optimizer-step record of one run (testbed/health.py): only what it records is computed
+        (the same functions as the logged diagnostics, `diag.ratio_stats`, so the values agree)."""
+        everywhere = torch.ones_like(logp, dtype=torch.bool)
+        log_r = logp - terms.behavior_logp
+        seq_lr = sequence_log_ratio(logp, terms.behavior_logp, everywhere)
+        norm_t = torch.linalg.vector_norm(grad)
+        norm = float(norm_t)
         entropy, max_prob = health.policy_sharpness(logits)
         return {"step": t + 1, "epoch": where[0], "minibatch": where[1],
                 "kind": "within" if where != (0, 0) else "across",
-                "grad_cos": diag.cosine(grad, prev_grad) if prev_grad is not None else float("nan"),
-                "grad_norm": norm, "zero_grad": float(norm == 0.0), "ess": stats["ess"],
-                "ratio_max": float(stats["behav_ratio_max"]),
-                "logratio_q95": float(torch.quantile((logp - terms.behavior_logp).flatten().double(), 0.95)),
+                "grad_cos": diag.cosine(grad, prev_grad, norm_t) if prev_grad is not None else float("nan"),
+                "grad_norm": norm, "zero_grad": float(norm == 0.0), "ess": float(effective_sample_size(seq_lr)),
+                "ratio_max": float(masked_max(safe_exp(log_r.detach()), everywhere)),
+                "logratio_q95": float(torch.quantile(log_r.flatten().double(), 0.95)),
                 "zero_adv_frac": health.zero_fraction(terms.advantages),
                 "entropy": entropy, "max_prob": max_prob}
 

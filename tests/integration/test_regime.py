@@ -3,6 +3,8 @@ batch, GRPO groups, and the regime presets."""
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 import pytest
 import torch
@@ -17,6 +19,21 @@ def test_one_step_per_batch_at_lag_zero_is_on_policy():
     res = run(RunConfig(task="mnist", recipe="tis", steps=6, log_every=2, batch_size=20))
     for row in res.rows:  # behaviour = learner, bit for bit: every ratio is exactly 1
         assert row["behav_ratio_min"] == row["behav_ratio_max"] == 1.0 and row["ess"] == 1.0 and row["lag_max"] == 0
+
+
+def test_the_step_record_agrees_with_the_logged_diagnostics_of_the_same_step():
+    # a stale, off-policy run logging every step: the per-step record (testbed/health.py) and the logged row
+    # compute ESS, the largest ratio and the gradient's norm and cosine from the same update, so they agree
+    res = run(RunConfig(task="mnist", recipe="tis", steps=12, log_every=1, batch_size=20, delay="fixed:3", lr=3e-2))
+    assert len(res.steps) == len(res.rows) == 12
+    assert min(r["ess"] for r in res.rows) < 0.99 and max(r["behav_ratio_max"] for r in res.rows) > 1.01  # off-policy
+    for step, row in zip(res.steps, res.rows, strict=True):
+        assert step["step"] == row["step"]
+        assert step["ess"] == row["ess"] and step["ratio_max"] == row["behav_ratio_max"]
+        assert step["grad_norm"] == row["grad_norm"]
+        same_nan = math.isnan(step["grad_cos"]) and math.isnan(row["grad_cos_prev"])
+        assert step["grad_cos"] == row["grad_cos_prev"] or same_nan
+    assert sum(math.isfinite(s["grad_cos"]) for s in res.steps) >= 8
 
 
 def test_epochs_times_minibatches_optimizer_steps_per_batch():
