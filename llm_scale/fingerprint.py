@@ -91,13 +91,17 @@ class FingerprintArgs:
 
 
 def model_label(model: str) -> str:
-    """The model's name in output file names: a known name or tiny as given, else the file's stem or directory's name."""
+    """The model's name in output file names: a known name or tiny as given, else the file's stem or the
+    directory's name (a run's saved policy, ``RUN/final``, as ``RUN-final``)."""
     from .models import KNOWN_MODELS
 
     if model in KNOWN_MODELS or model == "tiny":
         return model
     p = Path(model)
-    return p.stem if p.suffix == ".gguf" else p.name
+    if p.suffix == ".gguf":
+        return p.stem
+    p = p.expanduser().resolve()
+    return f"{p.parent.name}-final" if p.name == "final" and p.parent.name else p.name
 
 
 def source_commit() -> str:

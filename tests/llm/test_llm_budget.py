@@ -10,6 +10,7 @@ import torch
 
 from llm_scale.budget import Proportion, cut_at, effect
 from llm_scale.cli import main
+from llm_scale.fingerprint import model_label
 from llm_scale.models import load_policy, stop_ids
 from llm_scale.sampler import Sampler
 from llm_scale.tasks import build_task
@@ -87,3 +88,10 @@ def test_bad_input_is_one_line_exit_2(tmp_path, capsys, args, message):
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
     assert not (tmp_path / "b").exists()
+
+
+def test_a_runs_saved_policy_is_named_after_its_run(tmp_path):
+    assert model_label(str(tmp_path / "stale" / "final")) == "stale-final"
+    assert model_label(str(tmp_path / "stale" / "final") + "/") == "stale-final"
+    assert model_label(str(tmp_path / "my_model")) == "my_model" and model_label("x/m.gguf") == "m"
+    assert model_label("tiny") == "tiny" and model_label("smollm2-135m-instruct") == "smollm2-135m-instruct"
