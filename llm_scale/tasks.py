@@ -32,7 +32,7 @@ Instruct models (qa and chat styles) answer in sentences, so these styles get:
   (`Arithmetic.reward`); GSM8K asks for ``#### N``. ``Task.reward(problem, completion, style)`` takes the
   prompt style; without it, a completion with no letter and no whitespace is scored as compact;
 * `truncation_warning`: the ``warning:`` line a trainer prints when more than `TRUNCATION_WARN_FRAC` of a
-  batch's completions hit the budget (their rewards may be wrong).
+  batch's completions hit the budget (their rewards may be wrong; ``python -m llm_scale budget`` measures how many are).
 """
 
 from __future__ import annotations
@@ -554,11 +554,14 @@ def completion_budget(task: Task, style: str, tokenizer: Any, seed: int = 0) -> 
 
 def truncation_warning(truncated: int, total: int, budget: int, limit: float = TRUNCATION_WARN_FRAC) -> str | None:
     """The ``warning:`` line to print when more than ``limit`` of ``total`` completions were cut by the
-    ``budget`` of new tokens (None otherwise): their answers may be missing, so their rewards may be wrong."""
+    ``budget`` of new tokens (None otherwise): their answers may be missing, so their rewards may be wrong. How
+    many are is what ``python -m llm_scale budget`` measures (a model that answers first and keeps talking is
+    cut often and scored right)."""
     if total <= 0 or truncated / total <= limit:
         return None
     return (f"warning: {truncated} of {total} completions ({truncated / total:.0%}) hit the {budget}-token budget "
-            f"(more than {limit:.0%}); their rewards may be wrong: raise --max-new-tokens")
+            f"(more than {limit:.0%}); their rewards may be wrong: measure how many with python -m llm_scale budget, "
+            f"or raise --max-new-tokens")
 
 
 def build_task(spec: str, *, data: str | None = None) -> Task:

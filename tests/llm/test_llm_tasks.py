@@ -167,7 +167,7 @@ def test_truncation_warning_threshold():
     assert truncation_warning(16, 64, 23) is None  # exactly 25%: not more than the limit
     line = truncation_warning(17, 64, 23)
     assert line == ("warning: 17 of 64 completions (27%) hit the 23-token budget (more than 25%); their rewards may be "
-                    "wrong: raise --max-new-tokens")
+                    "wrong: measure how many with python -m llm_scale budget, or raise --max-new-tokens")
     assert truncation_warning(0, 0, 23) is None
 
 
