@@ -14,9 +14,10 @@ Sampling draws each position's token from that position's distribution with one 
 tokens of an L-token completion are exactly the completion the same seed draws with budget B (a test checks
 it): the cut score is the reward the trainer would have recorded. Per kind: the fraction of completions
 cut at B (no stop token among their first B tokens) and at L, the mean reward at B and at L, and the
-fractions whose reward the cut changed, lowered (gained with more tokens) or raised, each fraction with its
-exact (Clopper-Pearson) 95% interval. A reward changed by the cut is a completion whose answer came after
-token B (lowered) or whose later text overturns it (raised); completions still cut at L are not judged.
+fractions whose reward the cut changed, lowered (the whole completion scores higher) or raised, each fraction
+with its exact (Clopper-Pearson) 95% interval. A reward changed by the cut is a completion whose answer came
+after token B (lowered) or whose later text overturns it (raised). A completion still cut at L is scored on
+its L tokens: the comparison is a lower bound on what a budget of B costs when many are cut at L.
 
 Writes ``OUT/<model>__<task>.json`` and prints a summary.
 """
