@@ -17,7 +17,8 @@ cut at B (no stop token among their first B tokens) and at L, the mean reward at
 fractions whose reward the cut changed, lowered (the whole completion scores higher) or raised, each fraction
 with its exact (Clopper-Pearson) 95% interval. A reward changed by the cut is a completion whose answer came
 after token B (lowered) or whose later text overturns it (raised). A completion still cut at L is scored on
-its L tokens: the comparison is a lower bound on what a budget of B costs when many are cut at L.
+its L tokens, so an answer written after token L is missed at both budgets: when many completions are
+still cut at L, raise ``longer``.
 
 Writes ``OUT/<model>__<task>.json`` and prints a summary.
 """
