@@ -36,6 +36,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .generation import hit_budget
+
 CONFIDENCE = 0.95
 
 
@@ -118,10 +120,9 @@ class BudgetEffect:
 
 def cut_at(ids: Tensor, mask: Tensor, budget: int, stop: list[int]) -> tuple[Tensor, Tensor, Tensor]:
     """The completions cut to their first ``budget`` tokens: (ids, mask, truncated), ``truncated`` [B] true where
-    no stop token is among the kept tokens (the completion hit the budget)."""
+    no stop token is among the kept tokens (the completion hit the budget, `generation.hit_budget`)."""
     ids, mask = ids[:, :budget], mask[:, :budget]
-    ended = (torch.isin(ids, torch.tensor(stop, dtype=ids.dtype, device=ids.device)) & mask).any(-1)
-    return ids, mask, ~ended
+    return ids, mask, hit_budget(ids, mask, stop)
 
 
 def effect(kind: str, at_budget: Tensor, at_longer: Tensor, truncated_b: Tensor, truncated_l: Tensor,
@@ -158,7 +159,7 @@ def measure(args: BudgetArgs, log: Any = print) -> tuple[list[BudgetEffect], dic
         batch = sampler.batch(model, 0, 0)
     problems = sampler.problems(0)
     ids_b, mask_b, cut_b = cut_at(batch.completion_ids, batch.completion_mask, budget, stop)
-    _, _, cut_l = cut_at(batch.completion_ids, batch.completion_mask, longer, stop)
+    cut_l = hit_budget(batch.completion_ids, batch.completion_mask, stop)
     at_b = sampler.rewards(problems, args.group_size, ids_b, mask_b)
     out.append(effect("sampled", at_b, batch.rewards.cpu(), cut_b.cpu(), cut_l.cpu(), budget, longer))
     log(f"  sampled {batch.completion_ids.shape[0]} completions in {time.perf_counter() - t0:.0f} s")
@@ -167,11 +168,10 @@ def measure(args: BudgetArgs, log: Any = print) -> tuple[list[BudgetEffect], dic
         problems = sampler.eval_problems(args.eval_size)
         m = args.micro_batch_size
         parts = []
-        for j, (ids, mask) in enumerate(sampler.greedy(model, problems, m)):
-            chunk = problems[j * m : (j + 1) * m]
+        for chunk, ids, mask in sampler.greedy(model, problems, m):
             ids_b, mask_b, cut_b = cut_at(ids, mask, budget, stop)
-            _, _, cut_l = cut_at(ids, mask, longer, stop)
-            parts.append((sampler.rewards(chunk, 1, ids_b, mask_b), sampler.rewards(chunk, 1, ids, mask), cut_b, cut_l))
+            parts.append((sampler.rewards(chunk, 1, ids_b, mask_b), sampler.rewards(chunk, 1, ids, mask), cut_b,
+                          hit_budget(ids, mask, stop)))
         out.append(effect("greedy", *(torch.cat([p[i].cpu() for p in parts]) for i in range(4)), budget, longer))
         log(f"  greedy: {len(problems)} completions in {time.perf_counter() - t0:.0f} s")
     settings = {"prompt_style": style, "budget": budget, "longer": longer, "stop_ids": stop, "seed": args.seed,

@@ -41,6 +41,8 @@ import torch
 
 from testbed.stabilizers import fingerprint as fp
 
+from .generation import hit_budget
+
 MEASURE_SEED_OFFSET = 1_000_000  # batch indices of the measurement batches (disjoint from the updates' 0, 1, ...)
 
 
@@ -213,8 +215,7 @@ class _Measure:
         gram = fp.gram_matrix(torch.stack(sketches))
         cos = fp.minibatch_cosines(gram, g, list(a.sizes), seed=a.seed)
         fit = fp.noise_scale_from_cosines([c.m for c in cos], [c.mean for c in cos], [c.pairs for c in cos])
-        eos = torch.tensor(self.eos_ids, device=batch.completion_ids.device)
-        truncated = ~(torch.isin(batch.completion_ids, eos) & mask).any(-1)
+        truncated = hit_budget(batch.completion_ids, mask, self.eos_ids)
         return {
             "version": version, "cosine_by_minibatch": cos, "noise_scale": fit,
             "noise_scale_gram": fp.noise_scale_from_gram(gram, g),

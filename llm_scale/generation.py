@@ -85,6 +85,13 @@ def sampling_logprobs(logits: Tensor, temperature: float, top_k: int = 0, top_p:
     return F.log_softmax(scaled, dim=-1)
 
 
+def hit_budget(ids: Tensor, mask: Tensor, stop_ids: list[int]) -> Tensor:
+    """[B] true where a completion (``ids``, ``mask`` [B, T]) holds no stop token among its tokens: it ended
+    because the budget of new tokens ran out, not because it was finished."""
+    stop = torch.tensor(stop_ids, dtype=ids.dtype, device=ids.device)
+    return ~(torch.isin(ids, stop) & mask).any(-1)
+
+
 @functools.cache
 def cache_argument(forward: Callable[..., Any]) -> str:
     """The name under which ``forward`` takes and returns the key/value cache: ``cache`` in the transformers

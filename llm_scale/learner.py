@@ -67,7 +67,7 @@ from testbed.stabilizers import PolicyTerms, Recipe, aggregate
 from testbed.stabilizers import fingerprint as fp
 from testbed.stabilizers.gradient import global_dots
 
-from .generation import RolloutBatch, position_ids
+from .generation import RolloutBatch, hit_budget, position_ids
 
 
 def group_minibatches(group_ids: Tensor, minibatches: int) -> tuple[Tensor, ...]:
@@ -354,13 +354,12 @@ class Learner:
         n = mask.shape[0]
         lag = (step - batch.versions)[mask]
         lengths = mask.sum(-1).float()
-        finished = torch.isin(batch.completion_ids, torch.tensor(self.eos_ids, device=mask.device, dtype=torch.long)) & mask
         return {
             "reward_mean": float(batch.rewards.mean()),
             "reward_std": float(batch.rewards.std()) if n > 1 else math.nan,
             "length_mean": float(lengths.mean()),
             "length_max": float(lengths.max()),
-            "truncated_frac": float(1.0 - finished.any(-1).float().mean()),
+            "truncated_frac": float(hit_budget(batch.completion_ids, mask, self.eos_ids).float().mean()),
             "lag_mean": float(lag.float().mean()) if lag.numel() else math.nan,
             "lag_max": float(lag.max()) if lag.numel() else math.nan,
             "versions_per_seq": float(distinct_per_row(batch.versions, mask).float().mean()),

@@ -109,22 +109,23 @@ class Sampler:
         return RolloutBatch(k, prompt_ids, prompt_mask, ids, mask, logp, versions, rewards, groups, gen_seconds)
 
     @torch.no_grad()
-    def greedy(self, model: torch.nn.Module, problems: list[Problem], micro: int) -> list[tuple[Tensor, Tensor]]:
-        """Greedy completions of ``problems``, ``micro`` prompts per forward: (ids, mask) per chunk of prompts."""
+    def greedy(self, model: torch.nn.Module, problems: list[Problem], micro: int) -> list[tuple[list[Problem], Tensor, Tensor]]:
+        """Greedy completions of ``problems``, ``micro`` prompts per forward: (the chunk's problems, ids, mask) per
+        chunk of prompts."""
         device = next(model.parameters()).device
         out = []
         for i in range(0, len(problems), micro):
-            prompt_ids, prompt_mask = self.encode(problems[i : i + micro], 1, device)
+            chunk = problems[i : i + micro]
+            prompt_ids, prompt_mask = self.encode(chunk, 1, device)
             with self._precision(device):
                 ids, mask, _, _ = sample_completions(
                     model, prompt_ids, prompt_mask, max_new_tokens=self.max_new_tokens, temperature=0.0,
                     eos_ids=self.eos_ids, pad_id=self.pad_id,
                 )  # fmt: skip
-            out.append((ids, mask))
+            out.append((chunk, ids, mask))
         return out
 
     def evaluate(self, model: torch.nn.Module, problems: list[Problem], micro: int) -> float:
         """Mean reward of greedy completions of ``problems`` (``micro`` prompts per forward)."""
         chunks = self.greedy(model, problems, micro)
-        return float(torch.cat([self.rewards(problems[j * micro : (j + 1) * micro], 1, ids, mask)
-                                for j, (ids, mask) in enumerate(chunks)]).mean())
+        return float(torch.cat([self.rewards(chunk, 1, ids, mask) for chunk, ids, mask in chunks]).mean())
