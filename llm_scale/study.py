@@ -540,7 +540,8 @@ def format_report(rep: Report) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``study SWEEP [--budget-s S] [--parallel N] [--device D] [--runs DIR] [--out DIR] [--plan] [--force-cell ETA,LR]``."""
+    """``study SWEEP [--budget-s S] [--parallel N] [--device D] [--runs DIR] [--out DIR] [--plan] [--search-only]
+    [--force-cell ETA,LR]``."""
     parser = argparse.ArgumentParser(prog="python -m llm_scale study", description=__doc__.splitlines()[0])
     parser.add_argument("sweep", help="sweep file (e.g. sweeps/llm/promotion.toml)")
     parser.add_argument("--budget-s", type=float, default=540.0, help="stop starting and interrupt runs after this long")
@@ -549,6 +550,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", default="runs/llm_study", help="where the cached runs live (one directory per config hash)")
     parser.add_argument("--out", default="results/llm/study", help="tables and figure")
     parser.add_argument("--plan", action="store_true", help="list the runs and their state; run nothing")
+    parser.add_argument("--search-only", action="store_true",
+                        help="run only the regime search, never a comparison run (one that could not finish in the "
+                             "budget, without checkpoints, would be lost)")
     parser.add_argument("--force-cell", default=None, help="ETA,LR: run the comparison there even if the rule chose none")
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -575,12 +579,12 @@ def main(argv: list[str] | None = None) -> int:
     rep = collect(sweep, root, force)
     if not args.plan:
         todo = search_runs(sweep)
-        if rep.chosen is not None:
+        if rep.chosen is not None and not args.search_only:
             todo = todo + compare_runs(sweep, rep.chosen["eta"], rep.chosen["lr"])
         execute(todo, root, budget_s=args.budget_s, parallel=args.parallel, device=args.device)
         rep = collect(sweep, root, force)
         left = args.budget_s - (time.monotonic() - t0)
-        if rep.chosen is not None and left > 30:  # the search just finished: start the comparison in the time left
+        if rep.chosen is not None and left > 30 and not args.search_only:  # the search just finished: start the comparison in the time left
             execute(compare_runs(sweep, rep.chosen["eta"], rep.chosen["lr"]), root, budget_s=left, parallel=args.parallel,
                     device=args.device)  # fmt: skip
             rep = collect(sweep, root, force)

@@ -184,3 +184,13 @@ def test_updates_table_puts_each_updates_metrics_on_the_version_it_made(tmp_path
     assert (rows[2]["eval_reward"], rows[2]["staleness_ess"], rows[2]["grad_norm_raw"], rows[2]["loss"]) == (0.25, 0.5, 8.0, 0.2)
     assert math.isnan(rows[2]["reward_mean"])  # a column the run did not log
     assert study.run_updates(tmp_path / "absent") == []
+
+
+def test_search_only_runs_the_search_and_no_comparison_even_where_a_cell_is_chosen(tmp_path):
+    """--search-only: the search's runs finish and are judged; no comparison run starts, though the cell is forced."""
+    args = [str(DRY), "--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "out"), "--force-cell", "1,1e-3"]
+    assert study.main([*args, "--budget-s", "300", "--parallel", "2", "--search-only"]) == 0
+    record = json.loads((tmp_path / "out" / "study.json").read_text())
+    searched = {run.key for run in study.search_runs(study.load_sweep(DRY))}
+    assert record["runs_finished"] == len(searched) == 4 < record["runs_planned"]
+    assert {p.name for p in (tmp_path / "runs").iterdir() if p.is_dir()} == searched
