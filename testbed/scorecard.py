@@ -8,7 +8,8 @@ a fixed battery of staleness settings (each cell scored in [0, 1]) and whether i
      "cells": [{"task": ..., "staleness": ..., "score": ..., "metric": ..., "recipe_value": ...,
                 "pg_value": ..., "sync_value": ..., "status": "ok"}, ...], ...}
 
-``battery`` (the cells and the score rule) and ``seed_scheme`` (`testbed.seeding.SCHEME`, which fixes
+``machine`` (`testbed.machine.machine`) says where the numbers were made: on another CPU instruction set
+or torch build they agree only to the last bits. ``battery`` (the cells and the score rule) and ``seed_scheme`` (`testbed.seeding.SCHEME`, which fixes
 every random stream) say which numbers the card can be compared with: a card whose versions differ
 from the running code's is stale (`stale_reasons`), and llm_scale says so. ``code`` records the
 package version and, where the card was made in a git checkout, its commit.
@@ -29,6 +30,7 @@ from typing import Any
 
 from testbed.files import atomic_write_text
 
+from .machine import machine
 from .seeding import SCHEME
 
 DEFAULT_DIR = "results/scorecards"
@@ -48,7 +50,8 @@ class ScorecardError(ValueError):
 
 
 def provenance() -> dict[str, Any]:
-    """What a scorecard made now records about the code: battery version, seed scheme, package version and commit."""
+    """What a scorecard made now records about the code and the machine: battery version, seed scheme, package
+    version and commit, and `machine()`."""
     try:
         version = metadata.version("staleness-testbed")
     except metadata.PackageNotFoundError:
@@ -58,7 +61,8 @@ def provenance() -> dict[str, Any]:
                                 text=True, timeout=10).stdout.strip() or None  # fmt: skip
     except (OSError, subprocess.SubprocessError):
         commit = None
-    return {"battery": BATTERY_VERSION, "seed_scheme": SCHEME, "code": {"version": version, "commit": commit}}
+    return {"battery": BATTERY_VERSION, "seed_scheme": SCHEME, "code": {"version": version, "commit": commit},
+            "machine": machine()}
 
 
 def stale_reasons(card: dict[str, Any]) -> list[str]:

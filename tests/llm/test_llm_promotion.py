@@ -182,23 +182,35 @@ def test_no_llm_scale_module_imports_the_testbed_experiment_layer():
     assert "testbed.stabilizers" in seen and "testbed.scorecard" in seen
 
 
+# A cell's score on another CPU instruction set or torch build: the last bits differ and training amplifies them
+# (the shipped cards made on a CPU without AVX512 and rerun on an AVX512 one: cell scores 0.003-0.014 apart, values up to
+# 0.021), so there only the verdict and each cell's score within this band are checked.
+ACROSS_MACHINES = 0.05
 SHIPPED = ("dg", "tis(c=2)+ess_lr")  # regenerated with: python -m testbed validate SPEC --out DIR, then DIR/*.json copied in
 
 
 @pytest.mark.parametrize("spec", SHIPPED)
 def test_shipped_scorecard_reproduces(tmp_path, spec):
-    """`python -m testbed validate SPEC` (one seed, default settings) gives the shipped scorecard's numbers exactly:
-    a change to the loop, the seeds or the battery that moves them fails here until the cards are regenerated."""
+    """`python -m testbed validate SPEC` (one seed, default settings) gives the shipped scorecard's numbers exactly
+    on a machine like the one that made the card (`testbed.machine.describe`): a change to the loop, the seeds or
+    the battery that moves them fails here until the cards are regenerated. Elsewhere the same verdict and each
+    cell's score within `ACROSS_MACHINES`."""
     from testbed import scorecard
+    from testbed.machine import describe, machine
 
     shipped = scorecard.read(scorecard.path_for(spec, scorecard.SHIPPED_DIR))
     assert not scorecard.stale_reasons(shipped), scorecard.stale_reasons(shipped)
     card = validate(spec, out=tmp_path, progress=False)
+    assert card["machine"] == machine()
     assert [(c["task"], c["staleness"]) for c in card["cells"]] == [(c["task"], c["staleness"]) for c in shipped["cells"]]
+    assert card["passed"] == shipped["passed"]
+    same = describe(shipped.get("machine")) == describe(machine())
+    keys = ("recipe_value", "pg_value", "sync_value", "score") if same else ("score",)
     for mine, theirs in zip(card["cells"], shipped["cells"], strict=True):
-        for key in ("recipe_value", "pg_value", "sync_value", "score"):
-            assert mine[key] == theirs[key], (spec, mine["task"], mine["staleness"], key, mine[key], theirs[key])
-    assert card["score"] == shipped["score"] and card["passed"] == shipped["passed"]
+        for key in keys:
+            want = theirs[key] if same else pytest.approx(theirs[key], abs=ACROSS_MACHINES)
+            assert mine[key] == want, (spec, mine["task"], mine["staleness"], key, mine[key], theirs[key])
+    assert card["score"] == (shipped["score"] if same else pytest.approx(shipped["score"], abs=ACROSS_MACHINES))
 
 
 def test_battery_baselines_lose_to_staleness_in_every_cell():
