@@ -10,8 +10,8 @@ gives "not measured" with the reason, never an error):
   earlier ones, which the evidence names);
 * ``results/fingerprint/async_grpo.json`` (``python -m testbed fingerprint --regime async_grpo``): the same
   fields for the testbed's async-GRPO regime;
-* ``results/llm/study/**/study.json`` (``python -m llm_scale study``, the promotion study): ``base``,
-  ``recipes``, ``eval_problems``, ``chosen`` {eta, lr} or null, ``forced``, ``verdict``, ``cell_runs``
+* ``results/llm/study/**/study.json`` (``python -m llm_scale study``, the promotion study): ``rule``
+  {min_drop, min_se}, ``base``, ``recipes``, ``eval_problems``, ``chosen`` {eta, lr} or null, ``forced``, ``verdict``, ``cell_runs``
   [{arm, seed, finished, diverged, accuracy}] (arm: "sync", "stale" or a recipe trained stale);
 * ``results/llm/vcpo1_cpu/runs.csv`` and ``updates.csv`` (``python -m llm_scale study
   sweeps/llm/vcpo1_cpu.toml``, VCPO-1's trainer runs): per run ``key``, ``stage``, ``finished``; per run and
@@ -43,9 +43,11 @@ Per claim (`LLM_CLAIMS`) the real model is judged by the testbed's own rule wher
 * AREAL-1 (decoupled_ppo) / GAC-2 (gac): the promotion study's chosen cell (the first that degrades by the
   study's rule, fixed in its sweep file) through `figures.experiments.async_grpo.rescue_parts`, the
   testbed's rule, on error = 1 - greedy accuracy per seed (a diverged run: error 1), floored at half a
-  problem. A study whose search found no degrading cell makes the claim "not testable"; a forced or
-  unfinished one is never judged (a search that has not finished is named before a forced pilot); of several
-  valid studies, or of several without a degrading cell, the last in path order is read.
+  problem. A study whose search found no degrading cell makes the claim "not testable", and every such
+  study is named with its cells' drops (``search.csv``: ``eta``, ``lr``, ``drop``, ``drop_se``, ``pairs``,
+  ``degrades``, ``complete``) and the rule they were held to; a forced or unfinished one is never judged (a
+  search that has not finished is named before a forced pilot); of several valid studies the last in path
+  order is read.
 
 Agreement: both positive (reproduced / direction only) or both negative (not reproduced) = "agree"; one
 of each = "disagree"; both "not testable" = "neither testable"; an inconclusive side = "not decided";
@@ -96,6 +98,26 @@ def fingerprints(root: Path) -> list[dict[str, Any]]:
     return out
 
 
+def _ratio(a: float, b: float) -> float:
+    return a / b if b > 0 else math.nan
+
+
+SEARCH_DTYPES = {"eta": "int64", "lr": "float64", "drop": "float64", "drop_se": "float64", "pairs": "int64",
+                 "degrades": "bool", "complete": "bool"}
+
+
+def search_cells(path: Path) -> tuple[dict[str, Any], ...]:
+    """The promotion study's search table (``search.csv``, written by ``llm_scale.study``) as records, read with
+    explicit types; empty where the file is absent or not in that schema."""
+    import pandas as pd
+
+    try:
+        table = pd.read_csv(path, usecols=list(SEARCH_DTYPES), dtype=SEARCH_DTYPES)
+    except (OSError, ValueError):
+        return ()
+    return tuple(table.to_dict("records"))
+
+
 @dataclass(frozen=True)
 class Study:
     """One promotion study as its study.json records it."""
@@ -110,17 +132,32 @@ class Study:
     cell_runs: tuple[dict[str, Any], ...] = field(default_factory=tuple)
     runs_finished: int = 0
     runs_planned: int = 0
+    rule: dict[str, float] = field(default_factory=dict)
+    search: tuple[dict[str, Any], ...] = field(default_factory=tuple)
 
     @classmethod
     def read(cls, path: Path) -> Study | None:
-        """The study in ``path``, or None when the file is unreadable or not in study.json's schema."""
+        """The study in ``path``, or None when the file is unreadable or not in study.json's schema; its
+        search cells from the ``search.csv`` beside it (none where that table is absent or unreadable)."""
         d = _load_json(path)
         try:
+            rule = {k: float(d["rule"][k]) for k in ("min_drop", "min_se")} if "rule" in d else {}
             return cls(str(path), str(d["base"]), tuple(map(str, d["recipes"])), int(d["eval_problems"]),
                        d["chosen"], bool(d["forced"]), str(d["verdict"]), tuple(d["cell_runs"]),
-                       int(d["runs_finished"]), int(d["runs_planned"]))
+                       int(d["runs_finished"]), int(d["runs_planned"]), rule, search_cells(path.parent / "search.csv"))
         except (KeyError, TypeError, ValueError):
             return None
+
+    def search_text(self) -> str:
+        """Each searched cell's drop (sync minus stale accuracy, paired by seed) with its standard error, and the
+        rule it was held to; empty where the search table is missing."""
+        cells = "; ".join(f"eta {c['eta']}, lr {c['lr']:g}: drop {c['drop']:+.3f} +- {c['drop_se']:.3f} "
+                          f"({c['pairs']} pairs, {_ratio(c['drop'], c['drop_se']):.1f} standard errors)" for c in self.search)
+        if not cells or not self.rule:
+            return cells
+        return cells + (f"; the rule asks a drop >= {self.rule['min_drop']:g} and >= {self.rule['min_se']:g} "
+                        "standard errors")
+
 
     def errors(self, method: str) -> tuple[dict[str, list[float]], list[str]]:
         """Per-seed errors of the chosen cell (cells ``"<base>|sync"``, ``"<base>|<stale>"`` and
@@ -295,7 +332,9 @@ def _rescue(found: list[Study], skipped: list[str], method: str) -> tuple[str, s
         unfinished = "; ".join(f"{s.path}: {s.verdict} ({s.runs_finished} of {s.runs_planned} planned runs finished)"
                                for s in searching)  # fmt: skip
         if untestable:
-            return "not testable", (f"{untestable[-1].path}: {untestable[-1].verdict} (the base never degrades)"
+            named = "; ".join(f"{s.path}: {s.verdict}" + (f" ({s.search_text()})" if s.search else "")
+                              for s in untestable)  # fmt: skip
+            return "not testable", (named + f"; {mine[0].base} degrades in no searched cell"
                                     + (f"; not finished: {unfinished}" if unfinished else ""))
         if searching:
             return "not measured", unfinished + "; a search that has not finished chooses no cell"

@@ -125,8 +125,13 @@ def test_a_study_without_a_degrading_cell_makes_the_claim_not_testable(tmp_path)
     rows = {r["id"]: r for r in llm_rows(tmp_path, {"AREAL-1": "not testable", "GAC-2": "reproduced"}, 200.0)}
     assert rows["AREAL-1"]["real"] == "not testable" and rows["AREAL-1"]["agreement"] == "neither testable"
     assert rows["GAC-2"]["agreement"] == "not measured" and "no cell degrades" in rows["GAC-2"]["evidence"]
-    _study(tmp_path, flat, name="z_later")  # of two studies without a degrading cell, the later in path order
-    assert "z_later/study.json" in llm_rows(tmp_path, {}, 200.0)[2]["evidence"]
+    # each searched cell's paired drop and its standard error, beside the rule it was held to
+    assert ("eta 2, lr 0.001: drop +0.003 +- 0.050 (3 pairs, 0.1 standard errors); eta 4, lr 0.001: drop +0.003"
+            in rows["AREAL-1"]["evidence"])
+    assert "the rule asks a drop >= 0.03 and >= 2 standard errors" in rows["AREAL-1"]["evidence"]
+    _study(tmp_path, flat, name="z_later")  # every study without a degrading cell is named
+    evidence = llm_rows(tmp_path, {}, 200.0)[2]["evidence"]
+    assert "main/study.json" in evidence and "z_later/study.json" in evidence
 
 
 @pytest.mark.parametrize("compare, says", [(None, "not all finished"), ("forced", "a forced cell is never judged")])
