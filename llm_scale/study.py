@@ -494,11 +494,15 @@ def _figure(rep: Report, out: Path) -> None:
     labels = [f"eta {r['eta']}\nlr {r['lr']:g}" for r in rep.search]
     x = range(len(rep.search))
     for shift, arm, fmt, label in ((-0.1, "sync", "o", "sync"), (0.1, "stale", "s", "stale naive GRPO")):
-        ax.errorbar([i + shift for i in x], [r[f"{arm}_acc"] for r in rep.search], fmt=fmt, label=label, capsize=3,
-                    yerr=[_finite(r[f"{arm}_se"]) for r in rep.search])  # fmt: skip
+        bars = ax.errorbar([i + shift for i in x], [r[f"{arm}_acc"] for r in rep.search], fmt=fmt, label=label,
+                           capsize=3, yerr=[_finite(r[f"{arm}_se"]) for r in rep.search])  # fmt: skip
+        for i, cell in enumerate(rep.search):  # each seed's run, so that a stalled seed shows as itself
+            seeds = [r["accuracy"] for r in rep.runs if r["stage"] == "search" and r["arm"] == arm
+                     and r["eta"] == cell["eta"] and r["lr"] == cell["lr"] and r["finished"]]  # fmt: skip
+            ax.plot([i + 2 * shift] * len(seeds), seeds, fmt, color=bars[0].get_color(), alpha=0.4, markersize=4)
     ax.set_xticks(list(x), labels, fontsize=8)
     ax.set_xlim(-0.5, len(rep.search) - 0.5)
-    ax.set_ylabel("greedy accuracy (held out, mean +- SE)")
+    ax.set_ylabel("greedy accuracy\n(mean +- SE; faint: each seed)")
     ax.set_title("regime search")
     ax.legend(fontsize=8)
     ax = axes[1]
