@@ -11,8 +11,9 @@ gives "not measured" with the reason, never an error):
 * ``results/fingerprint/async_grpo.json`` (``python -m testbed fingerprint --regime async_grpo``): the same
   fields for the testbed's async-GRPO regime;
 * ``results/llm/study/**/study.json`` (``python -m llm_scale study``, the promotion study): ``rule``
-  {min_drop, min_se}, ``base``, ``recipes``, ``eval_problems``, ``chosen`` {eta, lr} or null, ``forced``, ``verdict``, ``cell_runs``
-  [{arm, seed, finished, diverged, accuracy}] (arm: "sync", "stale" or a recipe trained stale);
+  {min_drop, min_se}, ``base``, ``recipes``, ``eval_problems``, ``chosen`` {eta, lr} or null, ``forced``,
+  ``verdict``, ``cell_runs`` [{arm, seed, finished, diverged, accuracy}] (arm: "sync", "stale" or a recipe
+  trained stale);
 * ``results/llm/vcpo1_cpu/runs.csv`` and ``updates.csv`` (``python -m llm_scale study
   sweeps/llm/vcpo1_cpu.toml``, VCPO-1's trainer runs): per run ``key``, ``stage``, ``finished``; per run and
   policy version ``eval_reward``, ``staleness_ess``, ``grad_norm_raw``, ``diverged``;
@@ -157,7 +158,6 @@ class Study:
             return cells
         return cells + (f"; the rule asks a drop >= {self.rule['min_drop']:g} and >= {self.rule['min_se']:g} "
                         "standard errors")
-
 
     def errors(self, method: str) -> tuple[dict[str, list[float]], list[str]]:
         """Per-seed errors of the chosen cell (cells ``"<base>|sync"``, ``"<base>|<stale>"`` and

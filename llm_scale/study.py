@@ -588,7 +588,8 @@ def main(argv: list[str] | None = None) -> int:
         execute(todo, root, budget_s=args.budget_s, parallel=args.parallel, device=args.device)
         rep = collect(sweep, root, force)
         left = args.budget_s - (time.monotonic() - t0)
-        if rep.chosen is not None and left > 30 and not args.search_only:  # the search just finished: start the comparison in the time left
+        # the search just finished: start the comparison in the time left
+        if rep.chosen is not None and left > 30 and not args.search_only:
             execute(compare_runs(sweep, rep.chosen["eta"], rep.chosen["lr"]), root, budget_s=left, parallel=args.parallel,
                     device=args.device)  # fmt: skip
             rep = collect(sweep, root, force)

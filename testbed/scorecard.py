@@ -9,8 +9,8 @@ a fixed battery of staleness settings (each cell scored in [0, 1]) and whether i
                 "pg_value": ..., "sync_value": ..., "status": "ok"}, ...], ...}
 
 ``machine`` (`testbed.machine.machine`) says where the numbers were made: on another CPU instruction set
-or torch build they agree only to the last bits. ``battery`` (the cells and the score rule) and ``seed_scheme`` (`testbed.seeding.SCHEME`, which fixes
-every random stream) say which numbers the card can be compared with: a card whose versions differ
+or torch build they differ in the last bits, which training can amplify. ``battery`` (the cells and the
+score rule) and ``seed_scheme`` (`testbed.seeding.SCHEME`, which fixes every random stream) say which numbers the card can be compared with: a card whose versions differ
 from the running code's is stale (`stale_reasons`), and llm_scale says so. ``code`` records the
 package version and, where the card was made in a git checkout, its commit.
 
