@@ -17,8 +17,8 @@ figures are timed by running their evidence at the full budget; drawing adds the
 the quick setting. Assumes a quiet machine (time it alone): on
 a loaded machine every loop slows down by the load. So it reports what it can see of other work (`loaded`): the
 1-minute load average when it starts (other jobs: it has not started its own yet) and the share of a core its
-timed samples got (CPU seconds over wall seconds), and says the estimate is too high when either shows a
-shared machine.
+timed samples got (CPU seconds over wall seconds). It says the estimate is too high when its samples shared
+a core, and that it may be too high when only the load average shows other work (`load_warning`).
 
 Seeds. The claims' sequential designs (figures/budgets.py, figures/sequential.py) train the first look's
 seeds for every cell and more seeds, in stages, only for undecided claims. How many claims stay
@@ -69,6 +69,18 @@ def loaded(load_at_start: float, cpu_share: float, cores: int) -> str | None:
     if cpu_share < QUIET_SHARE:
         why.append(f"its timed samples got {cpu_share:.0%} of a core")
     return "; ".join(why) or None
+
+
+def load_warning(why: str, cpu_share: float) -> str:
+    """What a `loaded` finding means for the printed times. Timed samples that got less than `QUIET_SHARE` of a
+    core ran slower than on a quiet machine, so every time is too high. A load average alone says less: it
+    decays over minutes, so it also counts jobs that had ended before the samples ran (measured: load 0.80 at
+    the start from a job that had just ended, samples at 99.97% of a core, and token_horizon's first look then
+    trained 7% slower than estimated), so the times may be too high or not."""
+    if math.isfinite(cpu_share) and cpu_share < QUIET_SHARE:
+        return f"the machine was not quiet ({why}): every time above is too high; time it alone"
+    return (f"the machine may not have been quiet ({why}; the timed samples got {cpu_share:.0%} of a core): "
+            "the times above may be too high; time it alone to be sure")
 
 
 def cap_configs(quick: bool) -> list[RunConfig]:
@@ -282,8 +294,7 @@ def main(argv: list[str] | None = None) -> int:
           f"decided at its first look; upper bound {hms(res['cap_wall_s'])} if every staged claim runs to its cap "
           f"(sampling took {res['sampling_s']:.0f} s)")
     if res["loaded"]:
-        print(f"warning: the machine was not quiet ({res['loaded']}): every time above is too high; "
-              "time it alone")
+        print(f"warning: {load_warning(res['loaded'], res['sampling_cpu_share'])}")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(res, fh, indent=1)

@@ -23,10 +23,20 @@ def test_the_printed_estimate_warns_when_the_machine_was_shared(monkeypatch, cap
     assert estimate.main([]) == 0
     assert "warning" not in capsys.readouterr().out
     monkeypatch.setattr(estimate, "estimate",
-                        lambda workers, quick: {**result, "loaded": estimate.loaded(1.5, 0.6, 2)})
+                        lambda workers, quick: {**result, "loaded": estimate.loaded(1.5, 0.6, 2),
+                                                "sampling_cpu_share": 0.6})
     assert estimate.main([]) == 0
     out = capsys.readouterr().out
     assert "warning: the machine was not quiet (the load average was 1.50" in out and "60% of a core" in out
+    assert "every time above is too high" in out
+
+
+def test_a_load_average_alone_does_not_claim_the_times_are_too_high():
+    why = estimate.loaded(0.8, 0.9997, 2)
+    text = estimate.load_warning(why, 0.9997)
+    assert text.startswith("the machine may not have been quiet (the load average was 0.80")
+    assert "100% of a core" in text and "may be too high" in text and "every time" not in text
+    assert "every time above is too high" in estimate.load_warning(estimate.loaded(0.8, 0.7, 2), 0.7)
 
 
 def test_the_slope_is_timed_over_a_span_long_enough_to_swamp_start_up_jitter():
