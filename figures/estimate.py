@@ -79,8 +79,8 @@ def load_warning(why: str, cpu_share: float) -> str:
     trained 7% slower than estimated), so the times may be too high or not."""
     if math.isfinite(cpu_share) and cpu_share < QUIET_SHARE:
         return f"the machine was not quiet ({why}): every time above is too high; time it alone"
-    return (f"the machine may not have been quiet ({why}; the timed samples got {cpu_share:.0%} of a core): "
-            "the times above may be too high; time it alone to be sure")
+    got = f"; the timed samples got {cpu_share:.0%} of a core" if math.isfinite(cpu_share) else ""
+    return f"the machine may not have been quiet ({why}{got}): the times above may be too high; time it alone"
 
 
 def cap_configs(quick: bool) -> list[RunConfig]:

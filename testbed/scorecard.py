@@ -10,9 +10,10 @@ a fixed battery of staleness settings (each cell scored in [0, 1]) and whether i
 
 ``machine`` (`testbed.machine.machine`) says where the numbers were made: on another CPU instruction set
 or torch build they differ in the last bits, which training can amplify. ``battery`` (the cells and the
-score rule) and ``seed_scheme`` (`testbed.seeding.SCHEME`, which fixes every random stream) say which numbers the card can be compared with: a card whose versions differ
-from the running code's is stale (`stale_reasons`), and llm_scale says so. ``code`` records the
-package version and, where the card was made in a git checkout, its commit.
+score rule) and ``seed_scheme`` (`testbed.seeding.SCHEME`, which fixes every random stream) say which
+numbers the card can be compared with: a card whose versions differ from the running code's is stale
+(`stale_reasons`), and llm_scale says so. ``code`` records the package version and, where the card was
+made in a git checkout, its commit.
 
 This module knows paths, the schema, reading, writing and the pass rule; it imports nothing from
 the experiment layer (runner, sweeps, tasks), so llm_scale can read scorecards without it.

@@ -37,6 +37,8 @@ def test_a_load_average_alone_does_not_claim_the_times_are_too_high():
     assert text.startswith("the machine may not have been quiet (the load average was 0.80")
     assert "100% of a core" in text and "may be too high" in text and "every time" not in text
     assert "every time above is too high" in estimate.load_warning(estimate.loaded(0.8, 0.7, 2), 0.7)
+    nothing_timed = estimate.load_warning(estimate.loaded(0.8, math.nan, 2), math.nan)
+    assert "may be too high" in nothing_timed and "nan" not in nothing_timed
 
 
 def test_the_slope_is_timed_over_a_span_long_enough_to_swamp_start_up_jitter():
