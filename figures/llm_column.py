@@ -48,7 +48,10 @@ Per claim (`LLM_CLAIMS`) the real model is judged by the testbed's own rule wher
   study is named with its cells' drops (``search.csv``: ``eta``, ``lr``, ``drop``, ``drop_se``, ``pairs``,
   ``degrades``, ``complete``) and the rule they were held to; a forced or unfinished one is never judged (a
   search that has not finished is named before a forced pilot); of several valid studies the last in path
-  order is read.
+  order is read. A study whose finished search runs (``runs.csv``: ``key``, ``stage``, ``finished``) are all
+  among another study's, which has more, is an earlier look of that search (the same runs, fewer seeds): it
+  is superseded by the later look, named as such and never judged, so that a sequential design's verdict is
+  the one of the look where it stopped.
 
 Agreement: both positive (reproduced / direction only) or both negative (not reproduced) = "agree"; one
 of each = "disagree"; both "not testable" = "neither testable"; an inconclusive side = "not decided";
@@ -103,6 +106,7 @@ def _ratio(a: float, b: float) -> float:
     return a / b if b > 0 else math.nan
 
 
+RUNS_DTYPES = {"key": "string", "stage": "string", "finished": "bool"}
 SEARCH_DTYPES = {"eta": "int64", "lr": "float64", "drop": "float64", "drop_se": "float64", "pairs": "int64",
                  "degrades": "bool", "complete": "bool"}
 
@@ -117,6 +121,18 @@ def search_cells(path: Path) -> tuple[dict[str, Any], ...]:
     except (OSError, ValueError):
         return ()
     return tuple(table.to_dict("records"))
+
+
+def finished_search_runs(path: Path) -> frozenset[str]:
+    """The keys (configuration hashes) of the promotion study's finished search runs (``runs.csv``, written by
+    ``llm_scale.study``), read with explicit types; empty where the file is absent or not in that schema."""
+    import pandas as pd
+
+    try:
+        table = pd.read_csv(path, usecols=list(RUNS_DTYPES), dtype=RUNS_DTYPES)
+    except (OSError, ValueError):
+        return frozenset()
+    return frozenset(table.loc[(table["stage"] == "search") & table["finished"], "key"])
 
 
 @dataclass(frozen=True)
@@ -135,17 +151,20 @@ class Study:
     runs_planned: int = 0
     rule: dict[str, float] = field(default_factory=dict)
     search: tuple[dict[str, Any], ...] = field(default_factory=tuple)
+    search_runs: frozenset[str] = frozenset()
 
     @classmethod
     def read(cls, path: Path) -> Study | None:
         """The study in ``path``, or None when the file is unreadable or not in study.json's schema; its
-        search cells from the ``search.csv`` beside it (none where that table is absent or unreadable)."""
+        search cells and finished search runs from the ``search.csv`` and ``runs.csv`` beside it (none where a
+        table is absent or unreadable)."""
         d = _load_json(path)
         try:
             rule = {k: float(d["rule"][k]) for k in ("min_drop", "min_se")} if "rule" in d else {}
             return cls(str(path), str(d["base"]), tuple(map(str, d["recipes"])), int(d["eval_problems"]),
                        d["chosen"], bool(d["forced"]), str(d["verdict"]), tuple(d["cell_runs"]),
-                       int(d["runs_finished"]), int(d["runs_planned"]), rule, search_cells(path.parent / "search.csv"))
+                       int(d["runs_finished"]), int(d["runs_planned"]), rule, search_cells(path.parent / "search.csv"),
+                       finished_search_runs(path.parent / "runs.csv"))
         except (KeyError, TypeError, ValueError):
             return None
 
@@ -172,6 +191,20 @@ class Study:
                 e = 1.0 if r.get("diverged") else (1.0 - float(acc) if acc is not None else math.nan)
                 error[cells[r["arm"]]][seeds.index(int(r["seed"]))] = e
         return error, ["sync", stale]
+
+
+def latest_looks(found: list[Study]) -> tuple[list[Study], list[str]]:
+    """The studies that no other study supersedes, and a note per superseded one: a study whose finished search
+    runs are a proper, non-empty subset of another's is an earlier look of that search (module docstring)."""
+    kept, notes = [], []
+    for s in found:
+        later = [t for t in found if s.search_runs and s.search_runs < t.search_runs]
+        if later:
+            notes.append(f"{s.path} superseded by {later[-1].path} (an earlier look: its {len(s.search_runs)} "
+                         f"search runs are among that study's {len(later[-1].search_runs)})")
+        else:
+            kept.append(s)
+    return kept, notes
 
 
 def studies(root: Path) -> tuple[list[Study], list[str]]:
@@ -325,6 +358,13 @@ def _rescue(found: list[Study], skipped: list[str], method: str) -> tuple[str, s
     if not mine:
         why = f"no promotion study with {method} among its recipes under results/llm/study"
         return "not measured", why + (f" (unreadable or not in study.json's schema: {', '.join(skipped)})" if skipped else "")
+    mine, superseded = latest_looks(mine)  # a sequential design's verdict is its last look's
+    status, evidence = _rescue_latest(mine, method)
+    return status, evidence + "".join(f"; {note}" for note in superseded)
+
+
+def _rescue_latest(mine: list[Study], method: str) -> tuple[str, str]:
+    """AREAL-1 / GAC-2 on the latest looks of the promotion studies with ``method`` among their recipes."""
     valid = [s for s in mine if s.chosen is not None and not s.forced]
     if not valid:
         untestable = [s for s in mine if s.chosen is None and s.verdict.startswith("not testable")]

@@ -54,6 +54,26 @@ def test_the_gpu_sized_study_differs_from_the_full_one_only_where_its_header_say
     assert gpu.search_seeds == full.search_seeds and gpu.compare_seeds == full.compare_seeds
 
 
+
+def test_the_gpu_studys_second_look_adds_seeds_to_the_first_and_reads_the_spending_boundary():
+    """Its runs start with the first look's (the same keys: none is rerun) and add seeds 3-8; everything but the
+    seeds and the boundary is the first look's; min_se is the second boundary of a 0.04 one-sided budget whose
+    first look spent 1 - Phi(2) at information fraction 3 / 9 (Lan-DeMets; the correlation of the two looks'
+    z statistics is sqrt(3 / 9)), rounded up to two decimals."""
+    from scipy import stats as st
+    from scipy.optimize import brentq
+
+    first, second = (study.load_sweep(ROOT / "sweeps" / "llm" / n) for n in ("promotion_gpu.toml", "promotion_gpu_look2.toml"))
+    keys_first, keys_second = ([r.key for r in study.search_runs(s)] for s in (first, second))
+    assert keys_second[: len(keys_first)] == keys_first and len(keys_second) == 3 * len(keys_first)
+    assert second.search_seeds == tuple(range(9)) and first.search_seeds == (0, 1, 2)
+    assert (second.train, second.etas, second.lrs, second.base, second.min_drop, second.last_evals, second.recipes) == (
+        first.train, first.etas, first.lrs, first.base, first.min_drop, first.last_evals, first.recipes)
+    r = math.sqrt(3 / 9)
+    both = st.multivariate_normal(mean=[0.0, 0.0], cov=[[1.0, r], [r, 1.0]], seed=0)
+    spent_first = st.norm.sf(first.min_se)
+    c = brentq(lambda c: st.norm.cdf(first.min_se) - both.cdf([first.min_se, c]) - (0.04 - spent_first), 1.0, 4.0)
+    assert c == pytest.approx(2.008, abs=2e-3) and second.min_se == math.ceil(c * 100) / 100
 def test_the_cpu_study_searches_vcpo1s_runs_by_the_full_studys_rule():
     """Its search runs are VCPO-1's (the same run keys, so none is rerun), judged by promotion.toml's rule."""
     cpu, vcpo1, full = (study.load_sweep(ROOT / "sweeps" / "llm" / n)

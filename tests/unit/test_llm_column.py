@@ -288,3 +288,30 @@ def test_agreement_table():
     assert agreement("reproduced", "not measured") == "not measured"
     assert agreement("sync part holds (claim: x)", "sync part undecided") == "not decided"
     assert agreement("reproduced", "sync part holds") == "not measured"
+
+
+def test_an_earlier_look_of_a_search_is_superseded_by_the_later_look(tmp_path):
+    """A first look (seeds 0-2) whose cell does not degrade, then a second look of the same search (the same runs and
+    seeds 3-5) whose cell does: the claim is read from the second look alone and judged on its comparison (seeds
+    3-5); the first is named as superseded, never as "not testable"."""
+    sync, stale = [0.60, 0.61, 0.59, 0.60, 0.62, 0.60], [0.60, 0.45, 0.62, 0.45, 0.47, 0.44]
+    looks = {"a_look1": "[0, 1, 2]", "b_look2": "[0, 1, 2, 3, 4, 5]"}
+    runs = tmp_path / "runs"
+    for name, seeds in looks.items():
+        text = SWEEP.replace("seeds = [0, 1, 2]\n[compare]", f"seeds = {seeds}\n[compare]")
+        (tmp_path / f"{name}.toml").write_text(text.replace('"decoupled_ppo"]\nseeds = [0, 1, 2]', '"decoupled_ppo"]\nseeds = [3, 4, 5]'))
+        sweep = study.load_sweep(tmp_path / f"{name}.toml")
+        for run in study.search_runs(sweep):
+            _finish(runs, run, (sync if run.arm == "sync" or run.eta == 2 else stale)[run.seed])
+        rep = study.collect(sweep, runs)
+        for run in study.compare_runs(sweep, 4, 1e-3) if rep.chosen else []:
+            if run.arm in sweep.recipes:
+                _finish(runs, run, sync[run.seed])
+        study.write_report(sweep, study.collect(sweep, runs), tmp_path / "results/llm/study" / name, "test")
+    first = json.loads((tmp_path / "results/llm/study/a_look1/study.json").read_text())
+    assert first["chosen"] is None and first["verdict"].startswith("not testable")  # the first look alone
+    row = llm_rows(tmp_path, {"AREAL-1": "reproduced"}, 200.0)[2]
+    assert row["real"] not in ("not testable", "not measured") and "b_look2/study.json: error" in row["evidence"]
+    assert "a_look1/study.json superseded by " in row["evidence"] and "its 9 search runs are among that study's 18" in (
+        row["evidence"])
+    assert "a_look1/study.json: not testable" not in row["evidence"]
