@@ -31,7 +31,7 @@ from figures.common import Context, arr, values
 from figures.evidence import Evidence as ExperimentEvidence
 from figures.records import FRICTION_SENSITIVITY, Claim, Judgement, Margin, Precondition, judged_on
 from figures.staging import cell_health, staged
-from figures.stats import at_most, fmt, superiority
+from figures.stats import Outcome, at_most, fmt, rate, superiority
 from testbed.frictions import TOKEN_REVERSAL_PRESET, token_reversal_preset
 from testbed.runner import RunConfig
 
@@ -161,6 +161,26 @@ def _ratio_margin(other: str, low: float) -> Margin:
                   f"is {low:g} / 0.35 = {low / 0.35:.3g}")
 
 
+# A run solves the task when its final sampled sequence error is at most SOLVED (DDG-3's threshold, declared with
+# its grid). Token reversal's failures are partial: a run that learns most of the task but ends with a fifth or
+# more of its sequences wrong is not stalled, diverged or short of a class, so the health rate does not see it;
+# the per-cell rate of runs that do not solve the task shows it beside the verdict (never part of it).
+SOLVED = 0.10
+
+
+def unsolved_rates(error: dict[str, Any], cells: list[str]) -> list[Outcome]:
+    """Per cell: the seeds whose final sequence error is above SOLVED, k of n with the exact interval (NaN errors,
+    runs not finished, are not counted)."""
+    out = []
+    for key in cells:
+        errs = arr(error[key])
+        flags = [None if not math.isfinite(x) else bool(x > SOLVED) for x in errs]
+        bad = [f"seed {i}: {x:.1%}" for i, x in enumerate(errs) if math.isfinite(x) and x > SOLVED]
+        out.append(rate(f"{key}: seeds not solving the task (final error above {SOLVED:.0%})", flags,
+                        "; ".join(bad) if 0 < len(bad) < len(errs) else ("none" if not bad else "every seed")))
+    return out
+
+
 MARGINS = {"pg": _ratio_margin("pg", 59.5), "pmpo": _ratio_margin("pmpo", 14.5), "ppo": _ratio_margin("ppo", 9.5)}
 
 
@@ -172,7 +192,7 @@ def judge_ddg2(ev: Evidence) -> Judgement:
                          dg, MARGINS[o].value, "log", floor) for o in ("pg", "pmpo", "ppo")]
     ours = f"H={ev.H}, all four: " + ", ".join(f"{r.upper()} {fmt(arr(e[f'{r}|all four']), 3, pct=True)}"
                                                   for r in METHODS)
-    return Judgement(ours, parts)
+    return Judgement(ours, parts, other_parts=unsolved_rates(e, [f"{r}|all four" for r in METHODS]))
 
 
 CLAIMS = (

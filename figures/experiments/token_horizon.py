@@ -25,7 +25,7 @@ from testbed.runner import RunConfig
 
 NAME = "token_horizon"
 METHODS = tf.METHODS
-SOLVED = 0.10
+SOLVED = tf.SOLVED
 
 
 def cell(b: Budget, recipe: str, H: int, seeds: tuple[int, ...] | None = None) -> list[RunConfig]:
