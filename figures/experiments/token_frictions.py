@@ -168,16 +168,17 @@ def _ratio_margin(other: str, low: float) -> Margin:
 SOLVED = 0.10
 
 
-def unsolved_rates(error: dict[str, Any], cells: list[str]) -> list[Outcome]:
+def unsolved_rates(error: dict[str, Any], cells: list[str], seeds: list[int]) -> list[Outcome]:
     """Per cell: the seeds whose final sequence error is above SOLVED, k of n with the exact interval (NaN errors,
-    runs not finished, are not counted)."""
+    runs not finished, are not counted); ``seeds`` aligned with each cell's per-seed errors."""
     out = []
     for key in cells:
         errs = arr(error[key])
         flags = [None if not math.isfinite(x) else bool(x > SOLVED) for x in errs]
-        bad = [f"seed {i}: {x:.1%}" for i, x in enumerate(errs) if math.isfinite(x) and x > SOLVED]
+        bad = [f"seed {s}: {x:.1%}" for s, x, f in zip(seeds, errs, flags, strict=True) if f]
+        known = sum(f is not None for f in flags)
         out.append(rate(f"{key}: seeds not solving the task (final error above {SOLVED:.0%})", flags,
-                        "; ".join(bad) if 0 < len(bad) < len(errs) else ("none" if not bad else "every seed")))
+                        "none" if not bad else "every seed" if len(bad) == known else "; ".join(bad)))
     return out
 
 
@@ -192,7 +193,7 @@ def judge_ddg2(ev: Evidence) -> Judgement:
                          dg, MARGINS[o].value, "log", floor) for o in ("pg", "pmpo", "ppo")]
     ours = f"H={ev.H}, all four: " + ", ".join(f"{r.upper()} {fmt(arr(e[f'{r}|all four']), 3, pct=True)}"
                                                   for r in METHODS)
-    return Judgement(ours, parts, other_parts=unsolved_rates(e, [f"{r}|all four" for r in METHODS]))
+    return Judgement(ours, parts, other_parts=unsolved_rates(e, [f"{r}|all four" for r in METHODS], ev.seeds))
 
 
 CLAIMS = (

@@ -54,7 +54,6 @@ def test_the_gpu_sized_study_differs_from_the_full_one_only_where_its_header_say
     assert gpu.search_seeds == full.search_seeds and gpu.compare_seeds == full.compare_seeds
 
 
-
 def test_the_gpu_studys_second_look_adds_seeds_to_the_first_and_reads_the_spending_boundary():
     """Its runs start with the first look's (the same keys: none is rerun) and add seeds 3-8; everything but the
     seeds and the boundary is the first look's; min_se is the second boundary of a 0.04 one-sided budget whose
@@ -74,6 +73,8 @@ def test_the_gpu_studys_second_look_adds_seeds_to_the_first_and_reads_the_spendi
     spent_first = st.norm.sf(first.min_se)
     c = brentq(lambda c: st.norm.cdf(first.min_se) - both.cdf([first.min_se, c]) - (0.04 - spent_first), 1.0, 4.0)
     assert c == pytest.approx(2.008, abs=2e-3) and second.min_se == math.ceil(c * 100) / 100
+
+
 def test_the_cpu_study_searches_vcpo1s_runs_by_the_full_studys_rule():
     """Its search runs are VCPO-1's (the same run keys, so none is rerun), judged by promotion.toml's rule."""
     cpu, vcpo1, full = (study.load_sweep(ROOT / "sweeps" / "llm" / n)
