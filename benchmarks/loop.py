@@ -16,6 +16,12 @@
 * ``token reversal step: before / now``: the whole step (100 steps, no intermediate logging) of the
   loop as it was before the key/value cache and the one loop, measured on this machine with the same
   definition and recorded in `BEFORE_TOKEN_STEP_MS`, over today's.
+* ``8 runs: step records at once / one run at a time``: the per-optimizer-step records
+  (`testbed.health.step_stats`) of eight MNIST runs' step (batch 100, the MLP's 79,510 gradient
+  entries) computed for the loop at once, over the same function called run by run.
+* ``token reversal evaluation: greedy once per context / every repeat``: `TokenReversal.evaluate` of
+  four runs at H = 10 (the 2,048 evaluation contexts repeat the enumerated test split nine times), over
+  the same evaluation with the greedy decoding run on every repeat (two rollouts of 2,048 contexts).
 * Paper budgets: wall time of one MNIST run of 10,000 steps at a fixed lag of 1,000, and of one token
   reversal run (H = 10) of 1,000 steps.
 
@@ -36,6 +42,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from benchmarks.common import DEFAULT_THREADS, Ratio, clock, interleaved, median_ratio, set_threads, spread
 from benchmarks.matmul_peak import MatmulPeak
+from testbed import health
 from testbed.runner import RunConfig, Runner, run, run_many
 from testbed.tasks import make_task
 
@@ -209,6 +216,64 @@ def token_step(rounds: int, steps: int = 100) -> list[Ratio]:
                   f"now {ms:.1f} ms per step (median of {rounds} runs of {steps} steps), before {BEFORE_TOKEN_STEP_MS} ms")]
 
 
+def step_records(rounds: int, seeds: int = 8) -> list[Ratio]:
+    runner = Runner([RunConfig(task="mnist", recipe="dg", seed=s, steps=10**6) for s in range(seeds)])
+    runner.publish(-1)
+    calls = []
+    original = health.step_stats
+
+    def spy(*args: object) -> dict:
+        calls.append(args)
+        return original(*args)
+
+    health.step_stats = spy
+    try:
+        for t in range(2):  # the second step's call has a previous gradient (cosines)
+            _drive(runner, t, {"act": 0.0, "learn": 0.0, "publish": 0.0})
+    finally:
+        health.step_stats = original
+    logits, logp, blogp, adv, grads, prev = calls[-1]
+
+    def at_once() -> None:
+        health.step_stats(logits, logp, blogp, adv, grads, prev)
+
+    def one_by_one() -> None:
+        for i in range(seeds):
+            s = slice(i, i + 1)
+            health.step_stats(logits[s], logp[s], blogp[s], adv[s], grads[s], prev[s])
+
+    times = interleaved({"at_once": at_once, "one_by_one": one_by_one}, rounds=rounds, repeat=20, warmup=1)
+    ratio = median_ratio(times["at_once"], times["one_by_one"])
+    lo, hi = spread([a / b for a, b in zip(times["at_once"], times["one_by_one"], strict=True)])
+    return [Ratio("loop:mnist", f"{seeds} runs: step records at once / one run at a time", ratio, "<= 0.5",
+                  f"IQR {lo:.2f}-{hi:.2f}; at once {1e3 * statistics.median(times['at_once']):.2f} ms, run by run "
+                  f"{1e3 * statistics.median(times['one_by_one']):.2f} ms per step of {seeds} runs; {rounds} rounds")]
+
+
+def token_evaluation(rounds: int, runs: int = 4) -> list[Ratio]:
+    task = make_task("token_reversal", H=10, M=2, n_eval=2048)
+    policy = task.make_policy([torch.Generator().manual_seed(s) for s in range(runs)])
+    gens = [torch.Generator().manual_seed(100 + s) for s in range(runs)]
+    contexts = torch.stack([task.eval_contexts(g) for g in gens])
+    u = torch.rand(contexts.shape)
+
+    def once() -> None:
+        task.evaluate(policy, gens)
+
+    def every_repeat() -> None:
+        task.rollout(policy, contexts, u)
+        task.rollout(policy, contexts)
+
+    times = interleaved({"once": once, "every": every_repeat}, rounds=rounds, warmup=1)
+    ratio = median_ratio(times["once"], times["every"])
+    lo, hi = spread([a / b for a, b in zip(times["once"], times["every"], strict=True)])
+    reps = contexts.shape[1] // task.enumerated_split().shape[0]
+    return [Ratio("loop:token_reversal", "evaluation H=10: greedy once per context / every repeat", ratio, "<= 0.6",
+                  f"IQR {lo:.2f}-{hi:.2f}; {runs} runs, {contexts.shape[1]:,} contexts ({reps} repeats of the test "
+                  f"split); {1e3 * statistics.median(times['once']):.0f} ms against "
+                  f"{1e3 * statistics.median(times['every']):.0f} ms; {rounds} rounds")]
+
+
 def paper_budgets() -> list[Ratio]:
     out = []
     for label, cfg in (("MNIST 10,000 steps at lag 1,000, 1 run (s)",
@@ -229,7 +294,9 @@ def run_all(quick: bool = False) -> list[Ratio]:
         out += learner_flops(8, 2 if quick else 5, 10 if quick else 50)
         out += many_runs(8, 1 if quick else 3, 50 if quick else 300)
         out += token_sampling(3 if quick else 10)
+        out += step_records(2 if quick else 10)
         out += token_step(1 if quick else 3, steps=10 if quick else 100)
+        out += token_evaluation(2 if quick else 5)
         if not quick:
             out += paper_budgets()
     return out

@@ -37,9 +37,11 @@ from testbed.tasks import ExactOracle, stacked
 from testbed.tasks.base import token_logp
 
 
-def flat_grad(params: list[Tensor]) -> Tensor:
-    """The concatenated ``.grad`` of ``params`` (zeros where a parameter has none), detached."""
-    return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).detach().reshape(-1) for p in params])
+def flat_grads(params: list[Tensor]) -> Tensor:
+    """Every slot's concatenated ``.grad`` of stacked ``params`` (each [S, ...]; zeros where a parameter has
+    none), detached: [S, P], row s slot s's flat gradient."""
+    return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).detach().reshape(p.shape[0], -1)
+                      for p in params], 1)
 
 
 def cosine(a: Tensor, b: Tensor, norm_a: Tensor | None = None) -> float:

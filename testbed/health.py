@@ -3,7 +3,7 @@
 A verdict measured on a stalled base (most gradients exactly zero because every group's rewards are
 equal) or on a policy that has stopped predicting some class (a bandit policy that drives a class's
 probability to ~0 never samples it again, so never learns it) is not evidence about staleness. The
-runner records, for every optimizer step, the quantities below (`step_record`), aggregates them over
+runner records, for every optimizer step, the quantities below (`step_stats`), aggregates them over
 each logging window (`window_summary`) and, at the end, flags the run (`run_health`).
 
 Per optimizer step (``runs/<id>.steps.csv``):
@@ -43,17 +43,52 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from testbed.stabilizers.numerics import effective_sample_size, safe_exp, sequence_log_ratio
+
 STALL_FRAC = 0.5
 HEALTH = ("healthy", "stalled", "lost_class")
 NAN = float("nan")
 
 
-def policy_sharpness(logits: Tensor) -> tuple[float, float]:
-    """(mean entropy -sum_a p log p, mean max_a p) per token of ``logits`` [..., A] (float32)."""
-    logp = torch.log_softmax(logits.detach().float(), -1)
-    p = logp.exp()
-    entropy = -(p * logp).sum(-1)
-    return float(entropy.mean()), float(p.max(-1).values.mean())
+def step_stats(logits: Tensor, logp: Tensor, behavior_logp: Tensor, advantages: Sequence[Tensor], grads: Tensor,
+               prev_grads: Tensor | None) -> dict[str, Tensor]:
+    """The per-optimizer-step record's numbers (module docstring) for n runs of one loop at once, one entry per
+    run in each [n] tensor: ``logits`` [n, B, T, A], ``logp`` / ``behavior_logp`` [n, B, T] (the learner's and
+    the behaviour's token log-probs), ``advantages`` (one tensor per run), ``grads`` / ``prev_grads`` [n, P]
+    (this and the previous optimizer step's raw flat gradients; None when there is no previous step).
+
+    * ``grad_norm`` = ||g||, ``zero_grad`` = [||g|| = 0], ``grad_cos`` = <g, g'> / (||g|| ||g'||) (NaN when
+      either norm is 0 or there is no g');
+    * ``ess`` = (sum_i w_i)^2 / (B sum_i w_i^2) of the sequence ratios w_i = exp(sum_t log pi - log mu)
+      (`effective_sample_size`, in log space), ``ratio_max`` = max_{i,t} exp(log pi - log mu) (saturated,
+      `safe_exp`), ``logratio_q95`` the 95% quantile of the token log-ratios (float64);
+    * ``zero_adv_frac``: share of advantages exactly 0; ``entropy`` / ``max_prob``: mean over tokens of
+      -sum_a p log p and of max_a p.
+
+    Each run's value is computed row by row with the reductions a single run's tensors get, so it equals what
+    the same run alone gives, bit for bit (tests/integration/test_one_loop.py)."""
+    n = logp.shape[0]
+    everywhere = torch.ones_like(logp, dtype=torch.bool)
+    log_r = logp - behavior_logp
+    seq_lr = sequence_log_ratio(logp, behavior_logp, everywhere)  # [n, B]
+    norms = torch.linalg.vector_norm(grads, dim=1)
+    if prev_grads is None:
+        cos = torch.full((n,), NAN)
+    else:
+        prev_norms = torch.linalg.vector_norm(prev_grads, dim=1)
+        defined = (norms != 0) & (prev_norms != 0)
+        cos = torch.where(defined, (grads * prev_grads).sum(1) / (norms * prev_norms), NAN)
+    token_logp = torch.log_softmax(logits.detach().float(), -1)
+    p = token_logp.exp()
+    same = len({a.shape for a in advantages}) == 1
+    zero_adv = (torch.stack(advantages).flatten(1) == 0).float().mean(1) if same and advantages[0].numel() else \
+        torch.tensor([zero_fraction(a) for a in advantages])
+    return {"grad_cos": cos, "grad_norm": norms, "zero_grad": (norms == 0).float(),
+            "ess": effective_sample_size(seq_lr),
+            "ratio_max": safe_exp(log_r.detach()).flatten(1).max(1).values,
+            "logratio_q95": torch.quantile(log_r.detach().flatten(1).double(), 0.95, dim=1),
+            "zero_adv_frac": zero_adv,
+            "entropy": (-(p * token_logp).sum(-1)).flatten(1).mean(1), "max_prob": p.max(-1).values.flatten(1).mean(1)}
 
 
 def zero_fraction(x: Tensor) -> float:

@@ -19,7 +19,7 @@ from testbed.delay import Chunk
 from testbed.seeding import generator
 from testbed.slots import cat, stack, take_rows
 from testbed.stabilizers import PolicyTerms, Recipe
-from testbed.stabilizers.numerics import effective_sample_size, masked_max, safe_exp, sequence_log_ratio
+from testbed.stabilizers.numerics import sequence_log_ratio
 from testbed.tasks.base import token_logp
 
 if TYPE_CHECKING:
@@ -164,16 +164,14 @@ class Learner:
         oracle = diag.oracle_gradients(self.task, self.policy, xs) if log_now and self.oracle else None
         entries: dict[str, list] = defaultdict(list)
         rows: dict[int, dict[str, Any]] = {}
-        records: dict[int, dict[str, Any]] = {}
+        grads = diag.flat_grads(params)  # [S, P]: every run's raw gradient, before its transforms
+        records = self._step_records(t, where, ok, logits, logp.detach(), terms_of, grads)
         for pos in ok:
             run = self.runs[self.active[pos]]
-            leaves = run.group["params"]
-            for leaf, p in zip(leaves, params, strict=True):
+            for leaf, p in zip(run.group["params"], params, strict=True):
                 # transforms edit gradients in place: give them their own memory, as a run alone has
                 leaf.grad = p.grad[pos].clone() if run.recipe.transforms else p.grad[pos]
-            grad = diag.flat_grad(leaves)
-            records[pos] = self._step_record(t, where, logits[pos], logp[pos].detach(), terms_of[pos], grad,
-                                             run.prev_grad)
+            grad = grads[pos]
             if log_now:
                 rows[pos] = self._diagnostics(t, work.batches[pos], logp[pos].detach(), terms_of[pos].behavior_logp,
                                               outs[pos], grad, run.prev_grad,
@@ -199,25 +197,25 @@ class Learner:
                 leaf.grad = None
         return diverged
 
-    @staticmethod
-    def _step_record(t: int, where: tuple[int, int], logits: Tensor, logp: Tensor, terms: PolicyTerms, grad: Tensor,
-                     prev_grad: Tensor | None) -> dict[str, Any]:
-        """The cheap per-optimizer-step record of one run (testbed/health.py): only what it records is computed
-        (the same functions as the logged diagnostics, `diag.ratio_stats`, so the values agree)."""
-        everywhere = torch.ones_like(logp, dtype=torch.bool)
-        log_r = logp - terms.behavior_logp
-        seq_lr = sequence_log_ratio(logp, terms.behavior_logp, everywhere)
-        norm_t = torch.linalg.vector_norm(grad)
-        norm = float(norm_t)
-        entropy, max_prob = health.policy_sharpness(logits)
-        return {"step": t + 1, "epoch": where[0], "minibatch": where[1],
-                "kind": "within" if where != (0, 0) else "across",
-                "grad_cos": diag.cosine(grad, prev_grad, norm_t) if prev_grad is not None else float("nan"),
-                "grad_norm": norm, "zero_grad": float(norm == 0.0), "ess": float(effective_sample_size(seq_lr)),
-                "ratio_max": float(masked_max(safe_exp(log_r.detach()), everywhere)),
-                "logratio_q95": float(torch.quantile(log_r.flatten().double(), 0.95)),
-                "zero_adv_frac": health.zero_fraction(terms.advantages),
-                "entropy": entropy, "max_prob": max_prob}
+    def _step_records(self, t: int, where: tuple[int, int], ok: list[int], logits: Tensor, logp: Tensor,
+                      terms_of: list[PolicyTerms], grads: Tensor) -> dict[int, dict[str, Any]]:
+        """The cheap per-optimizer-step record (testbed/health.py) of every run at the slot positions ``ok``, by
+        position: `health.step_stats` of all of them at once, from the same functions as the logged diagnostics
+        (`diag.ratio_stats`), so the values agree."""
+        prev = [self.runs[self.active[pos]].prev_grad for pos in ok]
+        # a run without a previous step gets a zero one: its cosine is undefined (NaN), as the rule says
+        prev_grads = None if all(g is None for g in prev) else torch.stack(
+            [torch.zeros_like(grads[0]) if g is None else g for g in prev])
+
+        def rows(x: Tensor) -> Tensor:
+            return x if len(ok) == x.shape[0] else x.index_select(0, torch.tensor(ok))
+
+        stats = health.step_stats(rows(logits), rows(logp), torch.stack([terms_of[pos].behavior_logp for pos in ok]),
+                                  [terms_of[pos].advantages for pos in ok], rows(grads), prev_grads)
+        values = dict(zip(stats, torch.stack([v.double() for v in stats.values()]).tolist(), strict=True))
+        kind = "within" if where != (0, 0) else "across"
+        return {pos: {"step": t + 1, "epoch": where[0], "minibatch": where[1], "kind": kind,
+                      **{name: column[i] for name, column in values.items()}} for i, pos in enumerate(ok)}
 
     def _diagnostics(self, t: int, batch: dict, logp: Tensor, blogp: Tensor, out: Any, grad: Tensor,
                      prev_grad: Tensor | None, oracle: tuple[Tensor, Tensor] | None) -> dict[str, Any]:

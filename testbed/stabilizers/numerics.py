@@ -60,19 +60,20 @@ def sequence_log_ratio(logp: Tensor, base_logp: Tensor, mask: Tensor) -> Tensor:
 def effective_sample_size(log_w: Tensor, valid: Tensor | None = None) -> Tensor:
     """Normalised ESS rho = (sum_i w_i)^2 / (B sum_i w_i^2) in [1/B, 1], computed in log space.
 
-    ``log_w`` holds log importance weights ``[B]``; ``valid`` optionally excludes entries. An empty
-    batch gives rho = 1 (no evidence of mismatch). (Kong 1992; used by VCPO, arXiv 2602.17616.)
+    ``log_w`` holds log importance weights ``[..., B]`` (one rho per leading index); ``valid`` optionally
+    excludes entries. An empty batch gives rho = 1 (no evidence of mismatch). (Kong 1992; used by VCPO,
+    arXiv 2602.17616.)
     """
     log_w = f32(log_w).detach()
     if valid is None:
         valid = torch.ones_like(log_w, dtype=torch.bool)
-    n = valid.sum()
+    n = valid.sum(-1)
     lw = torch.where(valid, log_w, float("-inf"))
-    top = lw.max() if lw.numel() else lw.new_zeros(())
+    top = lw.amax(-1) if lw.shape[-1] else lw.new_zeros(lw.shape[:-1])
     # rho is shift-invariant; shifting keeps float32 exact for log-weights of any size (no valid entry: no shift)
-    lw = lw - torch.where(n > 0, top, 0.0)
-    log_num = 2.0 * torch.logsumexp(lw, dim=0)
-    log_den = torch.log(n.clamp(min=1).to(torch.float32)) + torch.logsumexp(2.0 * lw, dim=0)
+    lw = lw - torch.where(n > 0, top, 0.0).unsqueeze(-1)
+    log_num = 2.0 * torch.logsumexp(lw, dim=-1)
+    log_den = torch.log(n.clamp(min=1).to(torch.float32)) + torch.logsumexp(2.0 * lw, dim=-1)
     return torch.where(n > 0, torch.exp(log_num - log_den), 1.0)  # empty batch: 1 (no evidence of mismatch)
 
 

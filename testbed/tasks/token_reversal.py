@@ -60,7 +60,9 @@ both splits are the whole space; "held out" then means fresh samples, not unseen
 Evaluation reports, on the test split, the *sampled* sequence error (one sampled sequence per
 context at temperature 1: the paper's metric), the *greedy* sequence error (argmax decoding),
 token error and mean reward. When the test split has at most ``n_eval`` contexts it is enumerated
-(each context sampled max(1, n_eval // size) times), otherwise ``n_eval`` contexts are drawn.
+(each context sampled max(1, n_eval // size) times, and decoded greedily once: greedy decoding is
+deterministic and every context appears equally often, so the greedy errors are the same numbers),
+otherwise ``n_eval`` contexts are drawn.
 """
 
 from __future__ import annotations
@@ -201,11 +203,15 @@ class TokenReversal(Task):
     @torch.no_grad()
     def evaluate(self, policy: nn.Module, generators: Sequence[torch.Generator]) -> list[dict[str, float]]:
         """Per slot, on the test split: sampled and greedy sequence and token error, sampled reward."""
-        contexts = torch.stack([self.eval_contexts(g) for g in generators])
-        target = self.target(contexts)
-        u = torch.stack([torch.rand(contexts.shape[1:], generator=g) for g in generators])
+        sampled = torch.stack([self.eval_contexts(g) for g in generators])
+        u = torch.stack([torch.rand(sampled.shape[1:], generator=g) for g in generators])
+        # greedy decoding is deterministic: where the evaluation repeats the enumerated test split, each context
+        # is decoded once (every context appears equally often, so the means are the same numbers)
+        split = self.enumerated_split()
+        greedy = sampled if split is None else split.expand(len(generators), -1, -1)
         out: list[dict[str, float]] = [{} for _ in generators]
-        for mode in ("sampled", "greedy"):
+        for mode, contexts in (("sampled", sampled), ("greedy", greedy)):
+            target = self.target(contexts)
             actions, _ = self.rollout(policy, contexts, None if mode == "greedy" else u)
             correct = actions == target
             seq_err = 1.0 - correct.all(dim=-1).float().mean(-1)
@@ -244,13 +250,21 @@ class TokenReversal(Task):
         return (idx[:, None] // powers) % self.M
 
     def eval_contexts(self, generator: torch.Generator) -> Tensor:
-        """The contexts evaluate() uses: the whole test split if small enough, else n_eval draws."""
-        if self.space <= _ENUMERATE_MAX:
-            x = self.all_contexts()
-            x = x[self.in_test(x)]
-            if x.shape[0] <= self.n_eval:
-                return x.repeat(max(1, self.n_eval // x.shape[0]), 1)
+        """The contexts evaluate() uses: the whole test split if small enough (`enumerated_split`, repeated
+        n_eval // its size times), else n_eval draws."""
+        split = self.enumerated_split()
+        if split is not None:
+            return split.repeat(max(1, self.n_eval // split.shape[0]), 1)
         return self.sample_contexts(self.n_eval, generator, split="test")
+
+    def enumerated_split(self) -> Tensor | None:
+        """The whole test split, in lexicographic order, when evaluation enumerates it (a space of at most 2^16
+        contexts whose test split has at most n_eval of them); None when evaluation draws contexts. [n, H]"""
+        if self.space > _ENUMERATE_MAX:
+            return None
+        x = self.all_contexts()
+        x = x[self.in_test(x)]
+        return x if x.shape[0] <= self.n_eval else None
 
     @torch.no_grad()
     def rollout(self, policy: nn.Module, contexts: Tensor, u: Tensor | None = None) -> tuple[Tensor, Tensor]:

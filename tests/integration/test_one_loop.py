@@ -1,7 +1,7 @@
 """One loop for S >= 1 runs: a run trained with others is the same run, bit for bit, as trained alone.
 
-Tolerance: none. Every logged number, the status and the final parameters of every run are compared
-with ``==`` (``DataFrame.equals`` / ``torch.equal``) against the same config trained alone.
+Tolerance: none. Every logged number, every per-step record, the status and the final parameters of every run
+are compared with ``==`` (``DataFrame.equals`` / ``torch.equal``) against the same config trained alone.
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ def assert_alone_equals_together(configs: list[RunConfig]) -> tuple[list, Runner
         a, b = pd.DataFrame(ref.rows), pd.DataFrame(res.rows)
         assert list(a.columns) == list(b.columns)
         assert a.equals(b), f"{cfg.recipe} seed {cfg.seed}:\n{a.compare(b) if a.shape == b.shape else (a, b)}"
+        # the per-optimizer-step records, computed for every run of a loop at once
+        assert pd.DataFrame(ref.steps).equals(pd.DataFrame(res.steps)), f"{cfg.recipe} seed {cfg.seed}: step records"
         if res.status == "ok":
             for name, value in alone.params(0).items():
                 assert torch.equal(value, together.params(i)[name]), name

@@ -65,6 +65,11 @@ def test_safe_exp_and_ess():
     assert effective_sample_size(T([1000.0, 0.0, 0.0, 0.0])).item() == pytest.approx(0.25)
     assert effective_sample_size(T([0.0, 7.0]), T([True, False])).item() == 1.0
     assert effective_sample_size(T([0.0]), T([False])).item() == 1.0
+    # one rho per leading index, each the same number as its row alone
+    rows = torch.log(T([[1.0, 3.0], [5.0, 5.0], [2.0, 1e-3]]))
+    batched = effective_sample_size(rows, T([[True, True], [True, True], [False, True]]))
+    assert batched.tolist() == pytest.approx([0.8, 1.0, 1.0])
+    assert batched[0] == effective_sample_size(rows[0]) and batched[1] == effective_sample_size(rows[1])
     stats = BatchStats.from_terms(PolicyTerms(T([[0.0], [0.0]]), torch.log(T([[1.0], [1 / 3]])), T([0.0, 0.0]), T([[True], [True]])))
     assert stats.ess == pytest.approx(0.8)
 

@@ -211,6 +211,28 @@ def test_evaluate_on_the_uniform_initial_policy_matches_closed_forms():
     assert out["test_reward"] == pytest.approx(1 - out["test_error"])
 
 
+@pytest.mark.parametrize("H", [4, 10])
+def test_greedy_evaluation_decodes_each_enumerated_context_once_with_the_same_errors(H, monkeypatch):
+    task = TokenReversal(H=H, n_eval=2048)
+    policy = task.make_policy([gen(0), gen(1)])
+    for k, v in perturbed(policy, 0.5, seed=2).items():  # a policy whose greedy answers depend on the context
+        policy.get_parameter(k).data.copy_(v)
+    repeated = torch.stack([task.eval_contexts(gen(3))] * 2)  # every context of the split, 2048 // size times
+    split = task.enumerated_split()
+    assert repeated.shape[1] == (2048 // split.shape[0]) * split.shape[0] > split.shape[0]
+    actions, _ = task.rollout(policy, repeated)
+    correct = actions == task.target(repeated)
+    shapes = []
+    rollout = task.rollout
+    monkeypatch.setattr(task, "rollout", lambda pol, x, u=None: shapes.append(tuple(x.shape)) or rollout(pol, x, u))
+    out = task.evaluate(policy, [gen(3), gen(4)])
+    assert shapes == [tuple(repeated.shape), (2, split.shape[0], H)]  # sampled: every repeat; greedy: once each
+    for i, row in enumerate(out):
+        assert row["test_error_greedy"] == float(1.0 - correct[i].all(-1).float().mean())
+        assert row["test_token_error_greedy"] == float(1.0 - correct[i].float().mean())
+    assert 0.0 < out[0]["test_error_greedy"] < 1.0
+
+
 def test_rare_p0_warm_start_makes_discovery_exponentially_rarer():
     task = TokenReversal(H=4, rare_p0=0.3)
     policy = task.make_policy([gen()])
