@@ -16,7 +16,8 @@ positive cosine means "pushes the parameters the same way":
   ``log_ratio_abs_mean``: mean |log pi_theta - log mu| per token.
 
 Computing the oracles costs two more backward passes, so the runner only computes diagnostics on
-logged steps (``log_every``), and keeps a flat gradient only where the next logged step needs it.
+logged steps (``log_every``); it keeps each run's previous flat gradient (`flat_grads`) for the cosine
+that every optimizer step records (testbed/health.py).
 
 The runner's policy holds S slots (testbed/tasks/stacked.py); the functions below that take the
 policy return one row per slot.
