@@ -267,7 +267,7 @@ def token_evaluation(rounds: int, runs: int = 4) -> list[Ratio]:
     times = interleaved({"once": once, "every": every_repeat}, rounds=rounds, warmup=1)
     ratio = median_ratio(times["once"], times["every"])
     lo, hi = spread([a / b for a, b in zip(times["once"], times["every"], strict=True)])
-    reps = contexts.shape[1] // task.enumerated_split().shape[0]
+    reps = contexts.shape[1] // task.enumerated_split.shape[0]
     return [Ratio("loop:token_reversal", "evaluation H=10: greedy once per context / every repeat", ratio, "<= 0.6",
                   f"IQR {lo:.2f}-{hi:.2f}; {runs} runs, {contexts.shape[1]:,} contexts ({reps} repeats of the test "
                   f"split); {1e3 * statistics.median(times['once']):.0f} ms against "

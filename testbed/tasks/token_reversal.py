@@ -70,6 +70,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, ClassVar
 
 import gymnasium as gym
@@ -207,7 +208,7 @@ class TokenReversal(Task):
         u = torch.stack([torch.rand(sampled.shape[1:], generator=g) for g in generators])
         # greedy decoding is deterministic: where the evaluation repeats the enumerated test split, each context
         # is decoded once (every context appears equally often, so the means are the same numbers)
-        split = self.enumerated_split()
+        split = self.enumerated_split
         greedy = sampled if split is None else split.expand(len(generators), -1, -1)
         out: list[dict[str, float]] = [{} for _ in generators]
         for mode, contexts in (("sampled", sampled), ("greedy", greedy)):
@@ -252,14 +253,16 @@ class TokenReversal(Task):
     def eval_contexts(self, generator: torch.Generator) -> Tensor:
         """The contexts evaluate() uses: the whole test split if small enough (`enumerated_split`, repeated
         n_eval // its size times), else n_eval draws."""
-        split = self.enumerated_split()
+        split = self.enumerated_split
         if split is not None:
             return split.repeat(max(1, self.n_eval // split.shape[0]), 1)
         return self.sample_contexts(self.n_eval, generator, split="test")
 
+    @cached_property
     def enumerated_split(self) -> Tensor | None:
         """The whole test split, in lexicographic order, when evaluation enumerates it (a space of at most 2^16
-        contexts whose test split has at most n_eval of them); None when evaluation draws contexts. [n, H]"""
+        contexts whose test split has at most n_eval of them); None when evaluation draws contexts. [n, H]
+        Built on first use and kept: it depends only on the task's settings, and every evaluation reads it."""
         if self.space > _ENUMERATE_MAX:
             return None
         x = self.all_contexts()

@@ -218,7 +218,7 @@ def test_greedy_evaluation_decodes_each_enumerated_context_once_with_the_same_er
     for k, v in perturbed(policy, 0.5, seed=2).items():  # a policy whose greedy answers depend on the context
         policy.get_parameter(k).data.copy_(v)
     repeated = torch.stack([task.eval_contexts(gen(3))] * 2)  # every context of the split, 2048 // size times
-    split = task.enumerated_split()
+    split = task.enumerated_split
     assert repeated.shape[1] == (2048 // split.shape[0]) * split.shape[0] > split.shape[0]
     actions, _ = task.rollout(policy, repeated)
     correct = actions == task.target(repeated)
