@@ -17,8 +17,10 @@ never typed in. The allowed verdicts are `VERDICTS`:
 * **not applicable**: the claim is about something the simulator does not measure (by rule).
 
 Seeds: each claim is judged at the stop of its experiment's sequential design (figures/sequential.py):
-the report gives per claim the seeds used, the look, the interval level and why it stopped. Evidence
-written before the design existed (no ``sequential`` record) is judged as the design's first look.
+the report gives per claim the seeds used, the look, the interval level and why it stopped, and each look
+before the stop replayed on its seeds (`figures.records.look_history`: its verdict and the seeds its spread
+asked for), checked to lead to the recorded stop. Evidence written before the design existed (no
+``sequential`` record) is judged as the design's first look.
 The statistic (20% trimmed mean, Yuen's interval; rates with exact intervals) and the designs were
 fixed in figures/stats.py, figures/sequential.py and figures/budgets.py before the runs they judge.
 
@@ -43,8 +45,8 @@ from figures.budgets import DESIGN_OF, budget
 from figures.common import arr
 from figures.evidence import Evidence
 from figures.experiments import all_claims, experiment
-from figures.records import Claim, Judgement, assess
-from figures.stats import ALPHA, BETA, LEVEL, TRIM, VERDICTS, Outcome, fmt, fmt_interval, fmt_margin
+from figures.records import Claim, Judgement, assess, history_consistent, look_history
+from figures.stats import ALPHA, BETA, LEVEL, MAX_SEEDS, TRIM, VERDICTS, Outcome, fmt, fmt_interval, fmt_margin
 from testbed.files import atomic_write_text
 
 __all__ = ["VERDICTS", "evaluate", "judge", "write_report"]
@@ -155,6 +157,21 @@ def stop_text(j: Judgement) -> str:
             f"{s.get('reason', '')}")
 
 
+def looks_text(history: list[dict[str, Any]], cap: int | None, consistent: bool) -> str:
+    """A staged claim's looks in words: seeds, verdict and the seeds its spread asked for (n*, figures/stats.py),
+    marked where n* lies beyond the design's cap; "" for a claim judged at one look."""
+    if len(history) < 2:
+        return ""
+    parts = []
+    for h in history:
+        need = h["seeds_needed"]
+        shown = "" if need is None else (f", n* > {MAX_SEEDS:,}" if need > MAX_SEEDS else f", n* {need}") + (
+            f" (beyond the cap of {cap})" if cap is not None and need > cap else "")
+        parts.append(f"look {h['look'] + 1} ({h['n']} seeds): {h['verdict']}{shown}")
+    text = "per look: " + "; ".join(parts)
+    return text if consistent else text + " (this history does not lead to the recorded stop: inconsistent record)"
+
+
 def evaluate(evidence: dict[str, Evidence], quick: bool = False) -> list[dict[str, Any]]:
     """One row per claim from {experiment: evidence}."""
     rows = []
@@ -162,8 +179,10 @@ def evaluate(evidence: dict[str, Evidence], quick: bool = False) -> list[dict[st
         ev = evidence_of(evidence, claim.experiment)
         try:
             j = judge(claim, evidence, quick)
+            history = look_history(claim, ev) if ev else []
         except KeyError as exc:  # the evidence lacks a key the judge needs (an older or partial data file)
             j = Judgement(f"incomplete data (missing {exc})", [], verdict="inconclusive", note=f"missing evidence {exc}")
+            history = []
         assert j.verdict in VERDICTS, j.verdict
         row = {
             "id": claim.id, "claim": claim.text, "source": f"arXiv {claim.source}", "paper_value": claim.paper_value,
@@ -177,6 +196,7 @@ def evaluate(evidence: dict[str, Evidence], quick: bool = False) -> list[dict[st
             "preconditions": list(j.preconditions), "verdict_if_testable": j.verdict_if_testable,
             "stop": dict(j.stop), "seeds_used": j.stop.get("n"), "stop_reason": j.stop.get("reason", ""),
             "stop_shown": stop_text(j), "per_seed": per_seed(claim, ev, j),
+            "looks": history, "looks_consistent": history_consistent(history, j.verdict),
             "sensitivity": [x.line() for x in claim.sensitivity],
         }
         if j.verdict in NEGATIVE:
@@ -194,7 +214,9 @@ def testability_markdown(rows: list[dict[str, Any]]) -> list[str]:
                         + (f" -> to make it testable: {p['remedy']}" if p["status"] != "met" else "")
                         for p in r["preconditions"]) or "none"
         v = r["verdict"] + (f" (parts alone: {r['verdict_if_testable']})" if r.get("verdict_if_testable") else "")
-        lines.append(f"| {r['id']} | {v} | {pre} | {r['stop_shown']} |")
+        looks = r.get("stop", {}).get("looks") or [None]
+        per_look = looks_text(r.get("looks") or [], looks[-1], r.get("looks_consistent", True))
+        lines.append(f"| {r['id']} | {v} | {pre} | {r['stop_shown']}{'; ' + per_look if per_look else ''} |")
     lines += ["", "## Per-seed values (the seeds each claim was judged on)", ""]
     for r in rows:
         ps = r.get("per_seed") or {}

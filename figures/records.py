@@ -32,6 +32,7 @@ differing by more than that factor (tested on log error rates, figures/stats.py)
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import math
 from collections.abc import Callable
@@ -260,6 +261,39 @@ def assess(claim: Claim, ev: Evidence) -> Judgement:
         j.note = "; ".join(f"{p['name']}: {p['status']} ({p['measured']})" for p in blocked) + (
             f"; {j.note}" if j.note else "")
     return j
+
+
+def look_history(claim: Claim, ev: Evidence) -> list[dict[str, Any]]:
+    """The claim judged again at every look of its design up to its stop, each on the evidence cut to that look's
+    seeds (`Evidence.truncated`) at that look's interval level:
+    [{"look", "n", "level", "verdict", "seeds_needed"}] ([] for evidence without a design or a stop).
+
+    Each look before the stop saw exactly these seeds (a claim still undecided at a look has every cell it compares
+    trained with that look's seeds, figures/staging.py), so the history shows how the interval narrowed and how
+    many seeds each look asked for, and a record is consistent (`history_consistent`) when every look before the
+    stop reads "inconclusive" and the stop's look reads the claim's verdict."""
+    stop = ev.sequential.get(claim.id) or {}
+    looks = list(stop.get("looks") or [])
+    levels = list((ev.design or {}).get("levels") or [])
+    if not stop.get("n") or not looks or len(levels) != len(looks):
+        return []
+    out = []
+    for k, (n, level) in enumerate(zip(looks, levels, strict=True)):
+        if n > stop["n"]:
+            break
+        at = dataclasses.replace(ev, sequential={**ev.sequential, claim.id: {**stop, "n": n, "look": k,
+                                                                               "level": level}})
+        j = assess(claim, at)
+        out.append({"look": k, "n": n, "level": level, "verdict": j.verdict, "seeds_needed": j.seeds_needed})
+    return out
+
+
+def history_consistent(history: list[dict[str, Any]], verdict: str) -> bool:
+    """Whether a look history agrees with the stop it leads to: "inconclusive" before the last look, ``verdict``
+    at it (an empty history agrees with anything)."""
+    if not history:
+        return True
+    return all(h["verdict"] == "inconclusive" for h in history[:-1]) and history[-1]["verdict"] == verdict
 
 
 def with_direction(match: Outcome, rescue: Outcome) -> Outcome:

@@ -7,14 +7,16 @@ one-sided 0.05: 1.993); the O'Brien-Fleming-type boundaries fall from above 3 to
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
 import pytest
 
 from figures import stats
+from figures.claims import looks_text
 from figures.experiments import mnist_delay
-from figures.records import Claim, Judgement
+from figures.records import Claim, Judgement, history_consistent, look_history
 from figures.sequential import Design, boundaries, false_verdict_rate, spent
 from figures.staging import staged
 
@@ -140,6 +142,21 @@ def test_staged_adds_seeds_only_to_undecided_claims_and_records_why_each_stopped
     assert not any(name == "A" and s >= 5 for name, s in trained)  # no seed bought for a decided claim
     assert ev.design["looks"] == [5, 10, 15]
     assert b["level"] == pytest.approx(Design(5, 5, 15).level(2))
+
+    # the looks again, from the final evidence cut to each look's seeds: they lead to the recorded stops
+    hb = look_history(claims[1], ev)
+    assert [(h["n"], h["verdict"]) for h in hb] == [(5, "inconclusive"), (10, "inconclusive"), (15, "inconclusive")]
+    assert [h["level"] for h in hb] == pytest.approx([Design(5, 5, 15).level(k) for k in range(3)])
+    assert all(h["seeds_needed"] > 15 for h in hb) and history_consistent(hb, b["verdict"])
+    text = looks_text(hb, 15, True)
+    assert "look 3 (15 seeds): inconclusive, n* " in text and text.count("(beyond the cap of 15)") == 3
+    ha = look_history(claims[0], ev)
+    assert [(h["n"], h["verdict"]) for h in ha] == [(5, "reproduced")] and looks_text(ha, 15, True) == ""
+    # a record that claims A ran on to its second look although the first already decided it is inconsistent
+    moved = dataclasses.replace(ev, sequential={**ev.sequential, "A": {**a, "n": 10, "look": 1}})
+    hm = look_history(claims[0], moved)
+    assert [h["verdict"] for h in hm] == ["reproduced", "reproduced"] and not history_consistent(hm, "reproduced")
+    assert look_history(claims[0], dataclasses.replace(ev, design=None)) == []  # no design: no looks to replay
 
 
 def test_the_estimate_plans_the_first_look_and_the_cap():
