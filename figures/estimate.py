@@ -24,7 +24,12 @@ Seeds. The claims' sequential designs (figures/budgets.py, figures/sequential.py
 seeds for every cell and more seeds, in stages, only for undecided claims. How many claims stay
 undecided is not known before the run, so the estimate gives two numbers: the first look (every claim
 decided at n0) and the honest upper bound where every staged claim runs to its cap (the extra runs of
-every experiment's cells at all the design's seeds, and their exact-gradient runs).
+every experiment's cells at all the design's seeds, and their exact-gradient runs). ``--stops REPORT``
+adds a third: each claim staged as far as it went in that report (its claims.json ``seeds_used``: the
+runs of every look the claim was still undecided at), the forecast for a re-run that stops where the
+last one did.
+
+    python -m figures.estimate --stops results/paper/claims.json
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ DRAW_S = 2.0  # seconds to read back, judge and draw one figure (measured in the
 
 
 CAP_ROW = "extra seeds (cap)"
+STOPS_ROW = "extra seeds (stops)"
 QUIET_LOAD = 0.5  # a 1-minute load average above this, before the estimate's own work, means other jobs run
 QUIET_SHARE = 0.9  # timed samples that got less of a core than this shared it
 # The slope is a difference of two timings, so a short difference is mostly noise: measured on one MNIST loop
@@ -97,15 +103,53 @@ def cap_configs(quick: bool) -> list[RunConfig]:
     return out
 
 
-def plan(workers: int, quick: bool = False, cap: bool = False) -> list[tuple[str, list[list[RunConfig]]]]:
+def read_stops(path: Path) -> dict[str, int]:
+    """Claim id -> seeds used, from a report's claims.json (claims without a stop are left out). Raises
+    ValueError, naming the file and what it lacks, when it is not such a report."""
+    try:
+        rows = json.loads(Path(path).read_text())["claims"]
+        return {str(r["id"]): int(r["seeds_used"]) for r in rows if r.get("seeds_used") is not None}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{path} is not a claims report with per-claim seeds_used (claims.json): {exc}") from exc
+
+
+def stop_configs(quick: bool, stops: dict[str, int]) -> list[RunConfig]:
+    """Every run the staged experiments train when each claim stops after the seeds ``stops`` gives it (a claim
+    not named stops at the first look): the first look's runs, and at each later look the staged runs of the
+    claims that were still undecided there (those that went on to at least that look's seeds)."""
+    from figures.budgets import DESIGN_OF, budget
+    from figures.experiments import experiment
+
+    b = budget(quick)
+    out = []
+    for name, kind in DESIGN_OF.items():
+        exp = experiment(name)
+        design = getattr(b, f"{kind}_design")
+        seeds = b.all_seeds(kind)
+        out += exp.configs(b)
+        for n in design.looks[1:]:
+            going = [c.id for c in exp.CLAIMS if c.staged and stops.get(c.id, 0) >= n]
+            if going:
+                out += exp.staged_runs(b, seeds[:n], going)
+    return out
+
+
+def plan(workers: int, quick: bool = False, cap: bool = False,
+         stops: dict[str, int] | None = None) -> list[tuple[str, list[list[RunConfig]]]]:
     """Per figure, in the order ``python -m figures all`` runs them: the loops run_sweep would train; with
-    ``cap``, one more row with the staged experiments' extra runs up to their designs' caps."""
-    seen: set[str] = set()
+    ``cap``, one more row with the staged experiments' extra runs up to their designs' caps; with ``stops``
+    (`stop_configs`), one more with their extra runs up to those stops (each extra row counts the runs beyond
+    the first look, on its own)."""
+    first: set[str] = set()
     out = []
     rows = [(name, module(name).configs(quick)) for name in FIGURES]
     if cap:
         rows.append((CAP_ROW, cap_configs(quick)))
+    if stops is not None:
+        rows.append((STOPS_ROW, stop_configs(quick, stops)))
     for name, cfgs in rows:
+        extra = name in (CAP_ROW, STOPS_ROW)
+        seen = set(first) if extra else first
         todo = [c for c in dedupe(cfgs) if c.run_id not in seen]
         seen.update(c.run_id for c in todo)
         todo.sort(key=cost_estimate, reverse=True)
@@ -185,12 +229,13 @@ def _interp(h: int, points: dict[int, tuple[float, float]]) -> tuple[float, floa
     return tuple(points[lo][i] * (1 - w) + points[hi][i] * w for i in range(2))  # type: ignore[return-value]
 
 
-def estimate(workers: int = 2, quick: bool = False, progress: bool = True) -> dict[str, Any]:
+def estimate(workers: int = 2, quick: bool = False, progress: bool = True,
+             stops: dict[str, int] | None = None) -> dict[str, Any]:
     import torch
 
     torch.set_num_threads(1)
     load_at_start = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")  # (not on Windows)
-    figures = plan(workers, quick, cap=True)
+    figures = plan(workers, quick, cap=True, stops=stops)
     # one sample per shape (per H for token reversal, at a few H)
     firsts: dict[tuple, dict[int, list[RunConfig]]] = defaultdict(dict)
     for _, loops in figures:
@@ -230,19 +275,21 @@ def estimate(workers: int = 2, quick: bool = False, progress: bool = True) -> di
         train = list_schedule(durations, workers)
         rows.append({"figure": name, "runs": sum(len(x) for x in loops), "loops": len(loops),
                      "cpu_s": sum(durations), "wall_s": train})
-        if name != CAP_ROW:
+        if name not in (CAP_ROW, STOPS_ROW):
             total += train
-    extra = _oracle_and_theory(workers, quick)
+    extra = _oracle_and_theory(workers, quick, stops)
     total += extra["oracle_wall_s"] + extra["theory_s"] + DRAW_S * len(FIGURES)
     cap_extra = sum(r["wall_s"] for r in rows if r["figure"] == CAP_ROW) + extra["oracle_cap_wall_s"]
+    stops_extra = sum(r["wall_s"] for r in rows if r["figure"] == STOPS_ROW) + extra["oracle_stops_wall_s"]
     share = sampling_cpu / sampling if sampling > 0 else float("nan")
     return {"workers": workers, "setting": "quick" if quick else "full", "figures": rows, **extra,
             "draw_s": DRAW_S * len(FIGURES), "sampling_s": sampling, "total_wall_s": total,
-            "cap_wall_s": total + cap_extra, "load_at_start": load_at_start, "sampling_cpu_share": share,
+            "cap_wall_s": total + cap_extra, "stops_wall_s": None if stops is None else total + stops_extra,
+            "load_at_start": load_at_start, "sampling_cpu_share": share,
             "loaded": loaded(load_at_start, share, os.cpu_count() or 1)}
 
 
-def _oracle_and_theory(workers: int, quick: bool) -> dict[str, float]:
+def _oracle_and_theory(workers: int, quick: bool, stops: dict[str, int] | None = None) -> dict[str, float]:
     from figures import oracle_runs
     from figures.budgets import budget
     from figures.common import Context
@@ -264,13 +311,16 @@ def _oracle_and_theory(workers: int, quick: bool) -> dict[str, float]:
     oracle = list_schedule([per_kind[k] for k, _ in jobs], workers)
     cap_jobs = [j for j in mnist_samples.oracle_jobs(b, b.all_seeds("mnist")) if j not in jobs]  # DG-1 to its cap
     oracle_cap = list_schedule([per_kind[k] for k, _ in cap_jobs], workers)
+    n_stop = max([(stops or {}).get(c.id, 0) for c in mnist_samples.CLAIMS if c.staged], default=0)
+    stop_jobs = [j for j in mnist_samples.oracle_jobs(b, b.all_seeds("mnist")[:n_stop]) if j not in jobs]
+    oracle_stops = list_schedule([per_kind[k] for k, _ in stop_jobs], workers)
     ctx = Context(out=Path("."), cache=Path("."), quick=quick)
     t0 = time.perf_counter()
     delayed_sgd.evidence(ctx)  # the exact values, the simulations and the GAC runs on the quadratic
     contamination.theory_curves(b.contamination_deltas)
     theory = time.perf_counter() - t0
     return {"oracle_wall_s": oracle, "oracle_cpu_s": sum(per_kind[k] for k, _ in jobs), "theory_s": theory,
-            "oracle_cap_wall_s": oracle_cap}
+            "oracle_cap_wall_s": oracle_cap, "oracle_stops_wall_s": oracle_stops}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -278,21 +328,32 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=int, default=2, help="parallel training processes of the run (default 2)")
     p.add_argument("--quick", action="store_true", help="estimate the quick setting instead (a self-check)")
     p.add_argument("--json", default=None, help="also write the estimate to this JSON file")
+    p.add_argument("--stops", default=None, metavar="CLAIMS_JSON",
+                   help="also estimate a run whose claims stop where they stopped in this report's claims.json")
     args = p.parse_args(argv)
     if args.workers < 1:
         print(f"error: --workers must be >= 1, got {args.workers}", file=sys.stderr)
         return 2
-    res = estimate(args.workers, args.quick)
+    stops = None
+    if args.stops is not None:
+        try:
+            stops = read_stops(Path(args.stops))
+        except ValueError as exc:
+            print(f"error: --stops: {exc}", file=sys.stderr)
+            return 2
+    res = estimate(args.workers, args.quick, stops=stops)
     from figures.publish import hms
 
-    print(f"{'figure':16s} {'runs':>5s} {'loops':>5s} {'CPU':>9s} {'wall':>9s}")
+    print(f"{'figure':19s} {'runs':>5s} {'loops':>5s} {'CPU':>9s} {'wall':>9s}")
     for r in res["figures"]:
-        print(f"{r['figure']:16s} {r['runs']:5d} {r['loops']:5d} {hms(r['cpu_s']):>9s} {hms(r['wall_s']):>9s}")
+        print(f"{r['figure']:19s} {r['runs']:5d} {r['loops']:5d} {hms(r['cpu_s']):>9s} {hms(r['wall_s']):>9s}")
     print(f"exact-gradient MNIST runs: {hms(res['oracle_wall_s'])} wall ({hms(res['oracle_cpu_s'])} CPU); theory "
           f"figures {res['theory_s']:.0f} s; drawing {res['draw_s']:.0f} s")
     print(f"estimated wall time with {res['workers']} worker(s): {hms(res['total_wall_s'])} if every claim is "
           f"decided at its first look; upper bound {hms(res['cap_wall_s'])} if every staged claim runs to its cap "
           f"(sampling took {res['sampling_s']:.0f} s)")
+    if res.get("stops_wall_s") is not None:
+        print(f"with each claim stopping where it stopped in {args.stops}: {hms(res['stops_wall_s'])}")
     if res["loaded"]:
         print(f"warning: {load_warning(res['loaded'], res['sampling_cpu_share'])}")
     if args.json:

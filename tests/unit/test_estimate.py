@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from figures import estimate
+from figures.budgets import DESIGN_OF as DESIGN
 
 
 def test_a_quiet_machine_passes_and_each_sign_of_sharing_is_named():
@@ -19,11 +20,11 @@ def test_the_printed_estimate_warns_when_the_machine_was_shared(monkeypatch, cap
     result = {"workers": 2, "figures": [{"figure": "f", "runs": 3, "loops": 1, "cpu_s": 60.0, "wall_s": 60.0}],
               "oracle_wall_s": 0.0, "oracle_cpu_s": 0.0, "theory_s": 1.0, "draw_s": 2.0, "sampling_s": 5.0,
               "total_wall_s": 63.0, "cap_wall_s": 90.0}
-    monkeypatch.setattr(estimate, "estimate", lambda workers, quick: {**result, "loaded": None})
+    monkeypatch.setattr(estimate, "estimate", lambda workers, quick, stops=None: {**result, "loaded": None})
     assert estimate.main([]) == 0
     assert "warning" not in capsys.readouterr().out
     monkeypatch.setattr(estimate, "estimate",
-                        lambda workers, quick: {**result, "loaded": estimate.loaded(1.5, 0.6, 2),
+                        lambda workers, quick, stops=None: {**result, "loaded": estimate.loaded(1.5, 0.6, 2),
                                                 "sampling_cpu_share": 0.6})
     assert estimate.main([]) == 0
     out = capsys.readouterr().out
@@ -59,3 +60,45 @@ def test_the_slope_is_timed_over_a_span_long_enough_to_swamp_start_up_jitter():
     lengths.clear()
     estimate.fit_line(lambda n: lengths.append(n) or 1e-3 * n, unit=5, steps=20, min_span_s=20.0)
     assert lengths == [5, 20]  # never longer than the run it stands for
+
+
+def _ids(rows, name):
+    return {c.run_id for loops in [dict(rows)[name]] for loop in loops for c in loop}
+
+
+def test_the_estimate_at_a_reports_stops_trains_the_looks_each_claim_went_on_to(monkeypatch):
+    import dataclasses
+
+    from figures import budgets
+    from figures.experiments import all_claims, mnist_samples
+    from figures.sequential import Design
+
+    # the quick budget with room for later looks: seeds 0, 1 first, then one more per look up to 4 (3 for tokens)
+    b = dataclasses.replace(budgets.QUICK, mnist_design=Design(2, 1, 4), async_design=Design(2, 1, 4),
+                            tr_design=Design(2, 1, 3))
+    monkeypatch.setattr(budgets, "QUICK", b)
+    staged = {c.id: getattr(b, f"{DESIGN[c.experiment]}_design").cap for c in all_claims()
+              if c.staged and c.experiment in DESIGN}
+    at_cap = estimate.plan(2, quick=True, cap=True, stops=staged)
+    assert _ids(at_cap, estimate.STOPS_ROW) == _ids(at_cap, estimate.CAP_ROW) != set()
+    first = {c.id: 2 for c in all_claims()}
+    assert _ids(estimate.plan(2, quick=True, stops=first), estimate.STOPS_ROW) == set()  # all stop at the first look
+    only_dg1 = estimate.plan(2, quick=True, stops={"DG-1": 3})  # DG-1 went on to its second look, 3 seeds
+    seeds = b.all_seeds("mnist")
+    extra = {c.run_id for c in mnist_samples.staged_runs(b, seeds[:3], ["DG-1"])} - {
+        c.run_id for c in mnist_samples.configs(b)}
+    assert _ids(only_dg1, estimate.STOPS_ROW) == extra != set()
+    assert len(extra) == len(mnist_samples.METHODS)  # pg and dg at k = 1, seed 2
+    # the first-look rows do not move with the stops
+    assert [r for r in only_dg1 if r[0] != estimate.STOPS_ROW] == estimate.plan(2, quick=True)
+
+
+def test_a_file_that_is_not_a_claims_report_is_one_clear_line(tmp_path, capsys):
+    bad = tmp_path / "x.json"
+    bad.write_text('{"figures": []}')
+    assert estimate.main(["--stops", str(bad)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --stops: ") and str(bad) in err and "\n" not in err
+    good = tmp_path / "claims.json"
+    good.write_text('{"claims": [{"id": "DG-1", "seeds_used": 10}, {"id": "AREAL-2", "seeds_used": null}]}')
+    assert estimate.read_stops(good) == {"DG-1": 10}
