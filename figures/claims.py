@@ -135,17 +135,19 @@ def paragraph(claim: Claim, j: Judgement) -> dict[str, str]:
 
 
 def per_seed(claim: Claim, ev: Evidence, j: Judgement) -> dict[str, Any]:
-    """The compared cells' per-seed values (the seeds the claim was judged on; None = not run)."""
+    """The compared cells' per-seed values (`Claim.seed_values`; the seeds the claim was judged on; None = not
+    run)."""
     if claim.cells is None or not ev:
         return {}
     n = j.stop.get("n") or len(ev.seeds)
     seeds = list(ev.seeds)[:n]
+    name, metric = claim.seed_values
     cells = {}
     for key in claim.cells(ev):
-        v = (getattr(ev, "error", None) or {}).get(key)
+        v = (getattr(ev, name, None) or {}).get(key)
         if v is not None:
             cells[key] = [None if x is None or not math.isfinite(x) else round(float(x), 5) for x in arr(v)[:n]]
-    return {"seeds": seeds, "metric": "final test error", "cells": cells}
+    return {"seeds": seeds, "metric": metric, "cells": cells}
 
 
 def stop_text(j: Judgement) -> str:

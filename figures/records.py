@@ -172,6 +172,8 @@ class Claim:
     decide: str = ""  # what would settle a negative verdict beyond more seeds
     preconditions: tuple[Precondition, ...] = ()
     cells: Callable[[Evidence], list[str]] | None = None  # evidence cells compared (their health rates shown)
+    # the per-seed values of those cells the report lists: (the evidence field holding them, what they are)
+    seed_values: tuple[str, str] = ("error", "final test error")
     staged: bool = True  # more seeds for it when undecided (False: judged at the design's first look only)
     sensitivity: tuple[Sensitivity, ...] = ()  # where the free parameters it hinges on are varied
 

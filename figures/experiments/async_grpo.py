@@ -385,6 +385,7 @@ CLAIMS = (
           "above 0.2). The verdict is grpo's; pg and tis are reported beside it.",
           judge_gac1, ("grad_cosine", "stability_map", "quadratic_gac"), preconditions=(_HEALTHY,),
           cells=_recipe_cells(("grpo",)),
+          seed_values=("cos", "mean consecutive-step gradient cosine over the second half of training"),
           mechanism="delayed SGD on a noisy quadratic: without delay the lag-1 autocorrelation of applied gradients "
           "is exactly -a/2; with delay it turns positive (theory/delayed_optimization.py, result 2; figure "
           "stability_map). In the regime the minibatches are whole prompt groups and a minibatch is a small "

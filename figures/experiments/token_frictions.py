@@ -214,5 +214,6 @@ CLAIMS = (
                                       lambda ev: off_floor(ev.error, "all four"),
                                       "a budget or rare-discovery strength at which at least one method solves "
                                       "some sequences (more learner steps, or a shorter H)"),),
-          cells=lambda ev: [f"{r}|all four" for r in METHODS], sensitivity=(FRICTION_SENSITIVITY,)),
+          cells=lambda ev: [f"{r}|all four" for r in METHODS], seed_values=("error", "final sampled sequence error"),
+          sensitivity=(FRICTION_SENSITIVITY,)),
 )

@@ -141,5 +141,7 @@ CLAIMS = (
           decide="the budget per length (1,000 learner steps) is ours; the paper's is not known",
           preconditions=(Precondition("some method leaves the floor (solves the grid's shortest length)", _solves_some,
                                       "a budget at which some method solves short sequences with all four frictions"),),
+          cells=lambda ev: list(ev.longest), seed_values=("longest", f"longest solved H (final sampled error <= "
+                                                                    f"{SOLVED:.0%})"),
           sensitivity=(FRICTION_SENSITIVITY,)),
 )

@@ -123,3 +123,20 @@ def test_gac2_needs_the_stale_aligned_signal_and_a_degrading_base():
     assert status(_async_evidence(0.6, degrade=0.0), "degrades") == "failed"
     assert assess(gac2, _async_evidence(0.6, degrade=0.0)).verdict == "not testable"
     assert assess(gac2, _async_evidence(0.6)).verdict != "not testable"
+
+
+def test_the_report_lists_per_seed_the_values_each_claim_is_judged_on():
+    from figures.claims import per_seed
+    from figures.experiments import token_horizon
+
+    ddg3 = token_horizon.CLAIMS[0]
+    ev = token_horizon.Evidence(seeds=[0, 1, 2], H=[2, 4], longest={"pg": [2.0, 4.0, 0.0], "dg": [4.0, 4.0, None]},
+                                error={"pg|2": [0.0, 0.0, 0.5], "dg|2": [0.0, 0.0, 0.0]})
+    shown = per_seed(ddg3, ev, Judgement("x", [], verdict="inconclusive", stop={"n": 2}))
+    assert shown["seeds"] == [0, 1] and shown["metric"] == "longest solved H (final sampled error <= 10%)"
+    assert shown["cells"] == {"pg": [2.0, 4.0], "dg": [4.0, 4.0]}  # the judged seeds only, not the errors
+    gac1 = next(c for c in async_grpo.CLAIMS if c.id == "GAC-1")
+    ev = async_grpo.Evidence(seeds=[0, 1], levels=["sync"], error={"grpo|sync": [0.1, 0.2]},
+                             cos={"grpo|sync": [0.05, float("nan")]})
+    shown = per_seed(gac1, ev, Judgement("x", [], verdict="inconclusive"))
+    assert shown["cells"] == {"grpo|sync": [0.05, None]} and "cosine" in shown["metric"]  # NaN shown as not run
