@@ -102,3 +102,18 @@ def test_a_file_that_is_not_a_claims_report_is_one_clear_line(tmp_path, capsys):
     good = tmp_path / "claims.json"
     good.write_text('{"claims": [{"id": "DG-1", "seeds_used": 10}, {"id": "AREAL-2", "seeds_used": null}]}')
     assert estimate.read_stops(good) == {"DG-1": 10}
+
+
+def test_the_committed_reports_give_stops_within_their_designs():
+    from pathlib import Path
+
+    from figures.budgets import FULL
+    from figures.experiments import all_claims
+
+    root = Path(__file__).resolve().parents[2] / "results" / "paper"
+    for report in (root / "claims.json", root / "avx512" / "claims.json"):
+        stops = estimate.read_stops(report)
+        for c in all_claims():
+            if c.experiment in DESIGN:
+                design = getattr(FULL, f"{DESIGN[c.experiment]}_design")
+                assert stops[c.id] in design.looks, (report, c.id, stops[c.id])
