@@ -89,18 +89,14 @@ def load_warning(why: str, cpu_share: float) -> str:
     return f"the machine may not have been quiet ({why}{got}): the times above may be too high; time it alone"
 
 
-def cap_configs(quick: bool) -> list[RunConfig]:
-    """Every run the staged experiments may train when every claim runs to its design's cap."""
+def cap_stops(quick: bool) -> dict[str, int]:
+    """The upper bound's stops: every staged claim at its design's cap (claim id -> seeds)."""
     from figures.budgets import DESIGN_OF, budget
     from figures.experiments import experiment
 
     b = budget(quick)
-    out = []
-    for name, kind in DESIGN_OF.items():
-        exp = experiment(name)
-        staged_ids = [c.id for c in exp.CLAIMS if c.staged]
-        out += exp.configs(b) + exp.staged_runs(b, b.all_seeds(kind), staged_ids)
-    return out
+    return {c.id: getattr(b, f"{kind}_design").cap for name, kind in DESIGN_OF.items()
+            for c in experiment(name).CLAIMS if c.staged}
 
 
 def read_stops(path: Path) -> dict[str, int]:
@@ -144,7 +140,7 @@ def plan(workers: int, quick: bool = False, cap: bool = False,
     out = []
     rows = [(name, module(name).configs(quick)) for name in FIGURES]
     if cap:
-        rows.append((CAP_ROW, cap_configs(quick)))
+        rows.append((CAP_ROW, stop_configs(quick, cap_stops(quick))))
     if stops is not None:
         rows.append((STOPS_ROW, stop_configs(quick, stops)))
     for name, cfgs in rows:
@@ -309,11 +305,15 @@ def _oracle_and_theory(workers: int, quick: bool, stops: dict[str, int] | None =
         a, slope = fit_line(time_at, b.mnist_log, b.mnist_steps)
         per_kind[kind] = a + slope * b.mnist_steps
     oracle = list_schedule([per_kind[k] for k, _ in jobs], workers)
-    cap_jobs = [j for j in mnist_samples.oracle_jobs(b, b.all_seeds("mnist")) if j not in jobs]  # DG-1 to its cap
-    oracle_cap = list_schedule([per_kind[k] for k, _ in cap_jobs], workers)
-    n_stop = max([(stops or {}).get(c.id, 0) for c in mnist_samples.CLAIMS if c.staged], default=0)
-    stop_jobs = [j for j in mnist_samples.oracle_jobs(b, b.all_seeds("mnist")[:n_stop]) if j not in jobs]
-    oracle_stops = list_schedule([per_kind[k] for k, _ in stop_jobs], workers)
+
+    def beyond_first_look(to: dict[str, int]) -> float:
+        """Wall time of the exact-gradient runs DG-1's later looks add, up to its stop in ``to``."""
+        n = max([to.get(c.id, 0) for c in mnist_samples.CLAIMS if c.staged], default=0)
+        extra = [j for j in mnist_samples.oracle_jobs(b, b.all_seeds("mnist")[:n]) if j not in jobs]
+        return list_schedule([per_kind[k] for k, _ in extra], workers)
+
+    oracle_cap = beyond_first_look(cap_stops(quick))
+    oracle_stops = beyond_first_look(stops or {})
     ctx = Context(out=Path("."), cache=Path("."), quick=quick)
     t0 = time.perf_counter()
     delayed_sgd.evidence(ctx)  # the exact values, the simulations and the GAC runs on the quadratic

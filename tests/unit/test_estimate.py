@@ -63,14 +63,14 @@ def test_the_slope_is_timed_over_a_span_long_enough_to_swamp_start_up_jitter():
 
 
 def _ids(rows, name):
-    return {c.run_id for loops in [dict(rows)[name]] for loop in loops for c in loop}
+    return {c.run_id for loop in dict(rows)[name] for c in loop}
 
 
 def test_the_estimate_at_a_reports_stops_trains_the_looks_each_claim_went_on_to(monkeypatch):
     import dataclasses
 
     from figures import budgets
-    from figures.experiments import all_claims, mnist_samples
+    from figures.experiments import all_claims, experiment, mnist_samples
     from figures.sequential import Design
 
     # the quick budget with room for later looks: seeds 0, 1 first, then one more per look up to 4 (3 for tokens)
@@ -79,8 +79,15 @@ def test_the_estimate_at_a_reports_stops_trains_the_looks_each_claim_went_on_to(
     monkeypatch.setattr(budgets, "QUICK", b)
     staged = {c.id: getattr(b, f"{DESIGN[c.experiment]}_design").cap for c in all_claims()
               if c.staged and c.experiment in DESIGN}
+    assert estimate.cap_stops(quick=True) == staged
     at_cap = estimate.plan(2, quick=True, cap=True, stops=staged)
     assert _ids(at_cap, estimate.STOPS_ROW) == _ids(at_cap, estimate.CAP_ROW) != set()
+    # the cap row: every staged claim's cells at all of its design's seeds, beyond the first look's runs
+    every = {c.run_id for name, kind in DESIGN.items() for c in experiment(name).staged_runs(
+        b, b.all_seeds(kind), [x.id for x in experiment(name).CLAIMS if x.staged])}
+    first_look = {c.run_id for name, _ in at_cap if name not in (estimate.CAP_ROW, estimate.STOPS_ROW)
+                  for loop in dict(at_cap)[name] for c in loop}
+    assert _ids(at_cap, estimate.CAP_ROW) == every - first_look
     first = {c.id: 2 for c in all_claims()}
     assert _ids(estimate.plan(2, quick=True, stops=first), estimate.STOPS_ROW) == set()  # all stop at the first look
     only_dg1 = estimate.plan(2, quick=True, stops={"DG-1": 3})  # DG-1 went on to its second look, 3 seeds
