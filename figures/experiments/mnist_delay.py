@@ -144,6 +144,21 @@ class Evidence(ExperimentEvidence):
     quiet: list[dict[str, Any]] = field(default_factory=list)
     sensitivity: dict[str, dict[str, int]] = field(default_factory=dict)
 
+    @property
+    def precursor_flags(self) -> dict[str, list[float | None]]:
+        """VCPO-1's judged values per seed: for every cell with a collapse after enough history, one list per
+        precursor (keys ``"<cell> ESS drop"``, ``"<cell> spike"``), per seed 1.0 if the precursor showed in the
+        window before that run's collapse, 0.0 if not, None where the run has no such collapse."""
+        out: dict[str, list[float | None]] = {}
+        index = {s: i for i, s in enumerate(self.seeds)}
+        for e in self.events:
+            if not e.get("enough_history") or e["seed"] not in index:
+                continue
+            for flag, what in (("ess_drop", "ESS drop"), ("grad_spike", "spike")):
+                row = out.setdefault(f"{e['recipe']}|{e['delay']} {what}", [None] * len(self.seeds))
+                row[index[e["seed"]]] = float(bool(e[flag]))
+        return out
+
 
 def describe(b: Budget) -> str:
     return (f"MNIST bandit, one step per batch, fixed actor delay D in {', '.join(str(lag_of(d)) for d in b.mnist_delays)}; "
@@ -438,6 +453,9 @@ CLAIMS = (
           decide="collapses in a setting where they are common (more delays or recipes that collapse)",
           preconditions=(Precondition("some run collapses (with logged history before it)", _collapsed,
                                       "a setting where runs collapse after a stretch of stable training"),),
+          cells=lambda ev: list(ev.precursor_flags),
+          seed_values=("precursor_flags", "per run that collapsed after enough history: 1 if the precursor showed in "
+                                          "the window before the collapse, 0 if not; - where the run did not collapse"),
           staged=False),
     Claim("VCPO-2", "stable to 128 steps of lag, matches sync accuracy", "2602.17616",
           "MATH-500 72.0 sync vs 71.6 at k = 10", NAME,

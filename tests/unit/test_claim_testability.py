@@ -140,3 +140,14 @@ def test_the_report_lists_per_seed_the_values_each_claim_is_judged_on():
                              cos={"grpo|sync": [0.05, float("nan")]})
     shown = per_seed(gac1, ev, Judgement("x", [], verdict="inconclusive"))
     assert shown["cells"] == {"grpo|sync": [0.05, None]} and "cosine" in shown["metric"]  # NaN shown as not run
+    vcpo1 = next(c for c in mnist_delay.CLAIMS if c.id == "VCPO-1")
+    events = [{"recipe": "is", "delay": "fixed:100", "seed": 0, "enough_history": True, "ess_drop": True,
+               "grad_spike": False},
+              {"recipe": "is", "delay": "fixed:100", "seed": 2, "enough_history": True, "ess_drop": False,
+               "grad_spike": True},
+              {"recipe": "pg", "delay": "fixed:1000", "seed": 1, "enough_history": False, "ess_drop": False,
+               "grad_spike": False}]  # too early to judge: not one of VCPO-1's values
+    ev = mnist_delay.Evidence(seeds=[0, 1, 2, 3], events=events)
+    shown = per_seed(vcpo1, ev, Judgement("x", [], verdict="inconclusive", stop={"n": 3}))
+    assert shown["seeds"] == [0, 1, 2] and "collapse" in shown["metric"]
+    assert shown["cells"] == {"is|fixed:100 ESS drop": [1.0, None, 0.0], "is|fixed:100 spike": [0.0, None, 1.0]}
