@@ -136,12 +136,14 @@ def paragraph(claim: Claim, j: Judgement) -> dict[str, str]:
 
 def per_seed(claim: Claim, ev: Evidence, j: Judgement) -> dict[str, Any]:
     """The compared cells' per-seed values (`Claim.seed_values`; the seeds the claim was judged on; None = not
-    run)."""
-    if claim.cells is None or not ev:
+    run); {} for a claim whose verdict reads no seeded cells."""
+    if claim.cells is None:
         return {}
+    name, metric = claim.seed_values
+    if not ev:
+        return {"seeds": [], "metric": metric, "cells": {}}
     n = j.stop.get("n") or len(ev.seeds)
     seeds = list(ev.seeds)[:n]
-    name, metric = claim.seed_values
     cells = {}
     for key in claim.cells(ev):
         v = (getattr(ev, name, None) or {}).get(key)
@@ -222,7 +224,12 @@ def testability_markdown(rows: list[dict[str, Any]]) -> list[str]:
     lines += ["", "## Per-seed values (the seeds each claim was judged on)", ""]
     for r in rows:
         ps = r.get("per_seed") or {}
-        if not ps.get("cells"):
+        if not ps:
+            why = "nothing here to run" if r["verdict"] == "not applicable" else r["setting"]
+            lines.append(f"- **{r['id']}**: none; its verdict reads no seeded runs ({why})")
+            continue
+        if not ps["cells"]:
+            lines.append(f"- **{r['id']}** ({ps['metric']}): no run of the judged seeds has such a value")
             continue
         lines.append(f"- **{r['id']}** ({ps['metric']}, seeds {', '.join(map(str, ps['seeds']))}): " + "; ".join(
             f"{k}: [{', '.join('-' if x is None else f'{x:.4g}' for x in v)}] ({fmt(arr(v), 3)})"

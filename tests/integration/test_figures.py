@@ -113,6 +113,10 @@ def test_report_holds_every_claim_with_margins_and_paragraph_slots(quick_run):
     assert "**What we measured.**" in md and "verdicts are NOT evidence" in md
     assert "## Preconditions, seeds and stopping" in md and "## Does the testbed predict the LLM?" in md
     assert "Machines that trained the runs behind the figures (" in md
+    # every claim has a line of per-seed values, or says that its verdict reads no seeded runs
+    seeds_part = md.split("## Per-seed values")[1].split("\n## ")[0]
+    for cid in CLAIM_IDS:
+        assert f"- **{cid}** (" in seeds_part or f"- **{cid}**: none; its verdict reads no seeded runs" in seeds_part, cid
     per_figure = ", ".join(f"{fig} {counts[describe(machine())]:,}" for fig, counts in report["stamp"]["machines"].items()
                            if counts)
     assert f"{describe(machine())} (runs per figure: {per_figure})" in md
