@@ -123,7 +123,10 @@ def paragraph(claim: Claim, j: Judgement) -> dict[str, str]:
         undecided = [p for p in judged if p.status == "undecided"]
         need = j.seeds_needed
         names = "; ".join(p.name + (f" ({p.detail})" if p.detail else "") for p in undecided) or j.note
-        if need is not None:
+        if j.settled:
+            decide = f"not more seeds, which cannot decide it: {j.settled}" + (f"; {claim.decide}" if claim.decide
+                                                                               else "")
+        elif need is not None:
             decide = (f"about {need} seeds per setting would decide it at the measured spread (n*, figures/stats.py): "
                       f"{names}")
         else:
@@ -171,7 +174,8 @@ def looks_text(history: list[dict[str, Any]], cap: int | None, consistent: bool)
         need = h["seeds_needed"]
         shown = "" if need is None else (f", n* > {MAX_SEEDS:,}" if need > MAX_SEEDS else f", n* {need}") + (
             f" (beyond the cap of {cap})" if cap is not None and need > cap else "")
-        parts.append(f"look {h['look'] + 1} ({h['n']} seeds): {h['verdict']}{shown}")
+        settled = ", settled: more seeds cannot decide it" if h.get("settled") else ""
+        parts.append(f"look {h['look'] + 1} ({h['n']} seeds): {h['verdict']}{shown}{settled}")
     text = "per look: " + "; ".join(parts)
     return text if consistent else text + " (this history does not lead to the recorded stop: inconsistent record)"
 

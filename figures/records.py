@@ -86,6 +86,9 @@ class Judgement:
     preconditions: list[dict[str, str]] = field(default_factory=list)  # `Precondition.check` results
     verdict_if_testable: str = ""  # the parts' verdict, where a precondition made the claim "not testable"
     stop: dict[str, Any] = field(default_factory=dict)  # the sequential design's stop: seeds, look, level, reason
+    # why no later look can change an "inconclusive" verdict (more seeds cannot decide it), else empty: a
+    # staged design stops adding seeds to such a claim (figures/staging.py)
+    settled: str = ""
 
     def __post_init__(self) -> None:
         if not self.verdict:
@@ -268,7 +271,7 @@ def assess(claim: Claim, ev: Evidence) -> Judgement:
 def look_history(claim: Claim, ev: Evidence) -> list[dict[str, Any]]:
     """The claim judged again at every look of its design up to its stop, each on the evidence cut to that look's
     seeds (`Evidence.truncated`) at that look's interval level:
-    [{"look", "n", "level", "verdict", "seeds_needed"}] ([] for evidence without a design or a stop).
+    [{"look", "n", "level", "verdict", "seeds_needed", "settled"}] ([] for evidence without a design or a stop).
 
     Each look before the stop saw exactly these seeds (a claim still undecided at a look has every cell it compares
     trained with that look's seeds, figures/staging.py), so the history shows how the interval narrowed and how
@@ -286,7 +289,8 @@ def look_history(claim: Claim, ev: Evidence) -> list[dict[str, Any]]:
         at = dataclasses.replace(ev, sequential={**ev.sequential, claim.id: {**stop, "n": n, "look": k,
                                                                                "level": level}})
         j = assess(claim, at)
-        out.append({"look": k, "n": n, "level": level, "verdict": j.verdict, "seeds_needed": j.seeds_needed})
+        out.append({"look": k, "n": n, "level": level, "verdict": j.verdict, "seeds_needed": j.seeds_needed,
+                    "settled": j.settled})
     return out
 
 

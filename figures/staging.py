@@ -4,8 +4,11 @@ An experiment's evidence is built look by look (figures/sequential.py): look 0 t
 the experiment with the design's first n0 seeds; each later look trains, for the claims still
 undecided only, the cells those claims compare (`Claim` ``runs``) with the next seeds; the evidence
 always spans all the design's seeds (NaN where a seed was not trained), and each claim is judged on
-the seeds it had at its stop (`figures.records.assess`). The evidence's ``sequential`` records per claim
-the seeds used, the look, the interval level and why it stopped; its ``design`` the design.
+the seeds it had at its stop (`figures.records.assess`). A claim whose judge says that no later look can
+decide it (`Judgement.settled`: e.g. DDG-3 once a run solves the grid's longest length, which more seeds
+cannot undo) stops there as "inconclusive": such a stop never yields a verdict, so it spends none of the
+error budget. The evidence's ``sequential`` records per claim the seeds used, the look, the interval level
+and why it stopped; its ``design`` the design.
 
 Run health (`cell_health`) is read from the testbed's run records: ``health`` in {"healthy",
 "stalled", "lost_class"}, ``stalled`` and ``lost_classes_final`` (testbed/runner.py), None where a run
@@ -67,15 +70,18 @@ def staged(ctx: Context, claims: tuple[Claim, ...], design: Design, seeds: tuple
         for claim in list(pending):
             stop = {"n": n, "look": k, "level": design.level(k), "looks": list(design.looks)}
             ev.sequential = {**stops, claim.id: stop}
-            verdict = assess(claim, ev).verdict
+            judgement = assess(claim, ev)
+            verdict = judgement.verdict
             last = n == design.looks[-1]
-            if verdict != "inconclusive" or last or not claim.staged:
+            if verdict != "inconclusive" or last or not claim.staged or judgement.settled:
                 if len(design.looks) == 1:
                     why = "single look (fixed design)"
                 elif verdict != "inconclusive":
                     why = f"decided at look {k + 1} of {len(design.looks)}"
                 elif last:
                     why = "cap reached"
+                elif judgement.settled:
+                    why = f"settled at look {k + 1}: more seeds cannot decide it ({judgement.settled})"
                 else:
                     why = "not staged: judged at the first look"
                 stops[claim.id] = {**stop, "reason": why, "verdict": verdict}

@@ -123,10 +123,15 @@ def judge_ddg3(ev: Evidence) -> Judgement:
                                         MARGINS[o].value, higher=True) for o in ("pmpo", "ppo", "pg")]
     top = max((float(np.nanmax(v)) for v in lg.values() if np.isfinite(v).any()), default=0.0)
     reach = max(ev.H)
+    ours = f"H grid {min(ev.H)}..{reach}: longest solved " + ", ".join(f"{r.upper()} {fmt(lg[r], 3)}" for r in METHODS)
     if top > reach - 2:
+        # a longest solved length censored by the grid's end: the rule says inconclusive whatever the parts say
+        # (a censored DG can fail a part it would pass), and no later look can change that, since more seeds
+        # never lower the largest longest solved length
         parts.append(Outcome("the H grid reaches the longest solved length + 2", "exact", "undecided", reach, "diff",
                              None, None, f"a run solved H = {top:g}; extend the grid to H = {top + 2:g}"))
-    ours = f"H grid {min(ev.H)}..{reach}: longest solved " + ", ".join(f"{r.upper()} {fmt(lg[r], 3)}" for r in METHODS)
+        return Judgement(ours, parts, verdict="inconclusive",
+                         settled=f"a run solved H = {top:g}, so the grid must reach H = {top + 2:g}")
     return Judgement(ours, parts)
 
 

@@ -315,6 +315,12 @@ def test_ddg2_and_ddg3():
     assert _judge("DDG-3", {"H": grid, "longest": lg}).verdict == "reproduced"
     short = _judge("DDG-3", {"H": list(range(2, 14)), "longest": lg})  # the grid stops at the longest solved
     assert short.verdict == "inconclusive" and "extend the grid" in short.parts[-1].detail
+    assert short.settled == "a run solved H = 14, so the grid must reach H = 16"  # more seeds cannot undo it
+    assert _judge("DDG-3", {"H": grid, "longest": lg}).settled == ""
+    # a censored grid is inconclusive even where a part fails (a censored DG can fail a part it would pass)
+    behind = {**lg, "pg": [14, 13, 13]}
+    assert any(o.status == "fails" for o in _judge("DDG-3", {"H": grid, "longest": behind}).parts)
+    assert _judge("DDG-3", {"H": list(range(2, 14)), "longest": behind}).verdict == "inconclusive"
     assert token_horizon.longest(np.array([[0.05, 0.02, 0.5, 0.08]]), [2, 3, 4, 5]) == [5.0]
 
 

@@ -119,13 +119,18 @@ def test_staged_adds_seeds_only_to_undecided_claims_and_records_why_each_stopped
             return Judgement("x", [stats.at_least("above 0", ev.error[key], 0.0)])
         return j
 
+    def settled(ev):  # undecided, and its judge knows that no later look can change that
+        return Judgement("x", [stats.at_least("above 0", ev.error["vague"], 0.0)], verdict="inconclusive",
+                         settled="by construction")
+
     claims = (Claim("A", "", "", "", "e", "", (), "", judge("clear"), ()),
-              Claim("B", "", "", "", "e", "", (), "", judge("vague"), ()))
+              Claim("B", "", "", "", "e", "", (), "", judge("vague"), ()),
+              Claim("C", "", "", "", "e", "", (), "", settled, ()))
     ctx = _Ctx()
     trained = set()
 
     def runs(train, cls):
-        names = ["A", "B"] if cls is None else [c.id for c in cls]
+        names = ["A", "B", "C"] if cls is None else [c.id for c in cls]
         out = [(name, s) for name in names for s in train]
         trained.update(out)
         return out
@@ -140,6 +145,12 @@ def test_staged_adds_seeds_only_to_undecided_claims_and_records_why_each_stopped
     assert (a["n"], a["look"], a["verdict"]) == (5, 0, "reproduced") and a["reason"].startswith("decided at look 1")
     assert b["n"] == 15 and b["reason"] == "cap reached"
     assert not any(name == "A" and s >= 5 for name, s in trained)  # no seed bought for a decided claim
+    c = ev.sequential["C"]  # nor for one that more seeds cannot decide
+    assert (c["n"], c["verdict"], c["reason"]) == (5, "inconclusive", "settled at look 1: more seeds cannot decide "
+                                                                      "it (by construction)")
+    assert not any(name == "C" and s >= 5 for name, s in trained)
+    hc = look_history(claims[2], ev)
+    assert [h["settled"] for h in hc] == ["by construction"] and history_consistent(hc, "inconclusive")
     assert ev.design["looks"] == [5, 10, 15]
     assert b["level"] == pytest.approx(Design(5, 5, 15).level(2))
 
@@ -150,6 +161,8 @@ def test_staged_adds_seeds_only_to_undecided_claims_and_records_why_each_stopped
     assert all(h["seeds_needed"] > 15 for h in hb) and history_consistent(hb, b["verdict"])
     text = looks_text(hb, 15, True)
     assert "look 3 (15 seeds): inconclusive, n* " in text and text.count("(beyond the cap of 15)") == 3
+    ran_on = [{**h, "settled": "by construction"} for h in hb[:2]]  # a record made before it could stop there
+    assert looks_text(ran_on, 15, True).count(", settled: more seeds cannot decide it") == 2
     ha = look_history(claims[0], ev)
     assert [(h["n"], h["verdict"]) for h in ha] == [(5, "reproduced")] and looks_text(ha, 15, True) == ""
     # a record that claims A ran on to its second look although the first already decided it is inconsistent
