@@ -27,9 +27,10 @@ decided at n0) and the honest upper bound where every staged claim runs to its c
 every experiment's cells at all the design's seeds, and their exact-gradient runs). ``--stops REPORT``
 adds a third: each claim staged as far as it went in that report (its claims.json ``seeds_used``: the
 runs of every look the claim was still undecided at), the forecast for a re-run that stops where the
-last one did.
+last one did. Several reports are priced from the same timed samples, so their difference is not the
+machine's pace moving between two estimates (it moves by 10-20% from hour to hour).
 
-    python -m figures.estimate --stops results/paper/claims.json
+    python -m figures.estimate --stops results/paper/claims.json [OTHER_CLAIMS_JSON ...]
 """
 
 from __future__ import annotations
@@ -55,7 +56,6 @@ DRAW_S = 2.0  # seconds to read back, judge and draw one figure (measured in the
 
 
 CAP_ROW = "extra seeds (cap)"
-STOPS_ROW = "extra seeds (stops)"
 QUIET_LOAD = 0.5  # a 1-minute load average above this, before the estimate's own work, means other jobs run
 QUIET_SHARE = 0.9  # timed samples that got less of a core than this shared it
 # The slope is a difference of two timings, so a short difference is mostly noise: measured on one MNIST loop
@@ -130,21 +130,26 @@ def stop_configs(quick: bool, stops: dict[str, int]) -> list[RunConfig]:
     return out
 
 
+def stops_row(i: int) -> str:
+    """The name of the extra row for the ``i``-th (0-based) set of stops."""
+    return f"extra seeds (stops {i + 1})"
+
+
 def plan(workers: int, quick: bool = False, cap: bool = False,
-         stops: dict[str, int] | None = None) -> list[tuple[str, list[list[RunConfig]]]]:
+         stops: list[dict[str, int]] | None = None) -> list[tuple[str, list[list[RunConfig]]]]:
     """Per figure, in the order ``python -m figures all`` runs them: the loops run_sweep would train; with
-    ``cap``, one more row with the staged experiments' extra runs up to their designs' caps; with ``stops``
-    (`stop_configs`), one more with their extra runs up to those stops (each extra row counts the runs beyond
-    the first look, on its own)."""
+    ``cap``, one more row with the staged experiments' extra runs up to their designs' caps; per set of
+    ``stops`` (`stop_configs`), one more with their extra runs up to those stops (`stops_row`; each extra row
+    counts the runs beyond the first look, on its own)."""
     first: set[str] = set()
     out = []
     rows = [(name, module(name).configs(quick)) for name in FIGURES]
     if cap:
         rows.append((CAP_ROW, stop_configs(quick, cap_stops(quick))))
-    if stops is not None:
-        rows.append((STOPS_ROW, stop_configs(quick, stops)))
+    rows += [(stops_row(i), stop_configs(quick, to)) for i, to in enumerate(stops or [])]
+    extras = {CAP_ROW, *(stops_row(i) for i in range(len(stops or [])))}
     for name, cfgs in rows:
-        extra = name in (CAP_ROW, STOPS_ROW)
+        extra = name in extras
         seen = set(first) if extra else first
         todo = [c for c in dedupe(cfgs) if c.run_id not in seen]
         seen.update(c.run_id for c in todo)
@@ -226,12 +231,16 @@ def _interp(h: int, points: dict[int, tuple[float, float]]) -> tuple[float, floa
 
 
 def estimate(workers: int = 2, quick: bool = False, progress: bool = True,
-             stops: dict[str, int] | None = None) -> dict[str, Any]:
+             stops: list[dict[str, int]] | None = None) -> dict[str, Any]:
+    """The estimate (module docstring): per figure and extra row, runs, loops, CPU and wall seconds; the
+    totals at the first look, at the caps and, per set of ``stops``, at those stops (``stops_wall_s``, a list
+    in the order given; None without stops)."""
     import torch
 
     torch.set_num_threads(1)
     load_at_start = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")  # (not on Windows)
     figures = plan(workers, quick, cap=True, stops=stops)
+    extra_rows = {CAP_ROW, *(stops_row(i) for i in range(len(stops or [])))}
     # one sample per shape (per H for token reversal, at a few H)
     firsts: dict[tuple, dict[int, list[RunConfig]]] = defaultdict(dict)
     for _, loops in figures:
@@ -271,21 +280,22 @@ def estimate(workers: int = 2, quick: bool = False, progress: bool = True,
         train = list_schedule(durations, workers)
         rows.append({"figure": name, "runs": sum(len(x) for x in loops), "loops": len(loops),
                      "cpu_s": sum(durations), "wall_s": train})
-        if name not in (CAP_ROW, STOPS_ROW):
+        if name not in extra_rows:
             total += train
     extra = _oracle_and_theory(workers, quick, stops)
     total += extra["oracle_wall_s"] + extra["theory_s"] + DRAW_S * len(FIGURES)
     cap_extra = sum(r["wall_s"] for r in rows if r["figure"] == CAP_ROW) + extra["oracle_cap_wall_s"]
-    stops_extra = sum(r["wall_s"] for r in rows if r["figure"] == STOPS_ROW) + extra["oracle_stops_wall_s"]
+    stops_extra = [sum(r["wall_s"] for r in rows if r["figure"] == stops_row(i)) + oracle
+                   for i, oracle in enumerate(extra["oracle_stops_wall_s"])]
     share = sampling_cpu / sampling if sampling > 0 else float("nan")
     return {"workers": workers, "setting": "quick" if quick else "full", "figures": rows, **extra,
             "draw_s": DRAW_S * len(FIGURES), "sampling_s": sampling, "total_wall_s": total,
-            "cap_wall_s": total + cap_extra, "stops_wall_s": None if stops is None else total + stops_extra,
+            "cap_wall_s": total + cap_extra, "stops_wall_s": None if stops is None else [total + x for x in stops_extra],
             "load_at_start": load_at_start, "sampling_cpu_share": share,
             "loaded": loaded(load_at_start, share, os.cpu_count() or 1)}
 
 
-def _oracle_and_theory(workers: int, quick: bool, stops: dict[str, int] | None = None) -> dict[str, float]:
+def _oracle_and_theory(workers: int, quick: bool, stops: list[dict[str, int]] | None = None) -> dict[str, Any]:
     from figures import oracle_runs
     from figures.budgets import budget
     from figures.common import Context
@@ -313,7 +323,7 @@ def _oracle_and_theory(workers: int, quick: bool, stops: dict[str, int] | None =
         return list_schedule([per_kind[k] for k, _ in extra], workers)
 
     oracle_cap = beyond_first_look(cap_stops(quick))
-    oracle_stops = beyond_first_look(stops or {})
+    oracle_stops = [beyond_first_look(to) for to in stops or []]
     ctx = Context(out=Path("."), cache=Path("."), quick=quick)
     t0 = time.perf_counter()
     delayed_sgd.evidence(ctx)  # the exact values, the simulations and the GAC runs on the quadratic
@@ -328,8 +338,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=int, default=2, help="parallel training processes of the run (default 2)")
     p.add_argument("--quick", action="store_true", help="estimate the quick setting instead (a self-check)")
     p.add_argument("--json", default=None, help="also write the estimate to this JSON file")
-    p.add_argument("--stops", default=None, metavar="CLAIMS_JSON",
-                   help="also estimate a run whose claims stop where they stopped in this report's claims.json")
+    p.add_argument("--stops", default=None, nargs="+", metavar="CLAIMS_JSON",
+                   help="also estimate a run whose claims stop where they stopped in this report's claims.json "
+                        "(several reports: each, from the same timed samples)")
     args = p.parse_args(argv)
     if args.workers < 1:
         print(f"error: --workers must be >= 1, got {args.workers}", file=sys.stderr)
@@ -337,23 +348,24 @@ def main(argv: list[str] | None = None) -> int:
     stops = None
     if args.stops is not None:
         try:
-            stops = read_stops(Path(args.stops))
+            stops = [read_stops(Path(f)) for f in args.stops]
         except ValueError as exc:
             print(f"error: --stops: {exc}", file=sys.stderr)
             return 2
     res = estimate(args.workers, args.quick, stops=stops)
     from figures.publish import hms
 
-    print(f"{'figure':19s} {'runs':>5s} {'loops':>5s} {'CPU':>9s} {'wall':>9s}")
+    width = max([len("figure")] + [len(r["figure"]) for r in res["figures"]])
+    print(f"{'figure':{width}s} {'runs':>5s} {'loops':>5s} {'CPU':>9s} {'wall':>9s}")
     for r in res["figures"]:
-        print(f"{r['figure']:19s} {r['runs']:5d} {r['loops']:5d} {hms(r['cpu_s']):>9s} {hms(r['wall_s']):>9s}")
+        print(f"{r['figure']:{width}s} {r['runs']:5d} {r['loops']:5d} {hms(r['cpu_s']):>9s} {hms(r['wall_s']):>9s}")
     print(f"exact-gradient MNIST runs: {hms(res['oracle_wall_s'])} wall ({hms(res['oracle_cpu_s'])} CPU); theory "
           f"figures {res['theory_s']:.0f} s; drawing {res['draw_s']:.0f} s")
     print(f"estimated wall time with {res['workers']} worker(s): {hms(res['total_wall_s'])} if every claim is "
           f"decided at its first look; upper bound {hms(res['cap_wall_s'])} if every staged claim runs to its cap "
           f"(sampling took {res['sampling_s']:.0f} s)")
-    if res.get("stops_wall_s") is not None:
-        print(f"with each claim stopping where it stopped in {args.stops}: {hms(res['stops_wall_s'])}")
+    for i, wall in enumerate(res.get("stops_wall_s") or []):
+        print(f"with each claim stopping where it stopped in {args.stops[i]}: {hms(wall)} ({stops_row(i)})")
     if res["loaded"]:
         print(f"warning: {load_warning(res['loaded'], res['sampling_cpu_share'])}")
     if args.json:

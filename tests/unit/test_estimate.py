@@ -80,24 +80,24 @@ def test_the_estimate_at_a_reports_stops_trains_the_looks_each_claim_went_on_to(
     staged = {c.id: getattr(b, f"{DESIGN[c.experiment]}_design").cap for c in all_claims()
               if c.staged and c.experiment in DESIGN}
     assert estimate.cap_stops(quick=True) == staged
-    at_cap = estimate.plan(2, quick=True, cap=True, stops=staged)
-    assert _ids(at_cap, estimate.STOPS_ROW) == _ids(at_cap, estimate.CAP_ROW) != set()
+    first = {c.id: 2 for c in all_claims()}
+    at_cap = estimate.plan(2, quick=True, cap=True, stops=[staged, first])
+    assert _ids(at_cap, estimate.stops_row(0)) == _ids(at_cap, estimate.CAP_ROW) != set()
+    assert _ids(at_cap, estimate.stops_row(1)) == set()  # all stop at the first look
     # the cap row: every staged claim's cells at all of its design's seeds, beyond the first look's runs
     every = {c.run_id for name, kind in DESIGN.items() for c in experiment(name).staged_runs(
         b, b.all_seeds(kind), [x.id for x in experiment(name).CLAIMS if x.staged])}
-    first_look = {c.run_id for name, _ in at_cap if name not in (estimate.CAP_ROW, estimate.STOPS_ROW)
+    first_look = {c.run_id for name, _ in at_cap if not name.startswith("extra seeds")
                   for loop in dict(at_cap)[name] for c in loop}
     assert _ids(at_cap, estimate.CAP_ROW) == every - first_look
-    first = {c.id: 2 for c in all_claims()}
-    assert _ids(estimate.plan(2, quick=True, stops=first), estimate.STOPS_ROW) == set()  # all stop at the first look
-    only_dg1 = estimate.plan(2, quick=True, stops={"DG-1": 3})  # DG-1 went on to its second look, 3 seeds
+    only_dg1 = estimate.plan(2, quick=True, stops=[{"DG-1": 3}])  # DG-1 went on to its second look, 3 seeds
     seeds = b.all_seeds("mnist")
     extra = {c.run_id for c in mnist_samples.staged_runs(b, seeds[:3], ["DG-1"])} - {
         c.run_id for c in mnist_samples.configs(b)}
-    assert _ids(only_dg1, estimate.STOPS_ROW) == extra != set()
+    assert _ids(only_dg1, estimate.stops_row(0)) == extra != set()
     assert len(extra) == len(mnist_samples.METHODS)  # pg and dg at k = 1, seed 2
     # the first-look rows do not move with the stops
-    assert [r for r in only_dg1 if r[0] != estimate.STOPS_ROW] == estimate.plan(2, quick=True)
+    assert [r for r in only_dg1 if r[0] != estimate.stops_row(0)] == estimate.plan(2, quick=True)
 
 
 def test_a_file_that_is_not_a_claims_report_is_one_clear_line(tmp_path, capsys):
@@ -124,3 +124,26 @@ def test_the_committed_reports_give_stops_within_their_designs():
             if c.experiment in DESIGN:
                 design = getattr(FULL, f"{DESIGN[c.experiment]}_design")
                 assert stops[c.id] in design.looks, (report, c.id, stops[c.id])
+
+
+def test_several_reports_are_priced_from_the_same_samples(monkeypatch, capsys, tmp_path):
+    calls = []
+    result = {"workers": 2, "figures": [{"figure": "extra seeds (stops 2)", "runs": 3, "loops": 1, "cpu_s": 60.0,
+                                         "wall_s": 60.0}],
+              "oracle_wall_s": 0.0, "oracle_cpu_s": 0.0, "theory_s": 1.0, "draw_s": 2.0, "sampling_s": 5.0,
+              "total_wall_s": 63.0, "cap_wall_s": 90.0, "stops_wall_s": [70.0, 80.0], "loaded": None}
+
+    def fake(workers, quick, stops=None):
+        calls.append(stops)
+        return result
+
+    monkeypatch.setattr(estimate, "estimate", fake)
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text('{"claims": [{"id": "DG-1", "seeds_used": 10}]}')
+    b.write_text('{"claims": [{"id": "DG-1", "seeds_used": 5}]}')
+    assert estimate.main(["--stops", str(a), str(b)]) == 0
+    assert calls == [[{"DG-1": 10}, {"DG-1": 5}]]  # one estimate, one set of timed samples, both stops
+    out = capsys.readouterr().out
+    assert f"stopped in {a}: 0:01:10 (extra seeds (stops 1))" in out
+    assert f"stopped in {b}: 0:01:20 (extra seeds (stops 2))" in out
+    assert "extra seeds (stops 2)     3" in out  # the table is as wide as its longest row name
