@@ -20,9 +20,9 @@ Full setting (`FULL`), against the papers (docs/ALGORITHMS.md, "Published claims
   paper; the DDG-3 rule checks that coverage and says "inconclusive: extend the grid" when it fails.
 
 Seeds: each experiment has a sequential design (figures/sequential.py, figures/staging.py), fixed here
-before any run. ``*_seeds`` are the first look's seeds (n0); claims still undecided there (and not
-settled, i.e. decidable by more seeds at all) get more seeds in stages up to the design's cap (seeds 0 .. cap - 1, `Budget.all_seeds`): MNIST one step per
-batch and the async-GRPO regime look at 5, 10 and 15 seeds (about 8 CPU-minutes per MNIST cell of 5
+before any run. ``*_seeds`` are the first look's seeds (n0); claims still undecided there (and still
+decidable by more seeds) get more seeds in stages up to the design's cap (seeds 0 .. cap - 1,
+`Budget.all_seeds`): MNIST one step per batch and the async-GRPO regime look at 5, 10 and 15 seeds (about 8 CPU-minutes per MNIST cell of 5
 seeds); token reversal, whose runs cost about 20 times more, at 3 and 6. ``python -m figures.estimate``
 gives the wall time at the first look and the upper bound where every claim runs to its cap.
 

@@ -135,6 +135,11 @@ def stops_row(i: int) -> str:
     return f"extra seeds (stops {i + 1})"
 
 
+def extra_rows(n_stops: int) -> set[str]:
+    """The rows of runs beyond the first look: the cap's and one per set of stops."""
+    return {CAP_ROW, *(stops_row(i) for i in range(n_stops))}
+
+
 def plan(workers: int, quick: bool = False, cap: bool = False,
          stops: list[dict[str, int]] | None = None) -> list[tuple[str, list[list[RunConfig]]]]:
     """Per figure, in the order ``python -m figures all`` runs them: the loops run_sweep would train; with
@@ -147,9 +152,8 @@ def plan(workers: int, quick: bool = False, cap: bool = False,
     if cap:
         rows.append((CAP_ROW, stop_configs(quick, cap_stops(quick))))
     rows += [(stops_row(i), stop_configs(quick, to)) for i, to in enumerate(stops or [])]
-    extras = {CAP_ROW, *(stops_row(i) for i in range(len(stops or [])))}
     for name, cfgs in rows:
-        extra = name in extras
+        extra = name in extra_rows(len(stops or []))
         seen = set(first) if extra else first
         todo = [c for c in dedupe(cfgs) if c.run_id not in seen]
         seen.update(c.run_id for c in todo)
@@ -240,7 +244,7 @@ def estimate(workers: int = 2, quick: bool = False, progress: bool = True,
     torch.set_num_threads(1)
     load_at_start = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")  # (not on Windows)
     figures = plan(workers, quick, cap=True, stops=stops)
-    extra_rows = {CAP_ROW, *(stops_row(i) for i in range(len(stops or [])))}
+    beyond = extra_rows(len(stops or []))
     # one sample per shape (per H for token reversal, at a few H)
     firsts: dict[tuple, dict[int, list[RunConfig]]] = defaultdict(dict)
     for _, loops in figures:
@@ -280,7 +284,7 @@ def estimate(workers: int = 2, quick: bool = False, progress: bool = True,
         train = list_schedule(durations, workers)
         rows.append({"figure": name, "runs": sum(len(x) for x in loops), "loops": len(loops),
                      "cpu_s": sum(durations), "wall_s": train})
-        if name not in extra_rows:
+        if name not in beyond:
             total += train
     extra = _oracle_and_theory(workers, quick, stops)
     total += extra["oracle_wall_s"] + extra["theory_s"] + DRAW_S * len(FIGURES)
