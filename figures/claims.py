@@ -177,6 +177,8 @@ def looks_text(history: list[dict[str, Any]], cap: int | None, consistent: bool)
         settled = ", settled: more seeds cannot decide it" if h.get("settled") else ""
         parts.append(f"look {h['look'] + 1} ({h['n']} seeds): {h['verdict']}{shown}{settled}")
     text = "per look: " + "; ".join(parts)
+    if any(h.get("settled") for h in history[:-1]):
+        text += " (the design stops at the first settled look; these data went on past it)"
     return text if consistent else text + " (this history does not lead to the recorded stop: inconsistent record)"
 
 

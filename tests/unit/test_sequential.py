@@ -163,6 +163,8 @@ def test_staged_adds_seeds_only_to_undecided_claims_and_records_why_each_stopped
     assert "look 3 (15 seeds): inconclusive, n* " in text and text.count("(beyond the cap of 15)") == 3
     ran_on = [{**h, "settled": "by construction"} for h in hb[:2]]  # a record made before it could stop there
     assert looks_text(ran_on, 15, True).count(", settled: more seeds cannot decide it") == 2
+    assert "these data went on past it" in looks_text(ran_on, 15, True)
+    assert "went on past" not in looks_text([{**hb[0], "settled": ""}, {**hb[1], "settled": "x"}], 15, True)
     ha = look_history(claims[0], ev)
     assert [(h["n"], h["verdict"]) for h in ha] == [(5, "reproduced")] and looks_text(ha, 15, True) == ""
     # a record that claims A ran on to its second look although the first already decided it is inconsistent
