@@ -135,32 +135,28 @@ def stops_row(i: int) -> str:
     return f"extra seeds (stops {i + 1})"
 
 
-def extra_rows(n_stops: int) -> set[str]:
-    """The rows of runs beyond the first look: the cap's and one per set of stops."""
-    return {CAP_ROW, *(stops_row(i) for i in range(n_stops))}
+def beyond_first_look(quick: bool, cap: bool, stops: list[dict[str, int]] | None) -> dict[str, dict[str, int]]:
+    """The rows of runs beyond the first look, by name, with the stops each prices: the cap's (with ``cap``),
+    then one per set of ``stops``."""
+    return {**({CAP_ROW: cap_stops(quick)} if cap else {}), **{stops_row(i): to for i, to in enumerate(stops or [])}}
 
 
 def plan(workers: int, quick: bool = False, cap: bool = False,
          stops: list[dict[str, int]] | None = None) -> list[tuple[str, list[list[RunConfig]]]]:
-    """Per figure, in the order ``python -m figures all`` runs them: the loops run_sweep would train; with
-    ``cap``, one more row with the staged experiments' extra runs up to their designs' caps; per set of
-    ``stops`` (`stop_configs`), one more with their extra runs up to those stops (`stops_row`; each extra row
-    counts the runs beyond the first look, on its own)."""
+    """Per figure, in the order ``python -m figures all`` runs them: the loops run_sweep would train; then the
+    rows of `beyond_first_look`, each with its staged experiments' runs up to its stops (`stop_configs`) beyond
+    the first look's, on its own."""
     first: set[str] = set()
-    out = []
-    rows = [(name, module(name).configs(quick)) for name in FIGURES]
-    if cap:
-        rows.append((CAP_ROW, stop_configs(quick, cap_stops(quick))))
-    rows += [(stops_row(i), stop_configs(quick, to)) for i, to in enumerate(stops or [])]
-    for name, cfgs in rows:
-        extra = name in extra_rows(len(stops or []))
-        seen = set(first) if extra else first
+
+    def loops(cfgs: list[RunConfig], seen: set[str]) -> list[list[RunConfig]]:
         todo = [c for c in dedupe(cfgs) if c.run_id not in seen]
         seen.update(c.run_id for c in todo)
         todo.sort(key=cost_estimate, reverse=True)
-        loop_size = default_loop_size(len(todo), workers)
-        out.append((name, group_runs(todo, loop_size) if todo else []))
-    return out
+        return group_runs(todo, default_loop_size(len(todo), workers)) if todo else []
+
+    out = [(name, loops(module(name).configs(quick), first)) for name in FIGURES]
+    return out + [(name, loops(stop_configs(quick, to), set(first)))
+                  for name, to in beyond_first_look(quick, cap, stops).items()]
 
 
 def shape_key(cfg: RunConfig) -> tuple:
@@ -244,7 +240,7 @@ def estimate(workers: int = 2, quick: bool = False, progress: bool = True,
     torch.set_num_threads(1)
     load_at_start = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")  # (not on Windows)
     figures = plan(workers, quick, cap=True, stops=stops)
-    beyond = extra_rows(len(stops or []))
+    beyond = beyond_first_look(quick, True, stops)
     # one sample per shape (per H for token reversal, at a few H)
     firsts: dict[tuple, dict[int, list[RunConfig]]] = defaultdict(dict)
     for _, loops in figures:
@@ -286,20 +282,22 @@ def estimate(workers: int = 2, quick: bool = False, progress: bool = True,
                      "cpu_s": sum(durations), "wall_s": train})
         if name not in beyond:
             total += train
-    extra = _oracle_and_theory(workers, quick, stops)
+    extra = _oracle_and_theory(workers, quick, beyond)
     total += extra["oracle_wall_s"] + extra["theory_s"] + DRAW_S * len(FIGURES)
-    cap_extra = sum(r["wall_s"] for r in rows if r["figure"] == CAP_ROW) + extra["oracle_cap_wall_s"]
-    stops_extra = [sum(r["wall_s"] for r in rows if r["figure"] == stops_row(i)) + oracle
-                   for i, oracle in enumerate(extra["oracle_stops_wall_s"])]
+    at = {name: total + sum(r["wall_s"] for r in rows if r["figure"] == name) + extra["oracle_beyond_wall_s"][name]
+          for name in beyond}  # the wall time of a run that stops at each row's stops
     share = sampling_cpu / sampling if sampling > 0 else float("nan")
     return {"workers": workers, "setting": "quick" if quick else "full", "figures": rows, **extra,
             "draw_s": DRAW_S * len(FIGURES), "sampling_s": sampling, "total_wall_s": total,
-            "cap_wall_s": total + cap_extra, "stops_wall_s": None if stops is None else [total + x for x in stops_extra],
+            "cap_wall_s": at[CAP_ROW],
+            "stops_wall_s": None if stops is None else [at[stops_row(i)] for i in range(len(stops))],
             "load_at_start": load_at_start, "sampling_cpu_share": share,
             "loaded": loaded(load_at_start, share, os.cpu_count() or 1)}
 
 
-def _oracle_and_theory(workers: int, quick: bool, stops: list[dict[str, int]] | None = None) -> dict[str, Any]:
+def _oracle_and_theory(workers: int, quick: bool, beyond: dict[str, dict[str, int]]) -> dict[str, Any]:
+    """The exact-gradient MNIST runs of the first look (wall and CPU seconds) and, per row of ``beyond``
+    (`beyond_first_look`), those DG-1's later looks add up to its stop there; the theory figures' seconds."""
     from figures import oracle_runs
     from figures.budgets import budget
     from figures.common import Context
@@ -320,21 +318,19 @@ def _oracle_and_theory(workers: int, quick: bool, stops: list[dict[str, int]] | 
         per_kind[kind] = a + slope * b.mnist_steps
     oracle = list_schedule([per_kind[k] for k, _ in jobs], workers)
 
-    def beyond_first_look(to: dict[str, int]) -> float:
+    def later_looks(to: dict[str, int]) -> float:
         """Wall time of the exact-gradient runs DG-1's later looks add, up to its stop in ``to``."""
         n = max([to.get(c.id, 0) for c in mnist_samples.CLAIMS if c.staged], default=0)
         extra = [j for j in mnist_samples.oracle_jobs(b, b.all_seeds("mnist")[:n]) if j not in jobs]
         return list_schedule([per_kind[k] for k, _ in extra], workers)
 
-    oracle_cap = beyond_first_look(cap_stops(quick))
-    oracle_stops = [beyond_first_look(to) for to in stops or []]
     ctx = Context(out=Path("."), cache=Path("."), quick=quick)
     t0 = time.perf_counter()
     delayed_sgd.evidence(ctx)  # the exact values, the simulations and the GAC runs on the quadratic
     contamination.theory_curves(b.contamination_deltas)
     theory = time.perf_counter() - t0
     return {"oracle_wall_s": oracle, "oracle_cpu_s": sum(per_kind[k] for k, _ in jobs), "theory_s": theory,
-            "oracle_cap_wall_s": oracle_cap, "oracle_stops_wall_s": oracle_stops}
+            "oracle_beyond_wall_s": {name: later_looks(to) for name, to in beyond.items()}}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -87,7 +87,7 @@ def test_the_estimate_at_a_reports_stops_trains_the_looks_each_claim_went_on_to(
     # the cap row: every staged claim's cells at all of its design's seeds, beyond the first look's runs
     every = {c.run_id for name, kind in DESIGN.items() for c in experiment(name).staged_runs(
         b, b.all_seeds(kind), [x.id for x in experiment(name).CLAIMS if x.staged])}
-    first_look = {c.run_id for name, _ in at_cap if name not in estimate.extra_rows(2)
+    first_look = {c.run_id for name, _ in at_cap if name not in estimate.beyond_first_look(True, True, [staged, first])
                   for loop in dict(at_cap)[name] for c in loop}
     assert _ids(at_cap, estimate.CAP_ROW) == every - first_look
     only_dg1 = estimate.plan(2, quick=True, stops=[{"DG-1": 3}])  # DG-1 went on to its second look, 3 seeds
