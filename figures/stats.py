@@ -463,7 +463,7 @@ def proportion(name: str, k: int, n: int, threshold: float, base_k: int = 0, bas
     the rate exceeds the base rate base_k / base_n (Fisher's exact test, one-sided at ALPHA)."""
     lo, hi = clopper_pearson(k, n)
     p = k / n if n else float("nan")
-    iv = Interval(p, lo, hi, n, float("nan"), float("nan"), 0.0)
+    iv = Interval(p, lo, hi, n, float("nan"), float("nan"), 0.0, level=current_level())
     above_base = False
     pval = float("nan")
     if n and base_n:
@@ -489,7 +489,7 @@ def rate(name: str, flags: Any, detail: str = "") -> Outcome:
              and not (isinstance(f, float) and math.isnan(f))]
     k, n = sum(known), len(known)
     lo, hi = clopper_pearson(k, n)
-    iv = Interval(k / n if n else float("nan"), lo, hi, n, float("nan"), float("nan"), 0.0)
+    iv = Interval(k / n if n else float("nan"), lo, hi, n, float("nan"), float("nan"), 0.0, level=current_level())
     return Outcome(name, "rate", "n/a", float("nan"), "diff", iv, None, detail or f"{k} of {n} seeds",
                    {"k": k, "n": n})
 
@@ -553,10 +553,11 @@ def fmt_interval(o: Outcome) -> str:
         return "no data"
     if o.kind == "exact":
         return f"{iv.estimate:.4g} (exact)"
+    level = f", {iv.level:.2%} interval" if abs(iv.level - LEVEL) > 1e-9 else ""
     if o.kind == "proportion":
-        return f"{iv.estimate:.0%} of {iv.n} [{iv.lo:.0%}, {iv.hi:.0%}]"
+        return f"{iv.estimate:.0%} of {iv.n} [{iv.lo:.0%}, {iv.hi:.0%}]" + (f" (exact{level})" if level else "")
     if o.kind == "rate":
-        return f"{o.extra.get('k', 0)} of {iv.n} seeds ({iv.estimate:.0%}) [{iv.lo:.0%}, {iv.hi:.0%}] (exact)"
+        return f"{o.extra.get('k', 0)} of {iv.n} seeds ({iv.estimate:.0%}) [{iv.lo:.0%}, {iv.hi:.0%}] (exact{level})"
     if iv.n == 1:
         return f"{iv.estimate:.4g} (n=1, no spread)"
     if o.scale == "log":

@@ -152,6 +152,16 @@ def test_proportion_against_a_majority_and_a_base_rate():
     assert stats.events_needed(0.9, 0.5) == math.ceil((1.6449 + 0.8416) ** 2 * 0.09 / 0.16)
 
 
+def test_proportions_and_rates_carry_the_level_they_were_computed_at():
+    """Under `using_level` (a later look of a staged claim, a second look at the real model) the exact interval
+    is the wider one, and the interval says so: its ``level`` is the one it was computed at."""
+    with stats.using_level(0.95):
+        p, r = stats.proportion("ess", 6, 6, 0.5), stats.rate("lost", [True, False, False, False])
+    assert p.interval.level == r.interval.level == 0.95
+    assert p.interval.lo == pytest.approx(0.025 ** (1 / 6)) and stats.fmt_interval(p) == "100% of 6 [54%, 100%] (exact, 95.00% interval)"
+    assert stats.proportion("ess", 6, 6, 0.5).interval.level == stats.LEVEL
+
+
 def test_combine_and_direction_only_is_never_partly():
     def o(status):
         return stats.Outcome("p", "superiority", status, 0.0, "diff")
