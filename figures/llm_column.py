@@ -15,7 +15,8 @@ gives "not measured" with the reason, never an error):
   ``verdict``, ``cell_runs`` [{arm, seed, finished, diverged, accuracy}] (arm: "sync", "stale" or a recipe
   trained stale);
 * ``results/llm/vcpo1_cpu/runs.csv`` and ``updates.csv`` (``python -m llm_scale study
-  sweeps/llm/vcpo1_cpu.toml``, VCPO-1's trainer runs): per run ``key``, ``stage``, ``finished``; per run and
+  sweeps/llm/vcpo1_cpu.toml``, VCPO-1's trainer runs; its second look, ``sweeps/llm/vcpo1_cpu_look2.toml``,
+  writes the same files to ``results/llm/vcpo1_cpu_look2``): per run ``key``, ``stage``, ``finished``; per run and
   policy version ``eval_reward``, ``staleness_ess``, ``grad_norm_raw``, ``diverged``;
 * ``results/llm/gac1_cpu/runs.csv`` (``python -m llm_scale study sweeps/llm/gac1_cpu.toml``, GAC-1's
   trainer runs): per run ``stage``, ``arm`` ("sync" / "stale"), ``eta``, ``seed``, ``finished`` and
@@ -33,14 +34,16 @@ Per claim (`LLM_CLAIMS`) the real model is judged by the testbed's own rule wher
   (`figures.experiments.async_grpo.gac1_parts`: sync inside +-`BAND`, stale above it) on the same
   quantity and window as the testbed's (the within-batch consecutive-step cosine over the second half of
   training, per seed), and set beside the testbed's verdict; the fingerprint's cosine is shown with it.
-* VCPO-1: on the trainer runs of ``results/llm/vcpo1_cpu`` (`vcpo1_runs`; one optimizer step per update,
-  a greedy evaluation after every update), once every planned run has finished, by the testbed's own rule
+* VCPO-1: on the trainer runs of its looks (`VCPO1_RUNS`, `vcpo1_runs`: a later look is read together with
+  the earlier ones once all its runs have finished; one optimizer step per update, a greedy evaluation after
+  every update), once every planned run has finished, by the testbed's own rule
   and code (`figures.experiments.mnist_delay.collapses`, `precursor_counts`, `precursor_parts`): a collapse
   is an evaluation whose error (1 - greedy accuracy) is more than 0.2 above its running minimum, or
   divergence; the precursors (an update's ESS below half, its raw gradient norm above twice, the median of
   every earlier update's) are read among the updates of the 3 evaluation intervals up to it, and at the last
-  evaluation of the runs that do not collapse. No collapse after enough history: "not testable". Until
-  the runs have finished: "not measured", with the fingerprint's ESS by lag.
+  evaluation of the runs that do not collapse, each proportion's exact interval at `look_level` of the
+  looks read (90% for one, 95% for two). No collapse after enough history: "not testable". Until the first
+  look's runs have finished: "not measured", with the fingerprint's ESS by lag.
 * AREAL-1 (decoupled_ppo) / GAC-2 (gac): the promotion study's chosen cell (the first that degrades by the
   study's rule, fixed in its sweep file) through `figures.experiments.async_grpo.rescue_parts`, the
   testbed's rule, on error = 1 - greedy accuracy per seed (a diverged run: error 1), floored at half a
@@ -70,7 +73,7 @@ import numpy as np
 
 from figures.experiments.async_grpo import gac1_parts, rescue_parts
 from figures.experiments.mnist_delay import collapses, precursor_counts, precursor_leads, precursor_parts
-from figures.stats import combine, fmt, fmt_interval
+from figures.stats import ALPHA, combine, fmt, fmt_interval, using_level
 from testbed.stabilizers.fingerprint import newest_files
 
 LLM_CLAIMS = ("GAC-1", "VCPO-1", "AREAL-1", "GAC-2")
@@ -80,7 +83,7 @@ METHOD = {"AREAL-1": "decoupled_ppo", "GAC-2": "gac"}
 AGREEMENTS = ("agree", "disagree", "neither testable", "not decided", "not measured")  # what `agreement` returns
 TESTBED_FINGERPRINT = "results/fingerprint/async_grpo.json"
 GAC1_RUNS = "results/llm/gac1_cpu/runs.csv"
-VCPO1_RUNS = "results/llm/vcpo1_cpu"
+VCPO1_RUNS = ("results/llm/vcpo1_cpu", "results/llm/vcpo1_cpu_look2")  # its looks, in order
 
 
 def _load_json(path: Path) -> Any:
@@ -298,26 +301,48 @@ def _fingerprint_ess(fps: list[dict[str, Any]]) -> str:
     return ("fingerprint ESS by lag: " + ", ".join(ess[:6])) if ess else ""
 
 
-def vcpo1_runs(root: Path) -> dict[str, Any] | None:
-    """VCPO-1's trainer runs under `VCPO1_RUNS` in the shape the testbed's collapse code reads: ``table``
-    (one row per evaluation: ``recipe``, ``delay``, ``seed``, ``run_id``, ``step`` = policy version,
-    ``test_error`` = 1 - greedy accuracy, ``status``), ``steps`` (run_id -> one row per update: ``step`` = the
-    version it made, ``ess`` = its ``staleness_ess``, ``grad_norm`` = its ``grad_norm_raw``), ``log_every``
-    (updates between evaluations), ``finished`` / ``planned`` and ``file``; None when a file is absent,
-    unreadable or lacks a column."""
+def _vcpo1_look(folder: Path) -> dict[str, Any] | None:
+    """One look's trainer runs (``runs.csv``, ``updates.csv`` of its search stage), typed; None when a file is
+    absent, unreadable or lacks a column."""
     import pandas as pd
 
-    folder = Path(root) / VCPO1_RUNS
     run_types = {"key": str, "stage": str, "finished": bool}
     types = {"key": str, "arm": str, "eta": "Int64", "lr": float, "seed": "Int64", "diverged": bool, "version": "Int64",
              "eval_reward": float, "staleness_ess": float, "grad_norm_raw": float}  # fmt: skip
     try:
         runs = pd.read_csv(folder / "runs.csv", dtype=run_types)[list(run_types)]
-        runs = runs[runs["stage"] == "search"]
         up = pd.read_csv(folder / "updates.csv", dtype=types)[list(types)]
     except (OSError, ValueError, KeyError):
         return None
-    up = up[up["key"].isin(set(runs["key"]))]
+    runs = runs[runs["stage"] == "search"]
+    return {"runs": runs, "updates": up[up["key"].isin(set(runs["key"]))], "file": str(folder)}
+
+
+def vcpo1_runs(root: Path) -> dict[str, Any] | None:
+    """VCPO-1's trainer runs, the looks of `VCPO1_RUNS` in order, in the shape the testbed's collapse code reads:
+    ``table`` (one row per evaluation: ``recipe``, ``delay``, ``seed``, ``run_id``, ``step`` = policy version,
+    ``test_error`` = 1 - greedy accuracy, ``status``), ``steps`` (run_id -> one row per update: ``step`` = the
+    version it made, ``ess`` = its ``staleness_ess``, ``grad_norm`` = its ``grad_norm_raw``), ``log_every``
+    (updates between evaluations), ``finished`` / ``planned`` and ``file`` of the looks read, ``looks`` (how
+    many) and ``unread`` (a later look whose runs have not all finished: named, not read). The looks are read
+    together from the first up to the first whose runs have not all finished (the first look is read or named
+    alone in that case); None when the first look is absent or unreadable, or a later one unreadable."""
+    import pandas as pd
+
+    looks = []
+    for name in VCPO1_RUNS:
+        folder = Path(root) / name
+        if not folder.exists() and looks:
+            break
+        look = _vcpo1_look(folder)
+        if look is None:
+            return None
+        looks.append(look)
+    read = looks[: next((i for i, x in enumerate(looks) if i and not x["runs"]["finished"].all()), len(looks))]
+    unread = [f"{x['file']} ({int(x['runs']['finished'].sum())} of {len(x['runs'])} runs finished)"
+              for x in looks[len(read):]]
+    runs = pd.concat([x["runs"] for x in read])
+    up = pd.concat([x["updates"] for x in read])
     evaluated = up[up["eval_reward"].notna()]
     gaps = {int(g) for _, r in evaluated.groupby("key") for g in np.diff(np.sort(r["version"].to_numpy(dtype=int)))}
     level = np.where(evaluated["arm"] == "sync", "sync", "fixed:" + evaluated["eta"].astype(str))
@@ -330,7 +355,15 @@ def vcpo1_runs(root: Path) -> dict[str, Any] | None:
     steps = {key: pd.DataFrame({"step": r["version"].astype(float), "ess": r["staleness_ess"],
                                 "grad_norm": r["grad_norm_raw"]}) for key, r in made.groupby("key")}  # fmt: skip
     return {"table": table, "steps": steps, "log_every": min(gaps) if gaps else 1, "finished": int(runs["finished"].sum()),
-            "planned": len(runs), "file": str(folder)}  # fmt: skip
+            "planned": len(runs), "file": " + ".join(x["file"] for x in read), "looks": len(read),
+            "unread": unread}  # fmt: skip
+
+
+def look_level(looks: int) -> float:
+    """The two-sided level of each interval when ``looks`` looks at growing data are read (Bonferroni): the
+    one-look level's two tails, ``2 ALPHA``, shared equally, 1 - 2 ALPHA / looks, so that reading the data
+    again after an undecided look keeps the chance of any false "holds" or "fails" within one look's."""
+    return 1.0 - 2.0 * ALPHA / looks
 
 
 def _vcpo1(fps: list[dict[str, Any]], runs: dict[str, Any] | None) -> tuple[str, str]:
@@ -343,11 +376,19 @@ def _vcpo1(fps: list[dict[str, Any]], runs: dict[str, Any] | None) -> tuple[str,
     events, quiet = collapses(runs["table"], runs["steps"], runs["log_every"])
     counts = precursor_counts(events, quiet)
     where = ", ".join(f"{x['delay']} seed {x['seed']} at version {x['step']:.0f}" for x in events)
+    sync = sum(x["delay"].startswith("sync") for x in events if x.get("enough_history"))
     head = (f"{runs['file']}: {runs['planned']} runs, {len(events)} collapse(s)" + (f" ({where})" if where else "")
-            + f", {counts['n']} after enough history; {counts['nq']} non-collapsing run ends")
+            + f", {counts['n']} after enough history ({sync} synchronous, whose ESS is 1 by construction); "
+            + f"{counts['nq']} non-collapsing run ends")
+    if runs["looks"] > 1:
+        head += (f"; {runs['looks']} looks read together, each interval at {100 * look_level(runs['looks']):g}% "
+                 "(one look: 90%)")
+    if runs["unread"]:
+        head += f"; not read until every run of its look has finished: {', '.join(runs['unread'])}"
     if counts["n"] == 0:
         return "not testable", head + ": no collapse after enough logged updates to test precursors against"
-    parts = precursor_parts(counts)
+    with using_level(look_level(runs["looks"])):
+        parts = precursor_parts(counts)
     leads = precursor_leads(events, "updates")
     return combine(parts), (head + "; " + "; ".join(f"{p.name} ({p.detail}): {fmt_interval(p)} -> {p.status}" for p in parts)
                             + (f" ({'; '.join(leads)})" if leads else ""))

@@ -41,6 +41,18 @@ def test_vcpo1s_sweep_holds_the_settings_its_header_fixes():
     assert t["steps"] >= 12  # a collapse needs 3 updates of history before its 3-update window
 
 
+def test_vcpo1s_second_look_differs_from_the_first_only_where_its_header_says():
+    """Twice the updates, the first look's one lr whose runs did not collapse before version 6, new seeds (no run
+    shared with the first look, whose runs it is read with); every other setting and the rule as in the first."""
+    first, second = (study.load_sweep(ROOT / "sweeps" / "llm" / n) for n in ("vcpo1_cpu.toml", "vcpo1_cpu_look2.toml"))
+    assert second.train["steps"] == 2 * first.train["steps"] and second.lrs == (3e-5,) and 3e-5 in first.lrs
+    assert second.search_seeds == tuple(range(3, 11)) and not set(second.search_seeds) & set(first.search_seeds)
+    assert {k: v for k, v in second.train.items() if k != "steps"} == {k: v for k, v in first.train.items() if k != "steps"}
+    assert (second.etas, second.base, second.min_drop, second.eval_every) == (first.etas, first.base, first.min_drop,
+                                                                           first.eval_every)
+    assert not {r.key for r in study.search_runs(first)} & {r.key for r in study.search_runs(second)}
+
+
 def test_the_gpu_sized_study_differs_from_the_full_one_only_where_its_header_says():
     """One search cell (the full grid's largest eta and lr), half the updates, no checkpoints, the two recipes the
     real-LLM column reads; every other training setting, the rule and the seeds as in promotion.toml."""

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from figures.llm_column import agreement, llm_rows, markdown
+from figures.llm_column import agreement, llm_rows, look_level, markdown
+from figures.stats import clopper_pearson
 from llm_scale import study
 
 SWEEP = """
@@ -230,29 +231,31 @@ def _trace(collapse_at: int | None, precursors: bool, stale: bool, last: int = 1
     return acc, ess, norm
 
 
-def _vcpo1_study(tmp_path, stale: list[tuple[int | None, bool, bool]], missing: int = 0) -> Path:
-    """VCPO-1's trainer runs written by llm_scale.study: synchronous runs that never collapse, and per seed a stale
-    run (collapse version or None, precursors before it, diverged: its evaluations stop at the collapse);
-    ``missing`` of the sync runs have not finished."""
+def _vcpo1_study(tmp_path, stale: list[tuple[int | None, bool, bool]], missing: int = 0, first_seed: int = 0,
+                 look: str = "results/llm/vcpo1_cpu") -> Path:
+    """VCPO-1's trainer runs written by llm_scale.study into ``look``: synchronous runs that never collapse, and
+    per seed (from ``first_seed``) a stale run (collapse version or None, precursors before it, diverged: its
+    evaluations stop at the collapse); ``missing`` of the sync runs have not finished."""
+    seeds = list(range(first_seed, first_seed + len(stale)))
     text = SWEEP.replace("eta = [2, 4]", "eta = [4]").replace("steps = 4", "steps = 12").replace(
-        "eval_every = 2", "eval_every = 1").replace("seeds = [0, 1, 2]\n[compare]", f"seeds = {list(range(len(stale)))}\n[compare]")
+        "eval_every = 2", "eval_every = 1").replace("seeds = [0, 1, 2]\n[compare]", f"seeds = {seeds}\n[compare]")
     tmp_path.mkdir(parents=True, exist_ok=True)
     (tmp_path / "vcpo1.toml").write_text(text)
     sweep = study.load_sweep(tmp_path / "vcpo1.toml")
     runs = tmp_path / "runs_vcpo1"
     for run in study.search_runs(sweep):
-        if run.arm == "sync" and run.seed < missing:
+        if run.arm == "sync" and run.seed - first_seed < missing:
             continue
-        collapse, pre, diverged = stale[run.seed] if run.arm == "stale" else (None, False, False)
+        collapse, pre, diverged = stale[run.seed - first_seed] if run.arm == "stale" else (None, False, False)
         acc, ess, norm = _trace(collapse, pre, run.arm == "stale")
         last = collapse if diverged else 12
         d = runs / run.key
-        d.mkdir(parents=True)
+        d.mkdir(parents=True, exist_ok=True)
         (d / "summary.json").write_text(json.dumps({"status": "diverged" if diverged else "finished", "of_steps": 12}))
         (d / "eval.csv").write_text("version,eval_reward\n" + "".join(f"{v},{acc[v]}\n" for v in range(last + 1)))
         (d / "metrics.csv").write_text("step,staleness_ess,grad_norm_raw\n"
                                        + "".join(f"{s},{ess[s]},{norm[s]}\n" for s in range(last)))
-    study.write_report(sweep, study.collect(sweep, runs), tmp_path / "results/llm/vcpo1_cpu", "test")
+    study.write_report(sweep, study.collect(sweep, runs), tmp_path / look, "test")
     return tmp_path
 
 
@@ -261,7 +264,8 @@ def test_vcpo1_is_judged_on_the_trainer_runs_by_the_testbeds_collapse_rule(tmp_p
     row = llm_rows(_vcpo1_study(tmp_path, stale), VCPO1_TESTBED)[1]
     assert (row["id"], row["testbed"], row["real"], row["agreement"]) == ("VCPO-1", "inconclusive", "reproduced",
                                                                         "not decided")
-    assert "6 collapse(s)" in row["evidence"] and "6 after enough history; 6 non-collapsing run ends" in row["evidence"]
+    assert "6 collapse(s)" in row["evidence"] and "6 after enough history (0 synchronous" in row["evidence"]
+    assert "6 non-collapsing run ends" in row["evidence"] and "looks read together" not in row["evidence"]
     assert "ESS drop before the collapse (6/6 collapses; 0/6 non-collapsing run ends)" in row["evidence"]
     assert "fixed:4 lr=0.001 seed 5 at version 9" in row["evidence"]
 
@@ -272,6 +276,26 @@ def test_vcpo1_collapses_without_precursors_fail_and_early_ones_are_not_testable
     row = llm_rows(_vcpo1_study(tmp_path / "b", [(4, True, False)] * 6), VCPO1_TESTBED)[1]  # too little history
     assert (row["real"], row["agreement"]) == ("not testable", "not measured")
     assert "6 collapse(s)" in row["evidence"] and "0 after enough history" in row["evidence"]
+
+
+def test_vcpo1s_second_look_is_read_with_the_first_at_the_two_look_level_once_it_has_finished(tmp_path):
+    """Three collapses with an ESS drop in each look: 3 of 3 at the one-look 90% level (lower bound 0.368) and
+    6 of 6 read together at 95% (lower bound 0.541, above one half: holds with the base rate 0 of 12)."""
+    root = _vcpo1_study(tmp_path, [(9, True, False)] * 3 + [(None, False, False)] * 3)
+    alone = llm_rows(root, VCPO1_TESTBED)[1]
+    assert alone["real"] == "inconclusive" and "ESS drop before the collapse (3/3 collapses" in alone["evidence"]
+    _vcpo1_study(tmp_path, [(9, True, False)] * 3 + [(None, False, False)] * 3, missing=1, first_seed=6,
+                 look="results/llm/vcpo1_cpu_look2")
+    unfinished = llm_rows(root, VCPO1_TESTBED)[1]
+    assert unfinished["real"] == "inconclusive" and "vcpo1_cpu_look2 (11 of 12 runs finished)" in unfinished["evidence"]
+    _vcpo1_study(tmp_path, [(9, True, False)] * 3 + [(None, False, False)] * 3, first_seed=6,
+                 look="results/llm/vcpo1_cpu_look2")
+    both = llm_rows(root, VCPO1_TESTBED)[1]
+    assert both["real"] == "reproduced" and "24 runs, 6 collapse(s)" in both["evidence"]
+    assert "2 looks read together, each interval at 95%" in both["evidence"]
+    assert "ESS drop before the collapse (6/6 collapses; 0/18 non-collapsing run ends)" in both["evidence"]
+    assert look_level(1) == pytest.approx(0.90) and look_level(2) == pytest.approx(0.95)
+    assert clopper_pearson(3, 3, look_level(1))[0] < 0.5 < clopper_pearson(6, 6, look_level(2))[0]
 
 
 def test_vcpo1_is_not_measured_until_every_trainer_run_has_finished(tmp_path):
