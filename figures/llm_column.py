@@ -326,21 +326,27 @@ def vcpo1_runs(root: Path) -> dict[str, Any] | None:
     (updates between evaluations), ``finished`` / ``planned`` and ``file`` of the looks read, ``looks`` (how
     many) and ``unread`` (a later look whose runs have not all finished: named, not read). The looks are read
     together from the first up to the first whose runs have not all finished (the first look is read or named
-    alone in that case); None when the first look is absent or unreadable, or a later one unreadable."""
+    alone in that case; an unreadable later look is named too); None when the first look is absent or
+    unreadable."""
     import pandas as pd
 
-    looks = []
+    read: list[dict[str, Any]] = []
+    unread: list[str] = []
     for name in VCPO1_RUNS:
         folder = Path(root) / name
-        if not folder.exists() and looks:
-            break
+        if read and not folder.exists():
+            continue  # a look not started
         look = _vcpo1_look(folder)
-        if look is None:
-            return None
-        looks.append(look)
-    read = looks[: next((i for i, x in enumerate(looks) if i and not x["runs"]["finished"].all()), len(looks))]
-    unread = [f"{x['file']} ({int(x['runs']['finished'].sum())} of {len(x['runs'])} runs finished)"
-              for x in looks[len(read):]]
+        if not read:
+            if look is None:
+                return None
+            read.append(look)
+        elif look is None:
+            unread.append(f"{folder} (unreadable)")
+        elif unread or not look["runs"]["finished"].all():  # a look is read only after every earlier one
+            unread.append(f"{folder} ({int(look['runs']['finished'].sum())} of {len(look['runs'])} runs finished)")
+        else:
+            read.append(look)
     runs = pd.concat([x["runs"] for x in read])
     up = pd.concat([x["updates"] for x in read])
     evaluated = up[up["eval_reward"].notna()]

@@ -288,6 +288,9 @@ def test_vcpo1s_second_look_is_read_with_the_first_at_the_two_look_level_once_it
                  look="results/llm/vcpo1_cpu_look2")
     unfinished = llm_rows(root, VCPO1_TESTBED)[1]
     assert unfinished["real"] == "inconclusive" and "vcpo1_cpu_look2 (11 of 12 runs finished)" in unfinished["evidence"]
+    (tmp_path / "results/llm/vcpo1_cpu_look2/runs.csv").write_text("not,a,table\n")
+    broken = llm_rows(root, VCPO1_TESTBED)[1]
+    assert broken["real"] == "inconclusive" and "vcpo1_cpu_look2 (unreadable)" in broken["evidence"]
     _vcpo1_study(tmp_path, [(9, True, False)] * 3 + [(None, False, False)] * 3, first_seed=6,
                  look="results/llm/vcpo1_cpu_look2")
     both = llm_rows(root, VCPO1_TESTBED)[1]
