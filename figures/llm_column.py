@@ -324,10 +324,10 @@ def vcpo1_runs(root: Path) -> dict[str, Any] | None:
     ``test_error`` = 1 - greedy accuracy, ``status``), ``steps`` (run_id -> one row per update: ``step`` = the
     version it made, ``ess`` = its ``staleness_ess``, ``grad_norm`` = its ``grad_norm_raw``), ``log_every``
     (updates between evaluations), ``finished`` / ``planned`` and ``file`` of the looks read, ``looks`` (how
-    many) and ``unread`` (a later look whose runs have not all finished: named, not read). The looks are read
-    together from the first up to the first whose runs have not all finished (the first look is read or named
-    alone in that case; an unreadable later look is named too); None when the first look is absent or
-    unreadable."""
+    many) and ``unread`` (each later look not read, with why: its runs have not all finished, it cannot be read,
+    or an earlier look is not read). The looks are read together from the first up to the first that has not
+    finished or cannot be read (the first look is always read, finished or not); None when the first look is
+    absent or unreadable."""
     import pandas as pd
 
     read: list[dict[str, Any]] = []
@@ -343,8 +343,10 @@ def vcpo1_runs(root: Path) -> dict[str, Any] | None:
             read.append(look)
         elif look is None:
             unread.append(f"{folder} (unreadable)")
-        elif unread or not look["runs"]["finished"].all():  # a look is read only after every earlier one
+        elif not look["runs"]["finished"].all():
             unread.append(f"{folder} ({int(look['runs']['finished'].sum())} of {len(look['runs'])} runs finished)")
+        elif unread:  # a look is read only after every earlier one
+            unread.append(f"{folder} (an earlier look is not read)")
         else:
             read.append(look)
     runs = pd.concat([x["runs"] for x in read])
@@ -388,9 +390,9 @@ def _vcpo1(fps: list[dict[str, Any]], runs: dict[str, Any] | None) -> tuple[str,
             + f"{counts['nq']} non-collapsing run ends")
     if runs["looks"] > 1:
         head += (f"; {runs['looks']} looks read together, each interval at {100 * look_level(runs['looks']):g}% "
-                 "(one look: 90%)")
+                 f"(one look: {100 * look_level(1):g}%)")
     if runs["unread"]:
-        head += f"; not read until every run of its look has finished: {', '.join(runs['unread'])}"
+        head += f"; looks not read: {', '.join(runs['unread'])}"
     if counts["n"] == 0:
         return "not testable", head + ": no collapse after enough logged updates to test precursors against"
     with using_level(look_level(runs["looks"])):

@@ -553,7 +553,7 @@ def fmt_interval(o: Outcome) -> str:
         return "no data"
     if o.kind == "exact":
         return f"{iv.estimate:.4g} (exact)"
-    level = f", {iv.level:.2%} interval" if abs(iv.level - LEVEL) > 1e-9 else ""
+    level = f", {level_note(iv)}" if level_note(iv) else ""
     if o.kind == "proportion":
         return f"{iv.estimate:.0%} of {iv.n} [{iv.lo:.0%}, {iv.hi:.0%}]" + (f" (exact{level})" if level else "")
     if o.kind == "rate":
@@ -577,9 +577,14 @@ def _tags(iv: Interval) -> str:
         tags.append("unpaired")
     if iv.estimator == "trimmed" and trim_count(iv.n) > 0:
         tags.append(f"{trim_count(iv.n)} trimmed per side")
-    if abs(iv.level - LEVEL) > 1e-9:
-        tags.append(f"{iv.level:.2%} interval")
+    if level_note(iv):
+        tags.append(level_note(iv))
     return ", ".join(tags)
+
+
+def level_note(iv: Interval) -> str:
+    """ "<level> interval" where the interval is not at the one-look `LEVEL` (a staged look's), else ""."""
+    return f"{iv.level:.2%} interval" if abs(iv.level - LEVEL) > 1e-9 else ""
 
 
 def fmt_margin(o: Outcome) -> str:
