@@ -15,7 +15,7 @@ from testbed.delay import Chunk
 from testbed.frictions import act
 from testbed.seeding import generator
 from testbed.slots import call_with, cat, stack
-from testbed.tasks.base import token_logp
+from testbed.tasks.base import grouped_logits, token_logp
 
 if TYPE_CHECKING:
     from testbed.runner import RunState
@@ -93,10 +93,14 @@ class Actor:
             flip = gather(lambda c: c.state.get("flip", torch.zeros((c.size, self.horizon), dtype=torch.bool)))
             rand = gather(lambda c: c.state.get("random", torch.zeros((c.size, self.horizon), dtype=torch.long)))
         perturbed = self._perturbed(t, group, runs, k0)
+        shared = self.horizon == 1 and self.group > 1  # a bandit's groups: one forward per group (grouped_logits)
         with torch.no_grad():
-            state = self.task.decode_state(policy, x, actions, k0)
+            state = None if shared else self.task.decode_state(policy, x, actions, k0)
             for k in range(k0, k1 + 1):
-                logits, state = self.task.decode(policy, state, actions, k)
+                if shared:
+                    logits = grouped_logits(self.task, policy, x, actions[..., :1], self.group)[:, :, 0]
+                else:
+                    logits, state = self.task.decode(policy, state, actions, k)
                 acting = logits
                 if perturbed:
                     acting = logits.clone()

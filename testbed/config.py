@@ -26,9 +26,10 @@ PROXIMAL = ("current", "none")
 MINIBATCH_SPLITS = ("groups", "random")
 # Fields left out of the run id at these values (runs recorded before the field existed keep their ids).
 _ID_OMITTED = {"minibatch_split": "random"}
-# Fields that fix the shape of the computation: runs trained in one loop must agree on them.
+# Fields that fix the shape of the computation: runs trained in one loop must agree on them (the group size and
+# how batches are cut too: a bandit's groups are computed once per group (`grouped_logits`), for all runs or none).
 SHAPE_FIELDS = ("task", "task_args", "steps", "log_every", "batch_size", "n_actors", "epochs",
-                "minibatches")
+                "minibatches", "group_size", "minibatch_split")
 
 
 @dataclass

@@ -70,6 +70,26 @@ class Task:
         return self.logits(policy, state, actions[..., : k + 1])[:, :, k], state
 
 
+def grouped_logits(task: Task, policy: nn.Module, contexts: Tensor, actions: Tensor, group_size: int) -> Tensor:
+    """``task.logits(policy, contexts, actions)`` [S, B, T', A] of a batch whose rows come in runs of ``group_size``
+    equal contexts (a group: one context sampled ``group_size`` times, as GRPO draws them), computed once per group
+    where that is the same function: for a task of horizon 1, whose logits depend on the context alone.
+
+    Each group's logits are repeated to its rows (``repeat_interleave``), so gradients reach the shared
+    computation as the sum over the group's rows, as they would through separate rows: the same values up to
+    floating-point rounding, at 1 / group_size of the policy's work. Rows that are not such runs (a batch cut
+    at random, ``group_size`` 1, a sequence task) get ``task.logits`` on every row. [S, B, T', A]
+    """
+    rows = contexts.shape[1]
+    if task.horizon != 1 or group_size <= 1 or rows % group_size:
+        return task.logits(policy, contexts, actions)
+    firsts = contexts[:, ::group_size]
+    runs = contexts.reshape(contexts.shape[0], rows // group_size, group_size, *contexts.shape[2:])
+    if not torch.equal(runs, firsts.unsqueeze(2).expand_as(runs)):
+        return task.logits(policy, contexts, actions)
+    return task.logits(policy, firsts, actions[:, ::group_size]).repeat_interleave(group_size, dim=1)
+
+
 def token_logp(logits: Tensor, actions: Tensor) -> Tensor:
     """log pi(a_t | ...) [..., T] of ``actions`` [..., T] under ``logits`` [..., T, A] (computed in float32)."""
     return log_softmax(logits).gather(-1, actions.unsqueeze(-1)).squeeze(-1)

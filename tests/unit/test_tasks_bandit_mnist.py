@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from testbed.tasks import make_task, task_names, task_options
+from testbed.tasks.base import grouped_logits, token_logp
 from testbed.tasks.mnist import IDX_FILES, load_idx_dir, read_idx, train_subset
 
 FASHION = Path("/usr/share/datasets/fashion-mnist")
@@ -100,6 +101,44 @@ def test_mnist_oracles_enumerate_the_ten_actions():
     assert torch.allclose(task.expected_reward(policy, x[None])[0], (torch.softmax(logits, -1) * rewards).sum(1), atol=1e-6)
     (ev,) = task.evaluate(policy, [torch.Generator()])
     assert 0.75 <= ev["test_error"] <= 1.0  # an untrained 10-way policy is near chance
+
+
+def test_grouped_logits_compute_each_group_once_with_the_same_values_and_gradients():
+    task = make_task("mnist")
+    policy = task.make_policy([torch.Generator().manual_seed(s) for s in (0, 1)])
+    g, groups = 4, 6
+    x = torch.stack([task.sample_contexts(groups, torch.Generator().manual_seed(s)) for s in (2, 3)])
+    x = x.repeat_interleave(g, dim=1)  # [2, 24]: runs of 4 equal contexts
+    a = torch.randint(10, (2, groups * g, 1), generator=torch.Generator().manual_seed(4))
+    weights = torch.randn(2, groups * g, 1, generator=torch.Generator().manual_seed(5))
+    rows = []
+
+    def counting(inputs):
+        rows.append(inputs.shape[1])
+        return policy(inputs)
+
+    def value_and_grads(logits):
+        (token_logp(logits, a) * weights).sum().backward()
+        out = [p.grad.clone() for p in policy.parameters()]
+        policy.zero_grad(set_to_none=True)
+        return logits.detach(), out
+
+    shared, shared_grads = value_and_grads(grouped_logits(task, counting, x, a, g))
+    full, full_grads = value_and_grads(task.logits(counting, x, a))
+    assert rows == [groups, groups * g]  # one forward row per group, then every row
+    assert torch.allclose(shared, full, atol=1e-6, rtol=0)
+    for got, want in zip(shared_grads, full_grads, strict=True):
+        assert torch.allclose(got, want, atol=1e-6, rtol=1e-5)
+    # rows that are not runs of equal contexts (a batch cut at random), a group size that does not divide the
+    # batch, and a sequence task: every row computed, exactly task.logits
+    shuffled = x[:, torch.randperm(groups * g, generator=torch.Generator().manual_seed(6))]
+    assert torch.equal(grouped_logits(task, policy, shuffled, a, g), task.logits(policy, shuffled, a))
+    assert torch.equal(grouped_logits(task, policy, x, a, 5), task.logits(policy, x, a))
+    seq = make_task("token_reversal", H=3)
+    seq_policy = seq.make_policy([torch.Generator().manual_seed(0)])
+    ctx = seq.sample_contexts(2, torch.Generator().manual_seed(1))[None].repeat_interleave(2, dim=1)
+    acts = torch.randint(2, (1, 4, 3), generator=torch.Generator().manual_seed(2))
+    assert torch.equal(grouped_logits(seq, seq_policy, ctx, acts, 2), seq.logits(seq_policy, ctx, acts))
 
 
 def _write_idx(path: Path, arr: np.ndarray, gz: bool) -> None:
