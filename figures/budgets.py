@@ -23,8 +23,17 @@ Seeds: each experiment has a sequential design (figures/sequential.py, figures/s
 before any run. ``*_seeds`` are the first look's seeds (n0); claims still undecided there (and still
 decidable by more seeds) get more seeds in stages up to the design's cap (seeds 0 .. cap - 1,
 `Budget.all_seeds`): MNIST one step per batch and the async-GRPO regime look at 5, 10 and 15 seeds (about 8 CPU-minutes per MNIST cell of 5
-seeds); token reversal, whose runs cost about 20 times more, at 3 and 6. ``python -m figures.estimate``
-gives the wall time at the first look and the upper bound where every claim runs to its cap.
+seeds); token reversal's frictions panel (DDG-2), whose runs cost about 20 times more, at 3 and 6. The
+horizon sweep (DDG-3) has one look at the papers' 3 seeds: its second look would train every method at
+every length again (96 runs, about 29 minutes of the two hours on 2 cores, a quarter of the budget),
+which the full run cannot afford beside everything else; DDG-3 is judged at 3 seeds, its interval at the
+single look's level. ``python -m figures.estimate`` gives the wall time at the first look and the upper
+bound where every claim runs to its cap.
+
+Token reversal evaluates every ``tr_log`` = 100 learner steps (11 evaluations of 1,000 steps): its claims
+read the final evaluation only (the last 5% of 11 or of 21 evaluations is the last one), and an
+evaluation of 2,048 sampled sequences is 13% (H = 10) to 24% (H = 16) of a run's time, so evaluating
+every 50 steps would only draw finer learning curves.
 
 Quick setting (`QUICK`): the same experiments with a handful of steps and two seeds, so that every
 code path (training, intervals, verdicts, HTML) runs in CI in seconds; its verdicts are not evidence.
@@ -39,7 +48,7 @@ from figures.sequential import Design
 ASYNC_STEPS = 1000  # learner batches per run in the async-GRPO regime: the regime search's budget
 # the sequential design (Budget.<kind>_design) each staged experiment's seeds follow
 DESIGN_OF = {"mnist_delay": "mnist", "mnist_samples": "mnist", "async_grpo": "async", "token_frictions": "tr",
-             "token_horizon": "tr"}
+             "token_horizon": "horizon"}
 
 
 @dataclass(frozen=True)
@@ -75,15 +84,16 @@ class Budget:
     mnist_design: Design
     async_design: Design
     tr_design: Design
+    horizon_design: Design
 
     @property
     def quick(self) -> bool:
         return self.name == "quick"
 
     def all_seeds(self, kind: str) -> tuple[int, ...]:
-        """Every seed the design of ``kind`` (mnist, async, tr) may use, first look first."""
-        first = {"mnist": self.mnist_seeds, "async": self.async_seeds, "tr": self.tr_seeds}[kind]
-        design = {"mnist": self.mnist_design, "async": self.async_design, "tr": self.tr_design}[kind]
+        """Every seed the design of ``kind`` (mnist, async, tr, horizon) may use, first look first."""
+        first = {"mnist": self.mnist_seeds, "async": self.async_seeds, "tr": self.tr_seeds, "horizon": self.tr_seeds}[kind]
+        design = getattr(self, f"{kind}_design")
         if len(first) != design.n0:
             raise ValueError(f"{kind}: {len(first)} first-look seeds but the design's n0 is {design.n0}")
         return tuple(first) + tuple(s for s in range(max(first) + 1, max(first) + 1 + design.cap) if s not in first)[
@@ -96,10 +106,11 @@ FULL = Budget(
     mnist_delays=("sync", "fixed:10", "fixed:100", "fixed:1000"), samples_k=(1, 2, 4, 8, 16),
     ablation_delays=("fixed:100", "fixed:1000"),
     async_steps=ASYNC_STEPS, async_log=50, async_seeds=(0, 1, 2, 3, 4),
-    tr_H=10, tr_M=2, tr_steps=1000, tr_log=50, tr_seeds=(0, 1, 2), tr_actors=10, tr_episodes=100, tr_n_eval=2048,
+    tr_H=10, tr_M=2, tr_steps=1000, tr_log=100, tr_seeds=(0, 1, 2), tr_actors=10, tr_episodes=100, tr_n_eval=2048,
     tr_horizons=tuple(range(2, 17, 2)),
     stability_steps=6000, quadratic_steps=600, quadratic_seeds=(0, 1, 2), contamination_deltas=40,
     mnist_design=Design(5, 5, 15), async_design=Design(5, 5, 15), tr_design=Design(3, 3, 6),
+    horizon_design=Design(3, 3, 3),
 )
 
 QUICK = Budget(
@@ -111,6 +122,7 @@ QUICK = Budget(
     tr_horizons=(2, 3),
     stability_steps=400, quadratic_steps=80, quadratic_seeds=(0,), contamination_deltas=12,
     mnist_design=Design(2, 1, 2), async_design=Design(2, 1, 2), tr_design=Design(2, 1, 2),
+    horizon_design=Design(2, 1, 2),
 )
 
 

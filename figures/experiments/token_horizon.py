@@ -52,7 +52,7 @@ class Evidence(ExperimentEvidence):
 
 def describe(b: Budget) -> str:
     return (f"token reversal M = {b.tr_M}, all four frictions, H in {min(b.tr_horizons)}..{max(b.tr_horizons)} "
-            f"({len(b.tr_horizons)} lengths), {b.tr_steps:,} learner steps, {b.tr_design.seeds_shown()}; solved = final "
+            f"({len(b.tr_horizons)} lengths), {b.tr_steps:,} learner steps, {b.horizon_design.seeds_shown()}; solved = final "
             f"sampled error <= {SOLVED:.0%}; methods {', '.join(METHODS)}")
 
 
@@ -70,8 +70,8 @@ def longest(errors: np.ndarray, hs: list[int]) -> list[float]:
 
 def evidence(ctx: Context) -> Evidence:
     b = ctx.budget
-    seeds = b.all_seeds("tr")
-    return staged(ctx, CLAIMS, b.tr_design, seeds,
+    seeds = b.all_seeds("horizon")
+    return staged(ctx, CLAIMS, b.horizon_design, seeds,
                   lambda train, claims: configs(b, tuple(train)) if claims is None else
                   staged_runs(b, tuple(train), [c.id for c in claims]), lambda: _evidence(ctx, seeds))
 
