@@ -22,6 +22,10 @@
 * ``token reversal evaluation: greedy once per context / every repeat``: `TokenReversal.evaluate` of
   four runs at H = 10 (the 2,048 evaluation contexts repeat the enumerated test split nine times), over
   the same evaluation with the greedy decoding run on every repeat (two rollouts of 2,048 contexts).
+* ``8 runs, 100 images x 16 samples: grouped / 1,600 distinct images``: eight MNIST runs in one loop (pg with
+  the batch-mean baseline, DG-1's k = 16 cell), each batch 100 images sampled 16 times (``group_size`` 16:
+  `testbed.tasks.base.grouped_logits` computes each image's logits once), over the same loop with 1,600
+  distinct images per batch (``group_size`` 1): what sampling an image k times costs against k times the images.
 * Paper budgets: wall time of one MNIST run of 10,000 steps at a fixed lag of 1,000, and of one token
   reversal run (H = 10) of 1,000 steps.
 
@@ -274,6 +278,21 @@ def token_evaluation(rounds: int, runs: int = 4) -> list[Ratio]:
                   f"{1e3 * statistics.median(times['every']):.0f} ms; {rounds} rounds")]
 
 
+def grouped_samples(rounds: int, steps: int, seeds: int = 8, k: int = 16) -> list[Ratio]:
+    def loop(group: int) -> list[RunConfig]:
+        return [RunConfig(task="mnist", recipe="pg+mean", seed=s, steps=steps, log_every=steps, batch_size=100 * k,
+                          group_size=group) for s in range(seeds)]
+
+    grouped, distinct = loop(k), loop(1)
+    times = interleaved({"grouped": lambda: run_many(grouped), "distinct": lambda: run_many(distinct)},
+                        rounds=rounds, warmup=1)
+    ratio = median_ratio(times["grouped"], times["distinct"])
+    lo, hi = spread([a / b for a, b in zip(times["grouped"], times["distinct"], strict=True)])
+    return [Ratio("loop:mnist", f"{seeds} runs, 100 images x {k} samples: grouped / {100 * k:,} distinct images", ratio,
+                  "<= 0.5", f"IQR {lo:.2f}-{hi:.2f}; {steps} steps; {1e3 * statistics.median(times['grouped']) / steps:.1f} "
+                  f"ms against {1e3 * statistics.median(times['distinct']) / steps:.1f} ms per step; {rounds} rounds")]
+
+
 def paper_budgets() -> list[Ratio]:
     out = []
     for label, cfg in (("MNIST 10,000 steps at lag 1,000, 1 run (s)",
@@ -297,6 +316,7 @@ def run_all(quick: bool = False) -> list[Ratio]:
         out += step_records(2 if quick else 10)
         out += token_step(1 if quick else 3, steps=10 if quick else 100)
         out += token_evaluation(2 if quick else 5)
+        out += grouped_samples(1 if quick else 3, 10 if quick else 100)
         if not quick:
             out += paper_budgets()
     return out
