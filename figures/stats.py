@@ -553,7 +553,8 @@ def fmt_interval(o: Outcome) -> str:
         return "no data"
     if o.kind == "exact":
         return f"{iv.estimate:.4g} (exact)"
-    level = f", {level_note(iv)}" if level_note(iv) else ""
+    note = level_note(iv)
+    level = f", {note}" if note else ""
     if o.kind == "proportion":
         return f"{iv.estimate:.0%} of {iv.n} [{iv.lo:.0%}, {iv.hi:.0%}]" + (f" (exact{level})" if level else "")
     if o.kind == "rate":
@@ -577,8 +578,9 @@ def _tags(iv: Interval) -> str:
         tags.append("unpaired")
     if iv.estimator == "trimmed" and trim_count(iv.n) > 0:
         tags.append(f"{trim_count(iv.n)} trimmed per side")
-    if level_note(iv):
-        tags.append(level_note(iv))
+    note = level_note(iv)
+    if note:
+        tags.append(note)
     return ", ".join(tags)
 
 

@@ -93,12 +93,13 @@ class Actor:
             flip = gather(lambda c: c.state.get("flip", torch.zeros((c.size, self.horizon), dtype=torch.bool)))
             rand = gather(lambda c: c.state.get("random", torch.zeros((c.size, self.horizon), dtype=torch.long)))
         perturbed = self._perturbed(t, group, runs, k0)
-        shared = self.horizon == 1 and self.group > 1  # a bandit's groups: one forward per group (grouped_logits)
+        size = self.cfg0.group_size
+        shared = self.horizon == 1 and size > 1  # a bandit's groups: one forward per group (grouped_logits)
         with torch.no_grad():
             state = None if shared else self.task.decode_state(policy, x, actions, k0)
             for k in range(k0, k1 + 1):
                 if shared:
-                    logits = grouped_logits(self.task, policy, x, actions[..., :1], self.group)[:, :, 0]
+                    logits = grouped_logits(self.task, policy, x, actions[..., :1], size)[:, :, 0]
                 else:
                     logits, state = self.task.decode(policy, state, actions, k)
                 acting = logits

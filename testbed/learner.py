@@ -85,7 +85,7 @@ class Learner:
         n_steps = cfg0.epochs * cfg0.minibatches
         with torch.no_grad():
             if n_steps > 1:  # the policy at the start of the batch: advantages and the proximal policy
-                work.start_logp = token_logp(grouped_logits(self.task, self.policy, work.x, work.a, self.group), work.a)
+                work.start_logp = token_logp(grouped_logits(self.task, self.policy, work.x, work.a, cfg0.group_size), work.a)
         if any(self.runs[r].recipe.needs_score_norms for r in self.active):
             work.score = diag.score_sq_norms(self.task, self.policy, work.x, work.a)
         step = 0
@@ -131,7 +131,7 @@ class Learner:
             p.grad = None
         xs, as_ = (work.x, work.a) if idx is None else (take_rows(work.x, idx), take_rows(work.a, idx))
         # a minibatch cut at random splits groups: its rows are computed one by one
-        group = self.group if idx is None or self.cfg0.minibatch_split == "groups" else 1
+        group = self.cfg0.group_size if idx is None or self.cfg0.minibatch_split == "groups" else 1
         logits = grouped_logits(self.task, self.policy, xs, as_, group)
         logp = token_logp(logits, as_)
         losses, outs, terms_of = [], [], []

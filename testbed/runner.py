@@ -176,8 +176,6 @@ class Runner(Actor, Learner):
         self.task = task if task is not None else make_task(cfg0.task, **specs[0].task_args)
         self.horizon, self.n_actions = int(self.task.horizon), int(self.task.n_actions)
         self.sizes = chunk_sizes(cfg0.batch_size, cfg0.n_actors)
-        # the runs' batches come in runs of this many equal contexts (their groups, `grouped_logits`)
-        self.group = cfg0.group_size
         self.policy: nn.Module = self.task.make_policy([generator(s.config.seed, "init") for s in specs])
         self.runs: list[RunState] = []
         for i, spec in enumerate(specs):
@@ -234,7 +232,6 @@ class Runner(Actor, Learner):
         runner: Runner = state["runner"]
         runner.task, runner.on_version, runner.on_batch = task, None, None
         runner.__dict__.setdefault("trained_on", [{"from_step": 0, "machine": None}])  # saved before loops named it
-        runner.__dict__.setdefault("group", runner.cfg0.group_size)  # saved before loops named it
         return runner
 
     # -- the policy's slots ------------------------------------------------------------------------
