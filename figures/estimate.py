@@ -152,7 +152,7 @@ def plan(workers: int, quick: bool = False, cap: bool = False,
         todo = [c for c in dedupe(cfgs) if c.run_id not in seen]
         seen.update(c.run_id for c in todo)
         todo.sort(key=cost_estimate, reverse=True)
-        return group_runs(todo, default_loop_size(len(todo), workers)) if todo else []
+        return group_runs(todo, default_loop_size(len(todo), workers), workers=workers) if todo else []
 
     out = [(name, loops(module(name).configs(quick), first)) for name in FIGURES]
     return out + [(name, loops(stop_configs(quick, to), set(first)))

@@ -100,6 +100,18 @@ def test_runs_that_do_not_share_a_model_shape_are_refused_and_grouped_apart():
         Runner([a[0], a[0]])
 
 
+def test_loops_of_one_shape_are_balanced_over_the_workers():
+    a = [RunConfig(task="mnist", steps=5, seed=s) for s in range(72)]
+    b = [RunConfig(task="mnist", steps=5, seed=s, batch_size=20) for s in range(3)]
+    sizes = [len(g) for g in group_runs(a, 8, workers=2)]
+    assert sizes == [8, 8] + [7] * 8  # 10 loops (a multiple of 2 workers), not 9 loops of 8: 36 runs a worker
+    assert [len(g) for g in group_runs(a, 8)] == [8] * 9  # one worker: as few loops as fit
+    mixed = group_runs(a[:17] + b, 8, workers=2)  # 17 runs: 3 loops rounded up to 4; 3 runs: one loop, kept whole
+    assert [len(g) for g in mixed] == [5, 4, 4, 4, 3]
+    assert [c.seed for g in mixed[:4] for c in g] == list(range(17))  # order kept, loops by their first config
+    assert [len(g) for g in group_runs(a[:3], 1, workers=2)] == [1, 1, 1]  # at most loop_size, never above
+
+
 def test_a_sweep_writes_the_same_results_whatever_its_loop_size(tmp_path):
     from testbed.sweep import run_sweep, sweep_file
 
