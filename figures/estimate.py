@@ -36,6 +36,7 @@ machine's pace moving between two estimates (it moves by 10-20% from hour to hou
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
@@ -304,33 +305,41 @@ def _oracle_and_theory(workers: int, quick: bool, beyond: dict[str, dict[str, in
     from figures.experiments import contamination, delayed_sgd, mnist_samples
 
     b = budget(quick)
+    seeds, looks = b.all_seeds("mnist"), b.mnist_design.looks
     jobs = mnist_samples.oracle_jobs(b)
-    per_kind = {}
-    for kind in oracle_runs.KINDS:
-        oracle_runs.train(kind, 0, 2, 2)  # warm-up
 
-        def time_at(n: int, kind: str = kind) -> float:
-            t0 = time.perf_counter()
-            oracle_runs.train(kind, 0, n, b.mnist_log)
-            return time.perf_counter() - t0
-
-        a, slope = fit_line(time_at, b.mnist_log, b.mnist_steps)
-        per_kind[kind] = a + slope * b.mnist_steps
-    oracle = list_schedule([per_kind[k] for k, _ in jobs], workers)
-
-    def later_looks(to: dict[str, int]) -> float:
-        """Wall time of the exact-gradient runs DG-1's later looks add, up to its stop in ``to``."""
+    def later(to: dict[str, int]) -> list[list[tuple[str, int]]]:
+        """The jobs each later look trains, up to DG-1's stop in ``to`` (a look trains its new seeds together)."""
         n = max([to.get(c.id, 0) for c in mnist_samples.CLAIMS if c.staged], default=0)
-        extra = [j for j in mnist_samples.oracle_jobs(b, b.all_seeds("mnist")[:n]) if j not in jobs]
-        return list_schedule([per_kind[k] for k, _ in extra], workers)
+        return [mnist_samples.oracle_jobs(b, seeds[lo:hi]) for lo, hi in itertools.pairwise(looks) if hi <= n]
+
+    beyond_jobs = {name: later(to) for name, to in beyond.items()}
+    cost: dict[tuple[str, int], float] = {}  # (kind, seeds trained together) -> seconds at the full length
+    for some in [jobs, *(look for looks_jobs in beyond_jobs.values() for look in looks_jobs)]:
+        for kind, together in oracle_runs.batches(some, workers):
+            if (kind, len(together)) in cost:
+                continue
+            oracle_runs.train(kind, together, 2, 2)  # warm-up
+
+            def time_at(n: int, kind: str = kind, together: list[int] = together) -> float:
+                t0 = time.perf_counter()
+                oracle_runs.train(kind, together, n, b.mnist_log)
+                return time.perf_counter() - t0
+
+            a, slope = fit_line(time_at, b.mnist_log, b.mnist_steps)
+            cost[kind, len(together)] = a + slope * b.mnist_steps
+
+    def wall(some: list[tuple[str, int]]) -> float:
+        return list_schedule([cost[k, len(s)] for k, s in oracle_runs.batches(some, workers)], workers)
 
     ctx = Context(out=Path("."), cache=Path("."), quick=quick)
     t0 = time.perf_counter()
     delayed_sgd.evidence(ctx)  # the exact values, the simulations and the GAC runs on the quadratic
     contamination.theory_curves(b.contamination_deltas)
     theory = time.perf_counter() - t0
-    return {"oracle_wall_s": oracle, "oracle_cpu_s": sum(per_kind[k] for k, _ in jobs), "theory_s": theory,
-            "oracle_beyond_wall_s": {name: later_looks(to) for name, to in beyond.items()}}
+    return {"oracle_wall_s": wall(jobs), "oracle_cpu_s": sum(cost[k, len(s)] for k, s in oracle_runs.batches(jobs, workers)),
+            "theory_s": theory,
+            "oracle_beyond_wall_s": {name: sum(wall(look) for look in j) for name, j in beyond_jobs.items()}}
 
 
 def main(argv: list[str] | None = None) -> int:

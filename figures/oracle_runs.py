@@ -12,7 +12,9 @@ Adam at the same learning rate and batches of 100 images, on:
   batch mean of the expected reward (the expectation of the sampled batch-mean baseline);
 * ``ce``: the supervised cross-entropy to the label (the oracle DG-1 measures the gap to).
 
-Results are cached as CSV under ``<cache>/oracle/<hash>.csv`` keyed by the settings, like the runner's
+The seeds of one kind train together (`train`: one slot per seed of the runner's stacked MLP, each seed's
+rows bit for bit its run alone's, at about half the cost of training them one by one), cut into runs that
+the workers finish together (`batches`). Results are cached as CSV under ``<cache>/oracle/<hash>.csv`` keyed by the settings, like the runner's
 store, so a figure re-plot does not retrain; ``<hash>.json`` beside it records the settings and the machine
 that trained the run (testbed/machine.py; absent for runs cached before it was written).
 """
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -29,14 +32,18 @@ import torch
 from testbed.files import atomic_write_text
 
 KINDS = ("pg_exact", "dg_exact", "ce")
+MAX_SEEDS = 8  # seeds trained together at most (as the runner's loops)
 
 
 def _key(settings: dict) -> str:
     return hashlib.sha1(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
 
 
-def train(kind: str, seed: int, steps: int, log_every: int, lr: float = 1e-3, batch: int = 100,
-          eta: float = 1.0) -> pd.DataFrame:
+def train(kind: str, seeds: Sequence[int], steps: int, log_every: int, lr: float = 1e-3, batch: int = 100,
+          eta: float = 1.0) -> list[pd.DataFrame]:
+    """One run per seed, trained together: the policy holds one slot per seed (the runner's stacked MLP),
+    each slot's loss is formed row by row as a single run's, and the summed loss gives each slot exactly its
+    own gradient, so every seed's rows are the run alone's, bit for bit."""
     from testbed.seeding import generator
     from testbed.stabilizers import delight_gate
     from testbed.tasks import make_task
@@ -45,32 +52,35 @@ def train(kind: str, seed: int, steps: int, log_every: int, lr: float = 1e-3, ba
         raise ValueError(f"oracle kind must be one of {', '.join(KINDS)}, got {kind!r}")
     torch.set_num_threads(1)
     task = make_task("mnist")
-    policy = task.make_policy([generator(seed, "init")])  # one slot
+    policy = task.make_policy([generator(s, "init") for s in seeds])  # one slot per seed
     opt = torch.optim.Adam(policy.parameters(), lr=lr)
-    gen = generator(seed, "oracle", kind)
-    rows = []
+    gens = [generator(s, "oracle", kind) for s in seeds]
+    rows: list[list[dict]] = [[] for _ in seeds]
     for t in range(steps):
-        x = task.sample_contexts(batch, gen, "train")
-        logits = policy(task.pixels(x)[None])[0]
+        x = torch.stack([task.sample_contexts(batch, g, "train") for g in gens])  # [S, batch]
+        logp = torch.log_softmax(policy(task.pixels(x)), dim=-1)  # [S, batch, 10]
+        y = task.labels[x]
         if kind == "ce":
-            loss = torch.nn.functional.cross_entropy(logits, task.labels[x])
+            per_image = -logp.gather(-1, y.unsqueeze(-1)).squeeze(-1)
         else:
-            logp = torch.log_softmax(logits, dim=-1)
             probs = logp.detach().exp()
-            r = torch.nn.functional.one_hot(task.labels[x], 10).to(logp.dtype)
-            base = (probs * r).sum(-1).mean()
-            adv = r - base
+            r = torch.nn.functional.one_hot(y, 10).to(logp.dtype)
+            base = (probs * r).sum(-1).mean(-1)  # [S]
+            adv = r - base[:, None, None]
             weight = probs * adv
-            if kind == "dg_exact":  # the real gate (one "token" per image and action)
-                weight = weight * delight_gate(adv, logp.detach(), eta)
-            loss = -(weight * logp).sum(-1).mean()
+            if kind == "dg_exact":  # the real gate (one "token" per image and action), slot by slot as alone
+                weight = weight * torch.stack([delight_gate(a, lp, eta) for a, lp in zip(adv, logp.detach())])
+            per_image = -(weight * logp).sum(-1)
+        loss = per_image.mean(-1).sum()  # each slot's mean loss; their sum leaves each slot its own gradient
         opt.zero_grad()
         loss.backward()
         opt.step()
         if (t + 1) % log_every == 0 or t + 1 == steps:
             with torch.no_grad():
-                rows.append({"step": t + 1, **task.evaluate(policy, [generator(seed, "eval", t)])[0]})
-    return pd.DataFrame(rows)
+                evals = task.evaluate(policy, [generator(s, "eval", t) for s in seeds])
+            for out, ev in zip(rows, evals, strict=True):
+                out.append({"step": t + 1, **ev})
+    return [pd.DataFrame(r) for r in rows]
 
 
 def _settings(kind: str, seed: int, steps: int, log_every: int) -> dict:
@@ -85,32 +95,48 @@ def rows_path(cache: Path, kind: str, seed: int, steps: int, log_every: int) -> 
     return Path(cache) / "oracle" / f"{_key(_settings(kind, seed, steps, log_every))}.csv"
 
 
-def _train_to(path: str, kind: str, seed: int, steps: int, log_every: int) -> str:
+def _train_to(paths: list[str], kind: str, seeds: list[int], steps: int, log_every: int) -> list[str]:
     from testbed.machine import machine
 
-    rows = train(kind, seed, steps, log_every)
-    record = {"settings": _settings(kind, seed, steps, log_every), "machine": machine()}
-    atomic_write_text(Path(path).with_suffix(".json"), json.dumps(record, indent=1, sort_keys=True))
-    atomic_write_text(path, rows.to_csv(index=False))  # the rows last: their file is the "done" marker
-    return path
+    for path, seed, rows in zip(paths, seeds, train(kind, seeds, steps, log_every), strict=True):
+        record = {"settings": _settings(kind, seed, steps, log_every), "machine": machine()}
+        atomic_write_text(Path(path).with_suffix(".json"), json.dumps(record, indent=1, sort_keys=True))
+        atomic_write_text(path, rows.to_csv(index=False))  # the rows last: their file is the "done" marker
+    return paths
+
+
+def batches(jobs: list[tuple[str, int]], workers: int) -> list[tuple[str, list[int]]]:
+    """The (kind, seeds) runs ``jobs`` train as: one kind's seeds together, at most `MAX_SEEDS` a run, cut by
+    `testbed.plan.balanced_sizes` so that the workers finish a kind's runs together."""
+    from testbed.plan import balanced_sizes
+
+    out = []
+    for kind in dict.fromkeys(k for k, _ in jobs):
+        seeds = [s for k, s in jobs if k == kind]
+        start = 0
+        for size in balanced_sizes(len(seeds), MAX_SEEDS, workers):
+            out.append((kind, seeds[start:start + size]))
+            start += size
+    return out
 
 
 def ensure(cache: Path, jobs: list[tuple[str, int]], steps: int, log_every: int, workers: int = 1,
            cached_only: bool = False) -> None:
-    """Train the (kind, seed) jobs not yet cached, in ``workers`` processes."""
+    """Train the (kind, seed) jobs not yet cached (`batches`), in ``workers`` processes."""
     todo = [(k, s) for k, s in jobs if not rows_path(cache, k, s, steps, log_every).is_file()]
     if not todo or cached_only:
         return
-    if workers <= 1 or len(todo) == 1:
-        for k, s in todo:
-            _train_to(str(rows_path(cache, k, s, steps, log_every)), k, s, steps, log_every)
+    runs = [(kind, seeds, [str(rows_path(cache, kind, s, steps, log_every)) for s in seeds])
+            for kind, seeds in batches(todo, workers)]
+    if workers <= 1 or len(runs) == 1:
+        for kind, seeds, paths in runs:
+            _train_to(paths, kind, seeds, steps, log_every)
         return
     import concurrent.futures as cf
     import multiprocessing
 
-    with cf.ProcessPoolExecutor(min(workers, len(todo)), mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = [pool.submit(_train_to, str(rows_path(cache, k, s, steps, log_every)), k, s, steps, log_every)
-                   for k, s in todo]
+    with cf.ProcessPoolExecutor(min(workers, len(runs)), mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = [pool.submit(_train_to, paths, kind, seeds, steps, log_every) for kind, seeds, paths in runs]
         for f in cf.as_completed(futures):
             f.result()
 
@@ -121,7 +147,7 @@ def cached(cache: Path, kind: str, seed: int, steps: int, log_every: int, cached
     if not path.is_file():
         if cached_only:
             return pd.DataFrame({"step": [], "test_error": []})
-        _train_to(str(path), kind, seed, steps, log_every)
+        _train_to([str(path)], kind, [seed], steps, log_every)
     df = pd.read_csv(path, dtype={"step": "int64", "test_error": "float64", "test_reward": "float64"})
     df["kind"], df["seed"] = kind, seed
     return df

@@ -238,30 +238,36 @@ def default_loop_size(n_runs: int, workers: int) -> int:
     return max(1, min(MAX_LOOP, math.ceil(n_runs / workers)))
 
 
+def balanced_sizes(m: int, max_size: int, workers: int = 1) -> list[int]:
+    """Sizes of the groups m jobs of about equal cost are cut into: n = ceil(m / max_size) groups, n rounded up
+    to a multiple of ``workers`` when it is above 1 (at most m), sizes equal to one job, larger first. 72 jobs,
+    at most 8 a group, 2 workers: 10 groups of 8, 8, 7, .., 7 (36 jobs a worker), not 9 of 8 (40 on one)."""
+    if m <= 0:
+        return []
+    n = math.ceil(m / max_size)
+    if n > 1:
+        n = min(m, workers * math.ceil(n / workers))
+    size, extra = divmod(m, n)
+    return [size + (k < extra) for k in range(n)]
+
+
 def group_runs(configs: list[RunConfig], loop_size: int, specs: dict[int, RunSpec] | None = None,
                workers: int = 1) -> list[list[RunConfig]]:
     """Configs packed into loops of at most ``loop_size`` runs that share a model shape (order kept within a
     loop; loops in order of their first config). ``specs``: the parsed configs by ``id()``, if at hand.
 
-    The m runs of one shape make n = ceil(m / loop_size) loops of equal size (to one run), n rounded up to a
-    multiple of ``workers`` when it is above 1 (at most m): loops of one shape cost about the same, so the
-    workers finish them together instead of one worker training the last loop alone (72 runs, loops of 8,
-    2 workers: 10 loops of 7 or 8, 36 runs a worker, not 9 loops of 8, 40 runs on one worker). A run's
-    results are the same whatever loop it trains in."""
+    The runs of one shape are cut into loops by `balanced_sizes`: loops of one shape cost about the same, so
+    the workers finish them together instead of one worker training the last loop alone. A run's results are
+    the same whatever loop it trains in."""
     buckets: dict[str, list[tuple[int, RunConfig]]] = {}
     for i, cfg in enumerate(configs):
         spec = specs[id(cfg)] if specs is not None else cfg.parse()
         buckets.setdefault(repr(spec.shape), []).append((i, cfg))
     loops: list[list[tuple[int, RunConfig]]] = []
     for runs in buckets.values():
-        n = math.ceil(len(runs) / loop_size)
-        if n > 1:
-            n = min(len(runs), workers * math.ceil(n / workers))
-        size, extra = divmod(len(runs), n)
         start = 0
-        for k in range(n):
-            end = start + size + (k < extra)
-            loops.append(runs[start:end])
-            start = end
+        for size in balanced_sizes(len(runs), loop_size, workers):
+            loops.append(runs[start:start + size])
+            start += size
     loops.sort(key=lambda loop: loop[0][0])
     return [[cfg for _, cfg in loop] for loop in loops]

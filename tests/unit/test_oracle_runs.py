@@ -1,0 +1,40 @@
+"""The exact-gradient MNIST runs (DG-1's infinite-sample limits): seeds trained together are each bit for bit
+the seed trained alone; jobs are cut into balanced runs per kind; the cache trains each (kind, seed) once."""
+
+from __future__ import annotations
+
+import pytest
+
+from figures import oracle_runs
+
+
+@pytest.mark.parametrize("kind", oracle_runs.KINDS)
+def test_seeds_trained_together_are_each_the_seed_alone(kind):
+    together = oracle_runs.train(kind, [0, 1, 2], 20, 10)
+    for seed, rows in zip([0, 1, 2], together, strict=True):
+        alone = oracle_runs.train(kind, [seed], 20, 10)[0]
+        assert alone.equals(rows), (kind, seed)
+    assert together[0]["step"].tolist() == [10, 20]
+    assert together[0]["test_error"].iloc[-1] != together[1]["test_error"].iloc[-1] or \
+        together[0]["test_reward"].iloc[-1] != together[1]["test_reward"].iloc[-1]  # the seeds are different runs
+
+
+def test_jobs_are_cut_per_kind_into_balanced_runs():
+    jobs = [(k, s) for k in ("pg_exact", "ce") for s in range(5)] + [("dg_exact", 7)]
+    assert oracle_runs.batches(jobs, 2) == [("pg_exact", [0, 1, 2, 3, 4]), ("ce", [0, 1, 2, 3, 4]), ("dg_exact", [7])]
+    many = [("ce", s) for s in range(17)]
+    assert [len(s) for _, s in oracle_runs.batches(many, 2)] == [5, 4, 4, 4]  # 3 runs of 8 at most -> 4 for 2 workers
+    assert [s for _, seeds in oracle_runs.batches(many, 2) for s in seeds] == list(range(17))
+
+
+def test_ensure_trains_each_kind_and_seed_once(tmp_path):
+    jobs = [("ce", 0), ("ce", 1), ("pg_exact", 0)]
+    oracle_runs.ensure(tmp_path, jobs, 4, 2)
+    paths = [oracle_runs.rows_path(tmp_path, k, s, 4, 2) for k, s in jobs]
+    assert all(p.is_file() and p.with_suffix(".json").is_file() for p in paths)
+    stamps = [p.stat().st_mtime_ns for p in paths]
+    oracle_runs.ensure(tmp_path, [*jobs, ("ce", 2)], 4, 2)  # only the new job trains
+    assert [p.stat().st_mtime_ns for p in paths] == stamps
+    new = oracle_runs.cached(tmp_path, "ce", 2, 4, 2, cached_only=True)
+    assert new["step"].tolist() == [2, 4] and new["seed"].tolist() == [2, 2]
+    assert new["test_error"].between(0, 1).all()
