@@ -26,6 +26,9 @@
   the batch-mean baseline, DG-1's k = 16 cell), each batch 100 images sampled 16 times (``group_size`` 16:
   `testbed.tasks.base.grouped_logits` computes each image's logits once), over the same loop with 1,600
   distinct images per batch (``group_size`` 1): what sampling an image k times costs against k times the images.
+* ``exact-gradient runs (dg_exact), 5 seeds together / one by one``: DG-1's infinite-sample MNIST runs
+  (figures/oracle_runs.py) of five seeds trained in one stacked model, over the same five trained one after
+  another (each seed's rows are the same bit for bit).
 * Paper budgets: wall time of one MNIST run of 10,000 steps at a fixed lag of 1,000, and of one token
   reversal run (H = 10) of 1,000 steps.
 
@@ -293,6 +296,21 @@ def grouped_samples(rounds: int, steps: int, seeds: int = 8, k: int = 16) -> lis
                   f"ms against {1e3 * statistics.median(times['distinct']) / steps:.1f} ms per step; {rounds} rounds")]
 
 
+def oracle_seeds(rounds: int, steps: int, seeds: int = 5) -> list[Ratio]:
+    from figures import oracle_runs
+
+    kind = "dg_exact"
+    times = interleaved({"together": lambda: oracle_runs.train(kind, list(range(seeds)), steps, steps),
+                         "alone": lambda: [oracle_runs.train(kind, [s], steps, steps) for s in range(seeds)]},
+                        rounds=rounds, warmup=1)
+    ratio = median_ratio(times["together"], times["alone"])
+    lo, hi = spread([a / b for a, b in zip(times["together"], times["alone"], strict=True)])
+    return [Ratio("loop:mnist", f"exact-gradient runs ({kind}), {seeds} seeds together / one by one", ratio, "<= 0.7",
+                  f"IQR {lo:.2f}-{hi:.2f}; {steps} steps; {1e3 * statistics.median(times['together']) / steps:.2f} "
+                  f"ms against {1e3 * statistics.median(times['alone']) / steps:.2f} ms per step of {seeds} seeds; "
+                  f"{rounds} rounds")]
+
+
 def paper_budgets() -> list[Ratio]:
     out = []
     for label, cfg in (("MNIST 10,000 steps at lag 1,000, 1 run (s)",
@@ -317,6 +335,7 @@ def run_all(quick: bool = False) -> list[Ratio]:
         out += token_step(1 if quick else 3, steps=10 if quick else 100)
         out += token_evaluation(2 if quick else 5)
         out += grouped_samples(1 if quick else 3, 10 if quick else 100)
+        out += oracle_seeds(1 if quick else 5, 20 if quick else 300)
         if not quick:
             out += paper_budgets()
     return out

@@ -28,7 +28,7 @@ every experiment's cells at all the design's seeds, and their exact-gradient run
 adds a third: each claim staged as far as it went in that report (its claims.json ``seeds_used``: the
 runs of every look the claim was still undecided at), the forecast for a re-run that stops where the
 last one did. Several reports are priced from the same timed samples, so their difference is not the
-machine's pace moving between two estimates (it moves by 10-20% from hour to hour).
+machine's pace moving between two estimates (it can move by 30% within a day).
 
     python -m figures.estimate --stops results/paper/claims.json [OTHER_CLAIMS_JSON ...]
 """
