@@ -329,16 +329,18 @@ def _oracle_and_theory(workers: int, quick: bool, beyond: dict[str, dict[str, in
             a, slope = fit_line(time_at, b.mnist_log, b.mnist_steps)
             cost[kind, len(together)] = a + slope * b.mnist_steps
 
+    def durations(some: list[tuple[str, int]]) -> list[float]:
+        return [cost[k, len(s)] for k, s in oracle_runs.batches(some, workers)]
+
     def wall(some: list[tuple[str, int]]) -> float:
-        return list_schedule([cost[k, len(s)] for k, s in oracle_runs.batches(some, workers)], workers)
+        return list_schedule(durations(some), workers)
 
     ctx = Context(out=Path("."), cache=Path("."), quick=quick)
     t0 = time.perf_counter()
     delayed_sgd.evidence(ctx)  # the exact values, the simulations and the GAC runs on the quadratic
     contamination.theory_curves(b.contamination_deltas)
     theory = time.perf_counter() - t0
-    return {"oracle_wall_s": wall(jobs), "oracle_cpu_s": sum(cost[k, len(s)] for k, s in oracle_runs.batches(jobs, workers)),
-            "theory_s": theory,
+    return {"oracle_wall_s": wall(jobs), "oracle_cpu_s": sum(durations(jobs)), "theory_s": theory,
             "oracle_beyond_wall_s": {name: sum(wall(look) for look in j) for name, j in beyond_jobs.items()}}
 
 

@@ -14,9 +14,10 @@ Adam at the same learning rate and batches of 100 images, on:
 
 The seeds of one kind train together (`train`: one slot per seed of the runner's stacked MLP, each seed's
 rows bit for bit its run alone's, at about half the cost of training them one by one), cut into runs that
-the workers finish together (`batches`). Results are cached as CSV under ``<cache>/oracle/<hash>.csv`` keyed by the settings, like the runner's
-store, so a figure re-plot does not retrain; ``<hash>.json`` beside it records the settings and the machine
-that trained the run (testbed/machine.py; absent for runs cached before it was written).
+the workers finish together (`batches`). Results are cached as CSV under ``<cache>/oracle/<hash>.csv``
+keyed by the settings, like the runner's store, so a figure re-plot does not retrain; ``<hash>.json`` beside
+it records the settings and the machine that trained the run (testbed/machine.py; absent for runs cached
+before it was written).
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ import torch
 from testbed.files import atomic_write_text
 
 KINDS = ("pg_exact", "dg_exact", "ce")
-MAX_SEEDS = 8  # seeds trained together at most (as the runner's loops)
 
 
 def _key(settings: dict) -> str:
@@ -106,18 +106,13 @@ def _train_to(paths: list[str], kind: str, seeds: list[int], steps: int, log_eve
 
 
 def batches(jobs: list[tuple[str, int]], workers: int) -> list[tuple[str, list[int]]]:
-    """The (kind, seeds) runs ``jobs`` train as: one kind's seeds together, at most `MAX_SEEDS` a run, cut by
-    `testbed.plan.balanced_sizes` so that the workers finish a kind's runs together."""
-    from testbed.plan import balanced_sizes
+    """The (kind, seeds) runs ``jobs`` train as: one kind's seeds together, at most `testbed.plan.MAX_LOOP` a
+    run (as the runner's loops), cut by `testbed.plan.balanced_chunks` so that the workers finish a kind's runs
+    together."""
+    from testbed.plan import MAX_LOOP, balanced_chunks
 
-    out = []
-    for kind in dict.fromkeys(k for k, _ in jobs):
-        seeds = [s for k, s in jobs if k == kind]
-        start = 0
-        for size in balanced_sizes(len(seeds), MAX_SEEDS, workers):
-            out.append((kind, seeds[start:start + size]))
-            start += size
-    return out
+    return [(kind, chunk) for kind in dict.fromkeys(k for k, _ in jobs)
+            for chunk in balanced_chunks([s for k, s in jobs if k == kind], MAX_LOOP, workers)]
 
 
 def ensure(cache: Path, jobs: list[tuple[str, int]], steps: int, log_every: int, workers: int = 1,

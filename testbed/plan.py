@@ -10,13 +10,14 @@ output directory (same config hash) are skipped, so rerunning an interrupted swe
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import json
 import math
 import struct
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from testbed import limits
 from testbed.results import ResultStore
@@ -26,6 +27,7 @@ from testbed.stabilizers.spec import SpecError
 from testbed.tasks import make_task
 from testbed.usage import UsageError
 
+T = TypeVar("T")
 MAX_LOOP = 8  # runs per loop by default: past this the per-run work dominates and memory grows
 FORMATS = ("csv", "parquet")
 MAX_LAG = 2**62  # lags are int64 in the schedule
@@ -238,17 +240,20 @@ def default_loop_size(n_runs: int, workers: int) -> int:
     return max(1, min(MAX_LOOP, math.ceil(n_runs / workers)))
 
 
-def balanced_sizes(m: int, max_size: int, workers: int = 1) -> list[int]:
-    """Sizes of the groups m jobs of about equal cost are cut into: n = ceil(m / max_size) groups, n rounded up
-    to a multiple of ``workers`` when it is above 1 (at most m), sizes equal to one job, larger first. 72 jobs,
-    at most 8 a group, 2 workers: 10 groups of 8, 8, 7, .., 7 (36 jobs a worker), not 9 of 8 (40 on one)."""
-    if m <= 0:
+def balanced_chunks(items: list[T], max_size: int, workers: int = 1) -> list[list[T]]:
+    """``items`` (jobs of about equal cost, in order) cut into consecutive chunks: n = ceil(m / max_size) chunks
+    of m items, n rounded up to a multiple of ``workers`` when it is above 1 (at most m), sizes equal to one
+    item, larger first. 72 jobs, at most 8 a chunk, 2 workers: 10 chunks of 8, 8, 7, .., 7 (36 jobs a
+    worker), not 9 of 8 (40 on one)."""
+    m = len(items)
+    if m == 0:
         return []
     n = math.ceil(m / max_size)
     if n > 1:
         n = min(m, workers * math.ceil(n / workers))
     size, extra = divmod(m, n)
-    return [size + (k < extra) for k in range(n)]
+    bounds = [k * size + min(k, extra) for k in range(n + 1)]
+    return [items[lo:hi] for lo, hi in itertools.pairwise(bounds)]
 
 
 def group_runs(configs: list[RunConfig], loop_size: int, specs: dict[int, RunSpec] | None = None,
@@ -256,18 +261,13 @@ def group_runs(configs: list[RunConfig], loop_size: int, specs: dict[int, RunSpe
     """Configs packed into loops of at most ``loop_size`` runs that share a model shape (order kept within a
     loop; loops in order of their first config). ``specs``: the parsed configs by ``id()``, if at hand.
 
-    The runs of one shape are cut into loops by `balanced_sizes`: loops of one shape cost about the same, so
+    The runs of one shape are cut into loops by `balanced_chunks`: loops of one shape cost about the same, so
     the workers finish them together instead of one worker training the last loop alone. A run's results are
     the same whatever loop it trains in."""
     buckets: dict[str, list[tuple[int, RunConfig]]] = {}
     for i, cfg in enumerate(configs):
         spec = specs[id(cfg)] if specs is not None else cfg.parse()
         buckets.setdefault(repr(spec.shape), []).append((i, cfg))
-    loops: list[list[tuple[int, RunConfig]]] = []
-    for runs in buckets.values():
-        start = 0
-        for size in balanced_sizes(len(runs), loop_size, workers):
-            loops.append(runs[start:start + size])
-            start += size
+    loops = [loop for runs in buckets.values() for loop in balanced_chunks(runs, loop_size, workers)]
     loops.sort(key=lambda loop: loop[0][0])
     return [[cfg for _, cfg in loop] for loop in loops]
