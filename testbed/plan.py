@@ -242,8 +242,8 @@ def default_loop_size(n_runs: int, workers: int) -> int:
 
 def balanced_chunks(items: list[T], max_size: int, workers: int = 1) -> list[list[T]]:
     """``items`` (jobs of about equal cost, in order) cut into consecutive chunks: n = ceil(m / max_size) chunks
-    of m items, n rounded up to a multiple of ``workers`` when it is above 1 (at most m), sizes equal to one
-    item, larger first. 72 jobs, at most 8 a chunk, 2 workers: 10 chunks of 8, 8, 7, .., 7 (36 jobs a
+    of m items, n rounded up to a multiple of ``workers`` when it is above 1 (at most m), sizes within one
+    item of each other, larger first. 72 jobs, at most 8 a chunk, 2 workers: 10 chunks of 8, 8, 7, .., 7 (36 jobs a
     worker), not 9 of 8 (40 on one)."""
     m = len(items)
     if m == 0:
