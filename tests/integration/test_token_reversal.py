@@ -4,9 +4,10 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
 from testbed.cli import main
-from testbed.runner import RunConfig, run_many
+from testbed.runner import RunConfig, Runner, run_many
 from tests.integration.test_runner import check_behaviour_logp
 
 pytestmark = pytest.mark.integration
@@ -45,6 +46,25 @@ def test_pg_learns_reversal_H4_M2_in_most_seeds():
     assert max(f["test_token_error"] for f in finals) < 0.35  # chance is 0.5 per token
     assert float(np.median([f["test_token_error"] for f in finals])) < 0.1
     assert min(f["test_error_greedy"] for f in finals) < 0.05
+
+
+def test_evaluation_interval_changes_neither_training_nor_the_final_evaluation():
+    """The figures' token claims read the final evaluation only, so how often a run evaluates must not move
+    it: evaluation draws from its own stream (keyed by the step) and leaves the policy and every training
+    stream alone, so the final evaluation and the parameters are the same, bit for bit, at any interval."""
+    def train(log_every: int):
+        cfg = RunConfig(task="token_reversal", recipe="dg", delay="fixed:2", steps=12, log_every=log_every, seed=3,
+                        n_actors=2, batch_size=16, task_args={"H": 5, "M": 2, "n_eval": 64})
+        runner = Runner([cfg])
+        (result,) = runner.run()
+        return result, {k: v.detach().clone() for k, v in runner.params(0).items()}
+
+    (often, p_often), (once, p_once) = train(3), train(12)
+    assert [r["step"] for r in often.rows] == [3, 6, 9, 12] and [r["step"] for r in once.rows] == [12]
+    for key in ("test_error", "test_token_error", "test_reward", "test_error_greedy"):
+        assert often.rows[-1][key] == once.rows[-1][key]
+    assert all(torch.equal(p_often[k], p_once[k]) for k in p_often)
+    assert [str(s) for s in often.steps] == [str(s) for s in once.steps]  # (str: a NaN equals itself)
 
 
 def test_cli_run_with_task_flags_and_errors(tmp_path, capsys):
