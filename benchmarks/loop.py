@@ -19,6 +19,10 @@
 * ``8 runs: step records at once / one run at a time``: the per-optimizer-step records
   (`testbed.health.step_stats`) of eight MNIST runs' step (batch 100, the MLP's 79,510 gradient
   entries) computed for the loop at once, over the same function called run by run.
+* ``8 runs, opob's learner step: one forward for the norms and the update / two``: OPOB's per-sample score
+  norms (`testbed.diagnostics`, one backward to the layers' outputs) and a loss gradient through the same
+  logits, for eight MNIST runs' batches of 100, from one forward (`score_sq_norms_and_logits`, as the learner
+  does when a batch makes one update), over the norms' own forward followed by a second one for the loss.
 * ``token reversal evaluation: greedy once per context / every repeat``: `TokenReversal.evaluate` of
   four runs at H = 10 (the 2,048 evaluation contexts repeat the enumerated test split nine times), over
   the same evaluation with the greedy decoding run on every repeat (two rollouts of 2,048 contexts).
@@ -49,9 +53,11 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from benchmarks.common import DEFAULT_THREADS, Ratio, clock, interleaved, median_ratio, set_threads, spread
 from benchmarks.matmul_peak import MatmulPeak
+from testbed import diagnostics as diag
 from testbed import health
 from testbed.runner import RunConfig, Runner, run, run_many
 from testbed.tasks import make_task
+from testbed.tasks.base import token_logp
 
 LEAN_STEPS = 500
 # The token reversal step before this loop (2026-11-23, this machine, quiet, 1 thread, torch 2.13.0):
@@ -257,6 +263,37 @@ def step_records(rounds: int, seeds: int = 8) -> list[Ratio]:
                   f"{1e3 * statistics.median(times['one_by_one']):.2f} ms per step of {seeds} runs; {rounds} rounds")]
 
 
+def score_norm_forward(rounds: int, seeds: int = 8) -> list[Ratio]:
+    """OPOB's learner step on the MNIST MLP (one update per batch): the per-sample score norms and the update's
+    loss gradient from one forward (`diag.score_sq_norms_and_logits`) / from the norms' forward and another."""
+    task = make_task("mnist")
+    policy = task.make_policy([torch.Generator().manual_seed(s) for s in range(seeds)])
+    g = torch.Generator().manual_seed(0)
+    x = torch.stack([task.sample_contexts(100, g) for _ in range(seeds)])
+    a = torch.randint(task.n_actions, (seeds, 100, 1), generator=g)
+    params = list(policy.parameters())
+
+    def backward(logits: torch.Tensor, norms: torch.Tensor) -> None:
+        loss = -(token_logp(logits, a).sum(-1) * norms).sum()
+        torch.autograd.grad(loss, params)
+
+    def one() -> None:
+        norms, logits = diag.score_sq_norms_and_logits(task, policy, x, a)
+        backward(logits, norms)
+
+    def two() -> None:
+        norms = diag.score_sq_norms(task, policy, x, a)
+        backward(task.logits(policy, x, a), norms)
+
+    times = interleaved({"one": one, "two": two}, rounds=rounds, repeat=20, warmup=1)
+    ratio = median_ratio(times["one"], times["two"])
+    lo, hi = spread([p / q for p, q in zip(times["one"], times["two"], strict=True)])
+    return [Ratio("loop:mnist", f"{seeds} runs, opob's learner step: one forward for the norms and the update / two",
+                  ratio, "<= 0.85", f"IQR {lo:.2f}-{hi:.2f}; {1e3 * statistics.median(times['one']):.2f} ms against "
+                  f"{1e3 * statistics.median(times['two']):.2f} ms per step of {seeds} runs (forward, norms, "
+                  f"backward); {rounds} rounds")]
+
+
 def token_evaluation(rounds: int, runs: int = 4) -> list[Ratio]:
     task = make_task("token_reversal", H=10, M=2, n_eval=2048)
     policy = task.make_policy([torch.Generator().manual_seed(s) for s in range(runs)])
@@ -332,6 +369,7 @@ def run_all(quick: bool = False) -> list[Ratio]:
         out += many_runs(8, 1 if quick else 3, 50 if quick else 300)
         out += token_sampling(3 if quick else 10)
         out += step_records(2 if quick else 10)
+        out += score_norm_forward(2 if quick else 10)
         out += token_step(1 if quick else 3, steps=10 if quick else 100)
         out += token_evaluation(2 if quick else 5)
         out += grouped_samples(1 if quick else 3, 10 if quick else 100)

@@ -125,17 +125,29 @@ class Context:
 
         Read run by run with the id column set from the config: a CSV reader takes an id such as
         ``789907539e16`` for a number, so the stored column cannot be trusted to match."""
-        from testbed.results import ResultStore, read_frame
+        from testbed.results import ResultStore
 
         store = ResultStore(self.cache)
         done = [c for c in dedupe(configs) if store.done(c.run_id)]
         self.touch(store.runs / f"{c.run_id}.csv" for c in done)
-        frames = []
-        for c in done:
-            frame = read_frame(store.runs / f"{c.run_id}.csv")
-            frame["run_id"] = c.run_id
-            frames.append(frame)
+        frames = [self._run_rows(store.runs / f"{c.run_id}.csv", c.run_id) for c in done]
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["run_id", "status"])
+
+    def _run_rows(self, path: Path, run_id: str) -> pd.DataFrame:
+        """A run's rows file (`testbed.results.read_frame`) with its ``run_id`` column, read once per invocation:
+        every look of a sequential design reads all its runs again, and a finished run's file does not change
+        (it is read again if its size or time did: a damaged run trained anew). The memo's frames never leave it
+        as they are: `rows` returns their concatenation, a new frame."""
+        from testbed.results import read_frame
+
+        memo = self.extra.setdefault("run_rows", {})
+        stat = path.stat()
+        key = (stat.st_mtime_ns, stat.st_size)
+        if path not in memo or memo[path][0] != key:
+            frame = read_frame(path)
+            frame["run_id"] = run_id
+            memo[path] = (key, frame)
+        return memo[path][1]
 
     def step_records(self, configs: list[RunConfig]) -> dict[str, pd.DataFrame]:
         """Each trained run's per-optimizer-step records (``runs/<id>.steps.csv``: ESS, gradient norm, cosine, ...;
@@ -248,10 +260,11 @@ def _runs(table: pd.DataFrame, cell: list[RunConfig]) -> list[pd.DataFrame | Non
     """The rows of each config of ``cell`` (None where the table lacks it), in the cell's order."""
     if not len(table):
         return [None for _ in cell]
-    groups = {rid: g for rid, g in table.groupby("run_id", sort=False)}
+    ids = [cfg.run_id for cfg in cell]
+    groups = {rid: g for rid, g in table[table["run_id"].isin(ids)].groupby("run_id", sort=False)}
     out = []
-    for cfg in cell:
-        g = groups.get(cfg.run_id)
+    for rid in ids:
+        g = groups.get(rid)
         out.append(None if g is None else g.sort_values("step") if "step" in g else g)
     return out
 

@@ -84,19 +84,16 @@ def oracle_gradients(task: ExactOracle, policy: nn.Module, contexts: Tensor) -> 
     return flat(g_pg), flat(g_ce)
 
 
-def _linear_ghost_norms(policy: nn.Module, logp_of: Callable[[], Tensor]) -> Tensor | None:
-    """Per-sample ||grad log pi(tau)||^2 [S, B] when every parameter of ``policy`` belongs to a
-    `stacked.Linear` called once per forward (an MLP), else None.
-
-    For a layer with inputs a_p and output gradients d_p over the positions p of one sample, the
-    per-sample weight gradient is sum_p d_p a_p^T, whose squared Frobenius norm is
-    sum_{p,p'} (a_p . a_p')(d_p . d_p') (Goodfellow 2015), and the bias adds ||sum_p d_p||^2: one
-    backward pass for the whole batch instead of one per sample.
-    """
+def _mlp_linears(policy: nn.Module) -> list[nn.Module] | None:
+    """The `stacked.Linear` layers of ``policy`` when they hold every parameter of it (an MLP), else None."""
     linears = [m for m in policy.modules() if isinstance(m, stacked.Linear)]
     covered = {id(p) for m in linears for p in m.parameters(recurse=False)}
-    if not linears or any(id(p) not in covered for p in policy.parameters()):
-        return None
+    return linears if linears and all(id(p) in covered for p in policy.parameters()) else None
+
+
+def _hooked_forward(linears: list[nn.Module], forward: Callable[[], Tensor]) -> tuple[Tensor, list[tuple[Tensor, Tensor]] | None]:
+    """``forward()`` (with autograd) and the (input, output) of each of ``linears`` in it; None in their place
+    when a layer was called twice or not at all (cross terms the ghost-norm formula does not cover)."""
     calls: list[tuple[Tensor, Tensor]] = []
 
     def hook(module: nn.Module, inputs: tuple, output: Tensor) -> None:
@@ -105,13 +102,24 @@ def _linear_ghost_norms(policy: nn.Module, logp_of: Callable[[], Tensor]) -> Ten
     handles = [m.register_forward_hook(hook) for m in linears]
     try:
         with torch.enable_grad():
-            logp = logp_of()
+            out = forward()
     finally:
         for h in handles:
             h.remove()
-    if len(calls) != len(linears):
-        return None  # a layer called twice or not at all: cross terms this formula does not cover
-    deltas = torch.autograd.grad(logp.sum(), [out for _, out in calls], allow_unused=True)
+    return out, calls if len(calls) == len(linears) else None
+
+
+def _ghost_norms(logp: Tensor, calls: list[tuple[Tensor, Tensor]], keep_graph: bool) -> Tensor:
+    """Per-sample ||grad log pi(tau)||^2 [S, B] from the token log-probs ``logp`` [S, B, T] and the (input,
+    output) of every linear layer of the forward that made them (`_hooked_forward`).
+
+    For a layer with inputs a_p and output gradients d_p over the positions p of one sample, the
+    per-sample weight gradient is sum_p d_p a_p^T, whose squared Frobenius norm is
+    sum_{p,p'} (a_p . a_p')(d_p . d_p') (Goodfellow 2015), and the bias adds ||sum_p d_p||^2: one
+    backward pass for the whole batch instead of one per sample. ``keep_graph``: leave the forward's graph
+    for a later backward through it.
+    """
+    deltas = torch.autograd.grad(logp.sum(), [out for _, out in calls], allow_unused=True, retain_graph=keep_graph)
     s, b = logp.shape[:2]
     total = torch.zeros((s, b), dtype=torch.float32)
     for (a, _), d in zip(calls, deltas, strict=True):
@@ -128,14 +136,36 @@ def _linear_ghost_norms(policy: nn.Module, logp_of: Callable[[], Tensor]) -> Ten
 
 
 def score_sq_norms(task: Any, policy: nn.Module, contexts: Tensor, actions: Tensor) -> Tensor:
-    """Per-sample ||grad_theta log pi(tau_i)||^2 [S, B] of every slot's batch (OPOB needs it), exact:
-    by `_linear_ghost_norms` for MLPs; otherwise, slot by slot, every sample of the batch becomes a slot
-    of its own (the slot's parameters repeated B times), so one backward pass gives the B per-sample
-    gradients (the construction of per-sample gradients by vectorisation, written with the policy's own
-    slot dimension)."""
-    fast = _linear_ghost_norms(policy, lambda: token_logp(task.logits(policy, contexts, actions), actions))
-    if fast is not None:
-        return fast
+    """Per-sample ||grad_theta log pi(tau_i)||^2 [S, B] of every slot's batch (OPOB needs it), exact: by
+    `_ghost_norms` for MLPs, else `_slotwise_norms`."""
+    linears = _mlp_linears(policy)
+    if linears is not None:
+        logp, calls = _hooked_forward(linears, lambda: token_logp(task.logits(policy, contexts, actions), actions))
+        if calls is not None:
+            return _ghost_norms(logp, calls, keep_graph=False)
+    return _slotwise_norms(task, policy, contexts, actions)
+
+
+def score_sq_norms_and_logits(task: Any, policy: nn.Module, contexts: Tensor, actions: Tensor) -> tuple[Tensor, Tensor]:
+    """(`score_sq_norms`, ``task.logits(policy, contexts, actions)`` with its autograd graph): a learner's
+    forward of a batch that also needs the norms, made once for both; the same numbers, bit for bit, as
+    the two computed apart."""
+    linears = _mlp_linears(policy)
+    if linears is not None:
+        logits, calls = _hooked_forward(linears, lambda: task.logits(policy, contexts, actions))
+        if calls is not None:
+            with torch.enable_grad():
+                logp = token_logp(logits, actions)
+            return _ghost_norms(logp, calls, keep_graph=True), logits
+    with torch.enable_grad():
+        logits = task.logits(policy, contexts, actions)
+    return _slotwise_norms(task, policy, contexts, actions), logits
+
+
+def _slotwise_norms(task: Any, policy: nn.Module, contexts: Tensor, actions: Tensor) -> Tensor:
+    """`score_sq_norms` for any policy, slot by slot: every sample of the batch becomes a slot of its own (the
+    slot's parameters repeated B times), so one backward pass gives the B per-sample gradients (the
+    construction of per-sample gradients by vectorisation, written with the policy's own slot dimension)."""
     s, b = contexts.shape[:2]
     out = []
     for i in range(s):

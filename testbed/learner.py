@@ -36,6 +36,7 @@ class Work:
     a: Tensor  # [S, B, T] actions
     start_logp: Tensor | None = None  # [S, B, T] under the policy at the start of the batch (K x N > 1)
     score: Tensor | None = None  # [S, B] per-sample squared score norms (OPOB)
+    logits: Tensor | None = None  # [S, B, T, A] the whole batch's logits at the current policy, with their graph
     order: Tensor | None = None  # [S, B] this epoch's minibatch permutation
     advantages: list[Tensor] = field(default_factory=list)
 
@@ -43,7 +44,7 @@ class Work:
         idx = torch.tensor(positions, dtype=torch.long)
         self.batches = [self.batches[p] for p in positions]
         self.x, self.a = self.x.index_select(0, idx), self.a.index_select(0, idx)
-        for name in ("start_logp", "score", "order"):
+        for name in ("start_logp", "score", "order", "logits"):
             value = getattr(self, name)
             if value is not None:
                 setattr(self, name, value.index_select(0, idx))
@@ -87,7 +88,11 @@ class Learner:
             if n_steps > 1:  # the policy at the start of the batch: advantages and the proximal policy
                 work.start_logp = token_logp(grouped_logits(self.task, self.policy, work.x, work.a, cfg0.group_size), work.a)
         if any(self.runs[r].recipe.needs_score_norms for r in self.active):
-            work.score = diag.score_sq_norms(self.task, self.policy, work.x, work.a)
+            if n_steps == 1 and (cfg0.group_size <= 1 or self.task.horizon != 1):
+                # the one update's forward is the norms' (grouped_logits is task.logits here): made once for both
+                work.score, work.logits = diag.score_sq_norms_and_logits(self.task, self.policy, work.x, work.a)
+            else:
+                work.score = diag.score_sq_norms(self.task, self.policy, work.x, work.a)
         step = 0
         for epoch in range(cfg0.epochs):
             work.order = self._minibatch_order(t, epoch) if cfg0.minibatches > 1 else None
@@ -132,7 +137,10 @@ class Learner:
         xs, as_ = (work.x, work.a) if idx is None else (take_rows(work.x, idx), take_rows(work.a, idx))
         # a minibatch cut at random splits groups: its rows are computed one by one
         group = self.cfg0.group_size if idx is None or self.cfg0.minibatch_split == "groups" else 1
-        logits = grouped_logits(self.task, self.policy, xs, as_, group)
+        if idx is None and work.logits is not None:  # made with the score norms: the same forward
+            logits, work.logits = work.logits, None
+        else:
+            logits = grouped_logits(self.task, self.policy, xs, as_, group)
         logp = token_logp(logits, as_)
         losses, outs, terms_of = [], [], []
         for pos, r in enumerate(self.active):

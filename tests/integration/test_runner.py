@@ -230,6 +230,25 @@ def test_score_norms_match_per_sample_backward(task_name, task_args):
             assert float(fast[s, i]) == pytest.approx(ref, rel=1e-4)
 
 
+@pytest.mark.parametrize("task_name, task_args", [("mnist", {}), ("token_reversal", {"H": 3})])
+def test_score_norms_made_with_the_learners_forward_are_the_separate_computations_bit_for_bit(task_name, task_args):
+    """The learner's one forward for OPOB's norms and its update: the norms equal `score_sq_norms`, the logits
+    ``task.logits``, and a backward through those logits gives the gradients of a fresh forward, all exactly."""
+    task = make_task(task_name, **task_args)
+    policy = task.make_policy([generator(0, "init"), generator(1, "init")])
+    g = torch.Generator().manual_seed(3)
+    x = torch.stack([task.sample_contexts(6, g) for _ in range(2)])
+    a = torch.randint(task.n_actions, (2, 6, task.horizon), generator=g)
+    weights = torch.randn(2, 6, task.horizon, generator=g)
+    norms, logits = diag.score_sq_norms_and_logits(task, policy, x, a)
+    assert torch.equal(norms, diag.score_sq_norms(task, policy, x, a))
+    fresh = task.logits(policy, x, a)
+    assert torch.equal(logits, fresh)
+    shared = torch.autograd.grad((token_logp(logits, a) * weights).sum(), list(policy.parameters()))
+    separate = torch.autograd.grad((token_logp(fresh, a) * weights).sum(), list(policy.parameters()))
+    assert all(torch.equal(p, q) for p, q in zip(shared, separate, strict=True))
+
+
 def test_same_seed_same_result_and_seeds_differ():
     cfg = RunConfig(task="mnist", recipe="tis", delay="uniform:5", steps=20, batch_size=10, log_every=10,
                     frictions="bug(frac=0.3, kind=random)+reward(p=0.1)")
