@@ -11,7 +11,7 @@ plot modules apart from the experiment modules of the same name). A figure modul
                                   draws NAME.png / NAME.pdf (+ caption) under ctx.out and returns the
                                   evidence of the experiment(s) it draws, which figures/claims.py judges
 
-See figures/__main__.py for the command line, figures/claims.py for the report, figures/stats.py for
+See figures/__main__.py for the command line, figures/claims.py for the report, testbed/util/stats.py for
 the statistics, docs/ALGORITHMS.md for the methods and the claims' paper values.
 """
 

@@ -19,7 +19,7 @@ Full setting (`FULL`), against the papers (docs/ALGORITHMS.md, "Published claims
   16 covers "the longest solved length plus two" unless a method here does better than any in the
   paper; the DDG-3 rule checks that coverage and says "inconclusive: extend the grid" when it fails.
 
-Seeds: each experiment has a sequential design (figures/sequential.py, figures/staging.py), fixed here
+Seeds: each experiment has a sequential design (testbed/util/sequential.py, figures/staging.py), fixed here
 before any run. ``*_seeds`` are the first look's seeds (n0); claims still undecided there (and still
 decidable by more seeds) get more seeds in stages up to the design's cap (seeds 0 .. cap - 1,
 `Budget.all_seeds`): MNIST one step per batch and the async-GRPO regime look at 5, 10 and 15 seeds (about 8 CPU-minutes per MNIST cell of 5
@@ -46,7 +46,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from figures.sequential import Design
+from testbed.util.sequential import Design
 
 ASYNC_STEPS = 1000  # learner batches per run in the async-GRPO regime: the regime search's budget
 # the sequential design (Budget.<kind>_design) each staged experiment's seeds follow

@@ -1,7 +1,7 @@
 """The claims report: every published claim, the paper's value, ours, and a verdict by a stated rule.
 
 Verdicts are computed from the experiments' evidence (``<out>/data/*.json``) by the judges of the
-claim records (figures/experiments/, figures/records.py) with the statistics of figures/stats.py,
+claim records (figures/experiments/, figures/records.py) with the statistics of testbed/util/stats.py,
 never typed in. The allowed verdicts are `VERDICTS`:
 
 * **reproduced**: every part of the claim holds by its test;
@@ -16,13 +16,13 @@ never typed in. The allowed verdicts are `VERDICTS`:
   precondition and what would make the claim testable, and shows the parts' verdict beside it;
 * **not applicable**: the claim is about something the simulator does not measure (by rule).
 
-Seeds: each claim is judged at the stop of its experiment's sequential design (figures/sequential.py):
+Seeds: each claim is judged at the stop of its experiment's sequential design (testbed/util/sequential.py):
 the report gives per claim the seeds used, the look, the interval level and why it stopped, and each look
 before the stop replayed on its seeds (`figures.records.look_history`: its verdict and the seeds its spread
 asked for), checked to lead to the recorded stop. Evidence written before the design existed (no
 ``sequential`` record) is judged as the design's first look.
 The statistic (20% trimmed mean, Yuen's interval; rates with exact intervals) and the designs were
-fixed in figures/stats.py, figures/sequential.py and figures/budgets.py before the runs they judge.
+fixed in testbed/util/stats.py, testbed/util/sequential.py and figures/budgets.py before the runs they judge.
 
 The real-LLM column (figures/llm_column.py) sets each testbed verdict the real model can speak to
 beside SmolLM2-135M-Instruct's, from results/llm/ when present.
@@ -46,8 +46,8 @@ from figures.common import arr
 from figures.evidence import Evidence
 from figures.experiments import all_claims, experiment
 from figures.records import Claim, Judgement, assess, history_consistent, look_history
-from figures.stats import ALPHA, BETA, LEVEL, MAX_SEEDS, TRIM, VERDICTS, Outcome, fmt, fmt_interval, fmt_margin
-from testbed.files import atomic_write_text
+from testbed.util.files import atomic_write_text
+from testbed.util.stats import ALPHA, BETA, LEVEL, MAX_SEEDS, TRIM, VERDICTS, Outcome, fmt, fmt_interval, fmt_margin
 
 __all__ = ["VERDICTS", "evaluate", "judge", "write_report"]
 
@@ -58,14 +58,14 @@ SHARED_RULES = (
     f"runs, so that one seed that lost a class cannot swing a verdict; the plain mean's status and each compared "
     f"cell's lost-class / stalled / diverged rate with its exact interval are shown beside it), two-sided "
     f"{LEVEL:.0%} in a fixed design, i.e. one-sided tests at {ALPHA}; in the sequential designs each look reads the "
-    f"stricter level its alpha spending allots (figures/sequential.py), and a claim stops at the first look that "
+    f"stricter level its alpha spending allots (testbed/util/sequential.py), and a claim stops at the first look that "
     f"decides it or at the cap. A claim whose precondition fails or cannot be checked is 'not testable'. 'Matches': the whole interval inside the tolerance (TOST). 'Beats by delta': the whole interval above "
     f"delta; below delta it is 'direction only' if the interval excludes 0 on the claimed side, else 'not "
     f"reproduced'; an interval containing delta is 'inconclusive', with the seeds needed n* = min{{n >= 2: n >= "
     f"((t_{{1-{ALPHA},n-1}} + t_{{1-{BETA},n-1}}) s / m)^2}} (s the measured spread, m the distance of the mean from "
     f"the margin). Error ratios are compared on log error rates floored at half a test example. A claim is "
     f"reproduced only when all its parts hold (intersection-union test). Diverged runs count as chance level "
-    f"(0.9 on MNIST, every sequence wrong on token reversal). Details: figures/stats.py.")
+    f"(0.9 on MNIST, every sequence wrong on token reversal). Details: testbed/util/stats.py.")
 
 
 def by_experiment(payloads: dict[str, dict[str, Any]]) -> dict[str, Evidence]:
@@ -127,7 +127,7 @@ def paragraph(claim: Claim, j: Judgement) -> dict[str, str]:
             decide = f"not more seeds, which cannot decide it: {j.settled}" + (f"; {claim.decide}" if claim.decide
                                                                                else "")
         elif need is not None:
-            decide = (f"about {need} seeds per setting would decide it at the measured spread (n*, figures/stats.py): "
+            decide = (f"about {need} seeds per setting would decide it at the measured spread (n*, testbed/util/stats.py): "
                       f"{names}")
         else:
             decide = f"more data: {names or 'the evidence is missing'} (the spread is not yet known)"
@@ -165,7 +165,7 @@ def stop_text(j: Judgement) -> str:
 
 
 def looks_text(history: list[dict[str, Any]], cap: int | None, consistent: bool) -> str:
-    """A staged claim's looks in words: seeds, verdict and the seeds its spread asked for (n*, figures/stats.py),
+    """A staged claim's looks in words: seeds, verdict and the seeds its spread asked for (n*, testbed/util/stats.py),
     marked where n* lies beyond the design's cap; "" for a claim judged at one look."""
     if len(history) < 2:
         return ""

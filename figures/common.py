@@ -8,7 +8,7 @@ therefore retrains nothing; changing a setting retrains only what changed; an in
 
 Per-seed values are read by run id (`values`, `curves`): a *cell* is the list of configs of one
 setting, one per seed, so values of two cells are aligned seed by seed (paired comparisons,
-figures/stats.py) without matching on table columns.
+testbed/util/stats.py) without matching on table columns.
 
 Evidence. Each experiment (figures/experiments/) turns its runs into a dict of plain numbers (per-seed
 values); figure modules draw it and return it, and ``<out>/data/NAME.json`` keeps it so the report
@@ -31,9 +31,9 @@ import pandas as pd
 
 from figures.budgets import Budget, budget
 from figures.evidence import Evidence
-from testbed.files import atomic_write_text
 from testbed.machine import NOT_RECORDED, describe, machine, trained_by
 from testbed.runner import RunConfig
+from testbed.util.files import atomic_write_text
 
 
 @dataclass

@@ -20,7 +20,7 @@ a loaded machine every loop slows down by the load. So it reports what it can se
 timed samples got (CPU seconds over wall seconds). It says the estimate is too high when its samples shared
 a core, and that it may be too high when only the load average shows other work (`load_warning`).
 
-Seeds. The claims' sequential designs (figures/budgets.py, figures/sequential.py) train the first look's
+Seeds. The claims' sequential designs (figures/budgets.py, testbed/util/sequential.py) train the first look's
 seeds for every cell and more seeds, in stages, only for undecided claims. How many claims stay
 undecided is not known before the run, so the estimate gives two numbers: the first look (every claim
 decided at n0) and the honest upper bound where every staged claim runs to its cap (the extra runs of

@@ -9,7 +9,7 @@ error, not a silently different report.
 
 Common fields: ``grid`` (the setting in words), ``seeds`` (every seed of the design, aligned with the
 per-seed lists), ``sequential`` (per claim id: where its sequential design stopped, figures/staging.py)
-and ``design`` (the design, figures/sequential.py). `PER_SEED` names the fields whose dicts hold one value
+and ``design`` (the design, testbed/util/sequential.py). `PER_SEED` names the fields whose dicts hold one value
 per seed per cell; `SEEDED_EVENTS` those that are lists of events carrying a ``seed``.
 """
 

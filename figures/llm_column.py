@@ -73,8 +73,8 @@ import numpy as np
 
 from figures.experiments.async_grpo import gac1_parts, rescue_parts
 from figures.experiments.mnist_delay import collapses, precursor_counts, precursor_leads, precursor_parts
-from figures.stats import ALPHA, combine, fmt, fmt_interval, using_level
 from testbed.stabilizers.fingerprint import newest_files
+from testbed.util.stats import ALPHA, combine, fmt, fmt_interval, using_level
 
 LLM_CLAIMS = ("GAC-1", "VCPO-1", "AREAL-1", "GAC-2")
 POSITIVE = ("reproduced", "direction only")

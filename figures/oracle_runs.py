@@ -30,7 +30,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from testbed.files import atomic_write_text
+from testbed.util.files import atomic_write_text
 
 KINDS = ("pg_exact", "dg_exact", "ce")
 

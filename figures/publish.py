@@ -22,7 +22,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from testbed.files import atomic_write_text
+from testbed.util.files import atomic_write_text
 
 ROOT = Path(__file__).resolve().parent.parent
 COLORS = {"reproduced": "#1a7f37", "direction only": "#9a6700", "not reproduced": "#cf222e",

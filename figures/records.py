@@ -5,8 +5,8 @@ experiment that tests it (figures/experiments/, bsuite style: an experiment is i
 their scoring; the figure modules only draw). A record holds the claim's text, source and paper value
 (docs/ALGORITHMS.md, "Published claims"), the tolerances and minimum effects with their derivations
 (`Margin`, fixed before any run), the rule in words, the judge (evidence -> `Judgement`, built from
-figures/stats.py), the figures that show it, and, where theory already explains a failure, the
-mechanism. Verdicts: figures/stats.py `VERDICTS`.
+testbed/util/stats.py), the figures that show it, and, where theory already explains a failure, the
+mechanism. Verdicts: testbed/util/stats.py `VERDICTS`.
 
 Testability. A record lists its preconditions (`Precondition`): what the setting must show before the
 claim can be judged on it at all (the base is healthy; the base shows the mechanism the method corrects;
@@ -15,7 +15,7 @@ some method leaves the floor; the rule has room). Each is checked from the evide
 log). A claim with a precondition not met is "not testable", with the failed precondition and what
 would make it testable, whatever its parts say (they are still computed and shown).
 
-Seeds. Each claim is judged under its experiment's sequential design (figures/sequential.py): at the
+Seeds. Each claim is judged under its experiment's sequential design (testbed/util/sequential.py): at the
 look where it stopped, on the seeds it had then, with that look's interval level (`assess`).
 
 Shared margins (`RESOLUTION`): where a claim says "matches" or "beats" without a number of its own,
@@ -26,7 +26,7 @@ sqrt(0.72 x 0.28 / 500) = 2.0 points; the difference of two such evaluations has
 1.645 x sqrt(2) x 2.0 = 4.67 points, which is 4.67 / 28.0 = 16.7% of the error rate (100 - 72.0). A
 difference the paper's own evaluation could not resolve cannot be what it claims, so: "matches" =
 error rates within a factor 1.167 of each other; "beats" / "degrades" without a number = error rates
-differing by more than that factor (tested on log error rates, figures/stats.py).
+differing by more than that factor (tested on log error rates, testbed/util/stats.py).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from figures.evidence import Evidence
-from figures.stats import TRIM, VERDICTS, Outcome, combine, max_needed, rate, using_level
+from testbed.util.stats import TRIM, VERDICTS, Outcome, combine, max_needed, rate, using_level
 
 PRECONDITION_STATUSES = ("met", "failed", "unknown")
 
@@ -208,7 +208,7 @@ def unhealthy_flags(ev: Evidence, key: str) -> list[bool | None]:
 def healthy_base(cells: Callable[[Evidence], list[str]], remedy: str,
                  name: str = "the base is healthy") -> Precondition:
     """Met when, in every cell ``cells(evidence)`` names, at most a fraction TRIM of the seeds is unhealthy
-    (stalled, lost a class, diverged): what the trimmed estimator tolerates (figures/stats.py); failed when
+    (stalled, lost a class, diverged): what the trimmed estimator tolerates (testbed/util/stats.py); failed when
     more are; unknown when a cell has no health flag at all."""
 
     def check(ev: Evidence) -> tuple[str, str]:
@@ -234,7 +234,7 @@ def healthy_base(cells: Callable[[Evidence], list[str]], remedy: str,
 
 def health_rates(ev: Evidence, keys: list[str]) -> list[Outcome]:
     """Per compared cell: the seeds flagged unhealthy (lost a class, stalled) or diverged, with the exact
-    interval (figures/stats.py `rate`); cells without health data are skipped."""
+    interval (testbed/util/stats.py `rate`); cells without health data are skipped."""
     out = []
     for key in keys:
         flags = unhealthy_flags(ev, key)

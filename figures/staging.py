@@ -1,6 +1,6 @@
 """The sequential design at work: train the first look's seeds, judge, add seeds where claims are undecided.
 
-An experiment's evidence is built look by look (figures/sequential.py): look 0 trains every cell of
+An experiment's evidence is built look by look (testbed/util/sequential.py): look 0 trains every cell of
 the experiment with the design's first n0 seeds; each later look trains, for the claims still
 undecided only, the cells those claims compare (`Claim` ``runs``) with the next seeds; the evidence
 always spans all the design's seeds (NaN where a seed was not trained), and each claim is judged on
@@ -23,8 +23,8 @@ from typing import Any, TypeVar
 from figures.common import Context
 from figures.evidence import Evidence
 from figures.records import Claim, assess
-from figures.sequential import Design
 from testbed.runner import RunConfig
+from testbed.util.sequential import Design
 
 E = TypeVar("E", bound=Evidence)
 HEALTH_KEYS = ("health", "stalled", "lost_classes_final")

@@ -200,7 +200,7 @@ def _check(args: BudgetArgs) -> None:
 def main(argv: list[str]) -> int:
     import json
 
-    from testbed.files import atomic_write_text
+    from testbed.util.files import atomic_write_text
 
     from .cli import parse
     from .fingerprint import model_label, source_commit, task_label

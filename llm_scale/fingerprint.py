@@ -405,7 +405,7 @@ def _check(args: FingerprintArgs) -> None:
 
 
 def main(argv: list[str]) -> int:
-    from testbed.files import atomic_write_text
+    from testbed.util.files import atomic_write_text
 
     from .cli import parse
 

@@ -328,7 +328,7 @@ def _cmd_fingerprint(argv: list[str]) -> int:
     if any(lag < 1 for lag in lags):
         raise UsageError(f"--lags must be comma-separated integers >= 1, got {args.lags!r}")
     from testbed import fingerprint as fpm
-    from testbed.files import atomic_write_text
+    from testbed.util.files import atomic_write_text
 
     command = "python -m testbed fingerprint " + " ".join(argv)
     fp = fpm.fingerprint(args.regime, task=args.task, recipe=args.recipe, steps=args.steps, at=args.at,

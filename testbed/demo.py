@@ -81,7 +81,7 @@ def plot_demo(table: pd.DataFrame, summary: pd.DataFrame, path: Path) -> str:
     fig.savefig(path, dpi=120)
     fig.savefig(path.with_suffix(".pdf"))
     plt.close(fig)
-    from testbed.files import atomic_write_text
+    from testbed.util.files import atomic_write_text
 
     atomic_write_text(path.with_name(path.stem + ".caption.txt"), text + "\n")
     return text

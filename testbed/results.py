@@ -40,9 +40,9 @@ from typing import Any
 
 import pandas as pd
 
-from testbed.files import atomic_open, atomic_write_text
 from testbed.machine import machine
 from testbed.runner import RunConfig, RunResult
+from testbed.util.files import atomic_open, atomic_write_text
 
 CONFIG_COLUMNS = ["run_id", *(f for f in RunConfig.field_names() if f != "task_args")]
 SUMMARY_FINALS = ("step", "test_error", "test_reward", "reward_avg")

@@ -75,7 +75,6 @@ from testbed.config import (  # noqa: F401  (the run's configuration, re-exporte
     chunk_sizes,
 )
 from testbed.delay import Schedule
-from testbed.files import atomic_open
 from testbed.learner import Learner, NoCompileAdam, NoCompileSGD, skip_dynamo_import
 from testbed.machine import describe, machine
 from testbed.seeding import generator, numpy_rng
@@ -84,6 +83,7 @@ from testbed.stabilizers import Recipe
 from testbed.stabilizers.spec import SpecError
 from testbed.tasks import ExactOracle, make_task
 from testbed.tasks.base import token_logp
+from testbed.util.files import atomic_open
 
 
 @dataclass

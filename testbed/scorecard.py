@@ -29,7 +29,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from testbed.files import atomic_write_text
+from testbed.util.files import atomic_write_text
 
 from .machine import machine
 from .seeding import SCHEME
@@ -127,7 +127,7 @@ def read(path: str | Path) -> dict[str, Any]:
 def write(card: dict[str, Any], directory: str | Path = DEFAULT_DIR) -> Path:
     """Check ``card`` and write it to ``path_for(card['recipe'], directory)`` atomically; return the path.
 
-    The file gets the user's normal permissions (the umask applies; testbed/files.py).
+    The file gets the user's normal permissions (the umask applies; testbed/util/files.py).
     """
     check(card)
     path = path_for(card["recipe"], directory)

@@ -42,7 +42,10 @@ from figures.records import (
     with_direction,
 )
 from figures.staging import cell_health, staged
-from figures.stats import (
+from testbed.regimes import Regime, get_regime
+from testbed.runner import RunConfig
+from testbed.stabilizers.spec import SpecError
+from testbed.util.stats import (
     Outcome,
     at_least,
     combine,
@@ -55,9 +58,6 @@ from figures.stats import (
     superiority,
     within,
 )
-from testbed.regimes import Regime, get_regime
-from testbed.runner import RunConfig
-from testbed.stabilizers.spec import SpecError
 
 NAME = "async_grpo"
 REGIME = "async_grpo"

@@ -43,8 +43,8 @@ from figures.records import (
     with_direction,
 )
 from figures.staging import cell_health, staged
-from figures.stats import Outcome, at_least, equivalence, exact, fmt, proportion, superiority
 from testbed.runner import RunConfig
+from testbed.util.stats import Outcome, at_least, equivalence, exact, fmt, proportion, superiority
 
 NAME = "mnist_delay"
 RECIPES = ("pg", "is", "tis", "ppo", "decoupled_ppo", "vcpo", "dg")

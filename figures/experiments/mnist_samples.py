@@ -32,8 +32,8 @@ from figures.records import (
     resolution,
 )
 from figures.staging import cell_health, staged
-from figures.stats import at_least, fmt, superiority
 from testbed.runner import RunConfig
+from testbed.util.stats import at_least, fmt, superiority
 
 NAME = "mnist_samples"
 METHODS = ("pg", "dg")
@@ -152,7 +152,7 @@ ROOM = FLOOR_BEAT
 def _room(ev: Evidence) -> tuple[str, str]:
     """Part (b) can hold only if PG's infinite-sample error exceeds CE's by the margin: a DG equal to CE would
     beat PG(k=inf) by exactly PG(k=inf) / CE."""
-    from figures.stats import fmt_interval
+    from testbed.util.stats import fmt_interval
 
     o = superiority("PG(k=inf) / CE above the margin", arr(ev.error["pg|inf"]), arr(ev.error["ce"]),
                     ROOM.value, "log", ev.floor)

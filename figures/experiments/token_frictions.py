@@ -31,9 +31,9 @@ from figures.common import Context, arr, values
 from figures.evidence import Evidence as ExperimentEvidence
 from figures.records import FRICTION_SENSITIVITY, Claim, Judgement, Margin, Precondition, judged_on
 from figures.staging import cell_health, staged
-from figures.stats import Outcome, at_most, fmt, rate, superiority
 from testbed.frictions import TOKEN_REVERSAL_PRESET, token_reversal_preset
 from testbed.runner import RunConfig
+from testbed.util.stats import Outcome, at_most, fmt, rate, superiority
 
 NAME = "token_frictions"
 METHODS = ("pg", "pmpo", "ppo", "dg")

@@ -42,8 +42,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from testbed.files import atomic_open
 from testbed.stabilizers.numerics import log_softmax
+from testbed.util.files import atomic_open
 
 from . import register_task, stacked
 from .base import ExactOracle, Task

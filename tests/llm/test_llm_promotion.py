@@ -162,7 +162,7 @@ def test_no_llm_scale_module_imports_the_testbed_experiment_layer():
     import ast
 
     root = Path(__file__).parents[2] / "llm_scale"
-    allowed = ("testbed.stabilizers", "testbed.seeding", "testbed.scorecard", "testbed.machine", "testbed.files")  # leaf modules
+    allowed = ("testbed.stabilizers", "testbed.seeding", "testbed.scorecard", "testbed.machine", "testbed.util.files")  # leaf modules
     # the promotion study scores with the battery's own cell_score (testbed.validate imports only testbed.scorecard
     # at module level); the one exception, until the score formula lives beside the pass rule in testbed.scorecard
     exceptions = {("study.py", "testbed.validate")}

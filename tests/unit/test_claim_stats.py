@@ -1,4 +1,4 @@
-"""The statistics of the claims report (figures/stats.py) on hand-computed numbers and synthetic evidence.
+"""The statistics of the claims report (testbed/util/stats.py) on hand-computed numbers and synthetic evidence.
 
 t quantiles used by hand below (two-sided 90% = one-sided 0.95; standard tables):
 t_{0.95,2} = 2.91999, t_{0.95,4} = 2.13185, t_{0.95,6} = 1.94318, t_{0.95,7} = 1.89458,
@@ -12,8 +12,8 @@ import math
 import numpy as np
 import pytest
 
-from figures import stats
 from figures.records import RHO, Judgement, with_direction
+from testbed.util import stats
 
 T95 = {2: 2.91999, 4: 2.13185, 6: 1.94318, 7: 1.89458}
 T80 = {6: 0.90570, 7: 0.89603}

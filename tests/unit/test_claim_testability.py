@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
-from figures import stats
 from figures.evidence import Evidence
 from figures.experiments import async_grpo, mnist_delay, mnist_samples, token_frictions
 from figures.records import Claim, Judgement, Precondition, assess, healthy_base
+from testbed.util import stats
 
 
 @dataclass

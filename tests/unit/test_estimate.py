@@ -71,7 +71,7 @@ def test_the_estimate_at_a_reports_stops_trains_the_looks_each_claim_went_on_to(
 
     from figures import budgets
     from figures.experiments import all_claims, experiment, mnist_samples
-    from figures.sequential import Design
+    from testbed.util.sequential import Design
 
     # the quick budget with room for later looks: seeds 0, 1 first, then one more per look up to 4 (3 for tokens)
     b = dataclasses.replace(budgets.QUICK, mnist_design=Design(2, 1, 4), async_design=Design(2, 1, 4),

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from figures.llm_column import agreement, llm_rows, look_level, markdown
-from figures.stats import clopper_pearson
 from llm_scale import study
+from testbed.util.stats import clopper_pearson
 
 SWEEP = """
 [train]

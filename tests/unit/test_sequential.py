@@ -1,4 +1,4 @@
-"""The sequential designs of the claims report (figures/sequential.py, figures/staging.py).
+"""The sequential designs of the claims report (testbed/util/sequential.py, figures/staging.py).
 
 Reference values: Lan-DeMets Pocock-type spending at one-sided 0.05 with three equally spaced looks gives
 boundaries close to Pocock's constant 1.992 (Jennison and Turnbull 2000, table 2.1 interpolated to
@@ -13,12 +13,12 @@ import math
 import numpy as np
 import pytest
 
-from figures import stats
 from figures.claims import looks_text
 from figures.experiments import mnist_delay
 from figures.records import Claim, Judgement, history_consistent, look_history
-from figures.sequential import Design, boundaries, false_verdict_rate, spent
 from figures.staging import staged
+from testbed.util import stats
+from testbed.util.sequential import Design, boundaries, false_verdict_rate, spent
 
 
 def test_spending_functions_spend_alpha_by_the_end():
@@ -187,7 +187,7 @@ def test_the_estimate_plans_the_first_look_and_the_cap():
 
 
 def test_the_grid_line_counts_the_seeds_a_design_may_add():
-    from figures.sequential import Design
+    from testbed.util.sequential import Design
 
     assert Design(5, 5, 15).seeds_shown() == "5 seeds at the first look, up to 15 where a claim's design adds seeds"
     assert Design(3, 3, 3).seeds_shown() == "3 seeds"  # one look: nothing is added

@@ -30,7 +30,7 @@ Pure functions of per-seed numbers; every verdict of figures/claims.py is made h
   mean's, the part's detail says so and names the cells' rates, so a verdict that one seed could have
   swung is never silent.
 * **Interval level.** The two-sided 90% interval (one-sided tests at ALPHA = 0.05) in a fixed-size
-  design. In a sequential design (figures/sequential.py: a look after n0 seeds, more seeds in stages
+  design. In a sequential design (testbed/util/sequential.py: a look after n0 seeds, more seeds in stages
   for undecided claims, up to a cap) each look reads the interval at the nominal level that the
   design's alpha-spending function allots to that look (`using_level`), so that the claim's error
   over all its looks stays within ALPHA.

@@ -15,13 +15,13 @@ level allotted by an alpha-spending function (Lan and DeMets 1983, Biometrika 70
   ch. 7), computed with scipy's multivariate normal distribution function;
 * look k reads the two-sided interval at level 1 - 2 (1 - Phi(c_k)) (each of a decision's two
   one-sided tests, e.g. "above delta" and "below delta", at the nominal level 1 - Phi(c_k)), with
-  the interval of figures/stats.py (Student / Yuen t quantiles at that nominal level: the usual
+  the interval of testbed/util/stats.py (Student / Yuen t quantiles at that nominal level: the usual
   small-sample approximation of the normal-theory boundaries; `false_verdict_rate` checks its error on
   simulated null data).
 
 The error budget: every claim's one-sided false-verdict rate at most ALPHA = 0.05 over all its looks.
 The designs spend DESIGN_ALPHA = 0.04 of it, not 0.05, because the interval every decision reads (the
-20% trimmed mean with Yuen's interval, figures/stats.py) is liberal with few seeds: measured on 400,000
+20% trimmed mean with Yuen's interval, testbed/util/stats.py) is liberal with few seeds: measured on 400,000
 normal samples, its one-sided test at nominal 0.05 rejects a true null 5.9% of the time at n = 5, 5.5%
 at n = 10 and 5.3% at n = 15 (at nominal 0.0226: 2.8%, 2.7%, 2.5%), the small-sample excess Wilcox
 (2012, 4.5) reports for Yuen's method. Spending 0.04 keeps the realised rate within 0.05; the test
@@ -50,7 +50,7 @@ import numpy as np
 from scipy import stats as st
 from scipy.optimize import brentq
 
-from figures.stats import ALPHA
+from testbed.util.stats import ALPHA
 
 SPENDING = ("pocock", "obf")
 DESIGN_ALPHA = 0.04  # error spent by the designs, so that the realised rate stays within ALPHA (docstring)
