@@ -62,7 +62,7 @@ def test_the_checks_see_what_they_are_for(known_commits):
     assert commit_ids('alphabet = "0123456789=", a run id 6373307046e6', []) == []
     assert commit_ids("commit deadbeefcafe", []) == []  # no digit: an English-looking token is not read as one
     assert timestamps("2026-11-28 11:27-13:24 UTC, started 2026-11-28T11:27:10+00:00, 10:52-12:11 UTC") == [
-        "2026-11-28", "2026-11-28", "11:27-13:24 UTC", "10:52-12:11 UTC", "T11:27:10+00:00"]
+        "2026-11-28", "2026-11-28", "11:27-13:24 UTC", "T11:27:10+00:00", "10:52-12:11 UTC"]
     assert timestamps("1:57:00 wall, 2,130 s, arXiv 2603.20521, lr 1e-5") == []
     if known_commits:
         head = known_commits[0]
