@@ -5,6 +5,9 @@ Other commands: ``recipes`` (the names a recipe spec may use), ``tasks``, ``scor
 (download and convert one once), ``fingerprint --model M --task T`` (the staleness fingerprint of a
 model on a task), ``budget --model M --task T`` (how the completion budget changes its rewards),
 ``study ...`` (the promotion study; ``study --help``).
+Every command takes ``--import MODULE`` (repeatable): a module of your own stabilizer, imported first and by
+every trainer process the command starts (testbed/stabilizers/registry.py; docs/own_stabilizer.md); a recipe
+term ``module:ClassName`` works without it.
 The options of ``train`` are the fields of `llm_scale.config.TrainConfig`, derived by tyro
 (``--help`` lists them with their documentation). Exit codes: 0 finished (or stopped as asked),
 2 bad input (one line on stderr, nothing written), 1 an internal failure (short message; the
@@ -188,6 +191,13 @@ def main(argv: list[str] | None = None) -> int:
         command, rest = argv[0], argv[1:]
         if command not in COMMANDS:
             raise UsageError(f"unknown command {command!r}; allowed: {', '.join(COMMANDS)}")
+        from testbed.stabilizers.registry import import_modules, split_import_flags
+
+        try:
+            rest, modules = split_import_flags(rest)
+            import_modules(modules)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
         if command == "train":
             return _train(rest)
         if command == "models":

@@ -132,10 +132,10 @@ def _warnings(specs: list[RunSpec], tasks: dict[str, Any]) -> list[str]:
 def _names_group_advantage(text: str) -> bool:
     """True when the recipe spec names an advantage estimator itself (``group``, ``dr_grpo+...``), rather than
     the default or a bundled recipe's choice (``vcpo``'s baseline is per group, else per batch, by design)."""
-    from testbed.stabilizers.registry import ADVANTAGES
+    from testbed.stabilizers.registry import ADVANTAGES, resolve_classes
     from testbed.stabilizers.spec import parse_spec
 
-    return any(name in ADVANTAGES and name != DEFAULT_ADVANTAGE for name, _ in parse_spec(text))
+    return any(name in ADVANTAGES and name != DEFAULT_ADVANTAGE for name, _ in parse_spec(resolve_classes(text)))
 
 
 def _uses_groups(recipe: Any) -> bool:
