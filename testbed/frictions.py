@@ -260,6 +260,11 @@ TOKEN_REVERSAL_LEVELS["G2"] = {**TOKEN_REVERSAL_LEVELS["L2"], "graded": True}
 # G0: weaker than G1 in staleness (lag 0 or 1) and rare discovery (7 of 10 right: 176/1024), added after
 # G1's all-four panel left every baseline at 96-100%.
 TOKEN_REVERSAL_LEVELS["G0"] = {**TOKEN_REVERSAL_LEVELS["G1"], "staleness": "uniform:1", "min_correct": 7}
+# F1: staleness as a *fraction* of lagged chunks instead of a larger lag (geometric:0.9,1: lag 1 with probability
+# 1/11, else 0) and rare discovery graded above 6 of 10 right (386/1024), L1's bugs and corruption; added after the
+# lag-1 finding (results/findings/token_lag.md): every uniform:D with D >= 1 lags half or more of the batch, and one
+# version of lag on half the batch already sends PG to its collapsed basin, so the lag's size cannot be the knob.
+TOKEN_REVERSAL_LEVELS["F1"] = {**TOKEN_REVERSAL_LEVELS["G0"], "staleness": "geometric:0.9,1", "min_correct": 6}
 
 
 def token_reversal_setting(level: dict[str, object], which: str) -> dict[str, object]:
