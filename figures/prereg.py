@@ -24,13 +24,17 @@ import json
 import re
 import subprocess
 import sys
-import tomllib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from testbed.usage import EXIT_USAGE, UsageError
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
 
 PATH = Path(__file__).with_name("preregistration.toml")
 CONFIRMATORY_DIR = "results/confirmatory"  # the confirmatory report: not an exploratory record

@@ -4,12 +4,12 @@ exploratory seed, one-line errors, and the report's label refused whenever a rul
 from __future__ import annotations
 
 import copy
-import tomllib
 from pathlib import Path
 
 import pytest
 
 from figures import prereg
+from figures.prereg import tomllib
 from testbed.usage import UsageError
 
 ROOT = Path(__file__).resolve().parents[2]
