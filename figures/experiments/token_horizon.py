@@ -16,6 +16,7 @@ import numpy as np
 
 from figures.budgets import Budget
 from figures.common import Context, arr, values
+from figures.confirm import longest_solved
 from figures.evidence import Evidence as ExperimentEvidence
 from figures.experiments import token_frictions as tf
 from figures.records import FRICTION_SENSITIVITY, Claim, Judgement, Margin, Precondition, judged_on
@@ -58,14 +59,8 @@ def describe(b: Budget) -> str:
 
 def longest(errors: np.ndarray, hs: list[int]) -> list[float]:
     """Per seed (row of ``errors`` [seeds, H]): the largest H with error <= SOLVED (0 if none; NaN if a row has
-    no value at all)."""
-    out = []
-    for row in errors:
-        if not np.isfinite(row).any():
-            out.append(float("nan"))
-            continue
-        out.append(float(max([0] + [h for h, e in zip(hs, row, strict=True) if np.isfinite(e) and e <= SOLVED])))
-    return out
+    no value at all): `figures.confirm.longest_solved` at SOLVED."""
+    return longest_solved(errors, hs, SOLVED)
 
 
 def evidence(ctx: Context) -> Evidence:
