@@ -268,7 +268,7 @@ def write_report(out: Path, evidence: dict, quick: bool, command: str, missing_r
                "stamp": meta, "missing_runs": missing_runs, "total_runs": total_runs, "shared_rules": SHARED_RULES,
                "claims": rows, "llm": llm}
     atomic_write_text(out / "claims.json", json.dumps(payload, indent=1))
-    extra = testability_markdown(rows) + llm_markdown(llm)
+    extra = testability_markdown(rows) + llm_markdown(llm, Path(root or "."))
     publish.write_markdown(out / "claims.md", payload, extra)
     publish.write_html(out / "index.html", payload, out, extra)
     return rows
