@@ -145,7 +145,9 @@ def test_the_readme_examples_have_shipped_passing_scorecards():
     from testbed import scorecard
 
     root = Path(__file__).parents[2]
-    section = (root / "docs" / "llm_scale.md").read_text() + (root / "README.md").read_text()
+    text = (root / "docs" / "llm_scale.md").read_text() + (root / "README.md").read_text()
+    # the simulator's examples and the own-stabilizer examples (a user's recipe ships no scorecard) are not the LLM guide's
+    section = "\n".join(line for line in text.splitlines() if "-m testbed" not in line and "--import" not in line)
     recipes = set(re.findall(r"--recipe (?:\"([^\"]+)\"|'([^']+)'|(\S+))", section))
     recipes = {next(r for r in group if r) for group in recipes}
     assert {"dg", "tis(c=2)+ess_lr"} <= recipes
