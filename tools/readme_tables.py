@@ -27,13 +27,15 @@ def _cell(text: str) -> str:
 
 
 def verdict_table(claims: dict) -> str:
-    """One row per claim: id, the claim, the paper's value, the testbed's verdict and the real model's reading."""
+    """One row per claim: id, the claim, the paper's value, the testbed's verdict (marked "edge" where the report
+    flags a deciding interval end near its rule's edge) and the real model's reading (the report's ``llm`` rows)."""
     real = {row["id"]: row for row in claims.get("llm", [])}
     lines = ["| id | claim | paper | verdict | real model |", "| --- | --- | --- | --- | --- |"]
     for c in claims["claims"]:
         llm = real.get(c["id"])
+        edge = " (edge)" if c.get("on_edge") else ""  # a deciding interval end within one standard error of its edge
         lines.append(f"| {c['id']} | {_cell(c['claim'])} | {_cell(c.get('paper_value', ''))} | "
-                     f"**{_cell(c['verdict'])}** | {_cell(llm['real']) if llm else ''} |")
+                     f"**{_cell(c['verdict'])}**{edge} | {_cell(llm['real']) if llm else ''} |")
     return "\n".join(lines)
 
 

@@ -134,6 +134,8 @@ def test_verdict_table_has_one_row_per_claim_with_its_verdict():
         cells = [c.strip() for c in row.strip().strip("|").split(" | ")]
         assert cells[0] == claim["id"] and cells[3] == f"**{claim['verdict']}**"
         assert cells[4] == real.get(claim["id"], "")
+    flagged = {**claims, "claims": [{**claims["claims"][0], "on_edge": True}]}
+    assert tables.verdict_table(flagged).splitlines()[2].split(" | ")[3] == f"**{claims['claims'][0]['verdict']}** (edge)"
 
 
 def test_wall_table_sums_to_the_recorded_total():
