@@ -102,6 +102,7 @@ class LearnerSettings:
     grad_cosine: bool = True
     seed: int = 0
     dynamic_sampling: bool = False  # drop the prompt groups whose rewards are all equal (DAPO)
+    max_grad_norm: float = 0.0  # clip the global gradient norm before the recipe's transforms; 0: off
 
 
 def kl_penalty(logp: Tensor, ref_logp: Tensor, estimator: str = "k3") -> Tensor:
@@ -318,6 +319,9 @@ class Learner:
                 current = torch.cat(detached)
                 drift = fp.staleness_stats(current, proximal[rows], mask[rows], lag=0).ess_seq
                 stats = PolicyTerms(current, blogp[rows], adv[rows], mask[rows])
+                if s.max_grad_norm > 0:  # the hosts' order: clip, then the transforms, then the step
+                    torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.grad is not None],
+                                                   s.max_grad_norm)
                 step_metrics = {k: float(v) for k, v in recipe.step(self.model, self.optimizer, stats).items()}
                 pooled.append(({**step_metrics, "loss": loss_total, "drift_ess": drift, "drift_ess_min": drift}, 1.0))
                 self.steps.append({"update": step, "epoch": epoch, "minibatch": mb, "kind": kind, **grad})

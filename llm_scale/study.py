@@ -69,6 +69,9 @@ SYNC, STALE = "sync", "stale"
 MIN_SEEDS = 10  # the floor of [compare] min_seeds: fewer paired seeds never promote
 GAP_TOL = 0.02  # the testbed's tolerance on a gap (testbed.validate.TOL)
 PROMOTION_VERDICTS = ("promote", "do not promote", "undecided", "no gap to close", "too few seeds")
+# Settings left out of a run's key at these values: the behaviour of every run made before the setting existed
+# (so those runs keep their keys); any other value, the default included, is part of the key.
+KEY_NEUTRAL = {"max_grad_norm": 0.0}
 # TrainConfig fields the study sets itself, per run: the sweep's [train] table may not set them.
 STUDY_SET = ("recipe", "max_staleness", "lr", "seed", "out", "resume", "progress")
 
@@ -190,7 +193,8 @@ class Run:
     @property
     def key(self) -> str:
         """Hash of the configuration: the run's directory name (same settings, same run, whatever the stage)."""
-        text = json.dumps(dict(self.options), sort_keys=True, default=str)
+        keyed = {k: v for k, v in self.options if k not in KEY_NEUTRAL or v != KEY_NEUTRAL[k]}
+        text = json.dumps(keyed, sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def argv(self, out: Path) -> list[str]:
@@ -216,6 +220,7 @@ def make_run(sweep: Sweep, stage: str, arm: str, eta: int, lr: float, seed: int)
     cfg = _cfg(sweep, recipe, mode, 0 if arm == SYNC else eta, lr, seed, "-")
     defaults = asdict(TrainConfig())
     options = {k: v for k, v in asdict(cfg).items() if k not in ("out", "tiny") and v != defaults.get(k)}
+    options.update({k: getattr(cfg, k) for k in KEY_NEUTRAL})  # always on the command line; in the key unless neutral
     options.update(recipe=recipe, mode=mode, max_staleness=cfg.max_staleness, lr=lr, seed=seed)
     return Run(stage, arm, eta, lr, seed, tuple(sorted(options.items())))
 
