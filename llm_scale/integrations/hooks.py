@@ -27,6 +27,13 @@ from testbed.stabilizers.numerics import sequence_log_ratio
 from . import sharding
 
 
+def needs_batch_stats(recipe: Recipe) -> list[str]:
+    """The names of ``recipe``'s gradient transforms that read the batch's sequence log-ratios (ess_lr's ESS)."""
+    from testbed.stabilizers.gradient import ESSLR
+
+    return [t.name for t in recipe.transforms if isinstance(t, ESSLR)]
+
+
 class TransformStep:
     def __init__(self) -> None:
         self.pending: list[tuple[Tensor, Tensor]] = []
