@@ -92,7 +92,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without verl
 from testbed.stabilizers import SURROGATES, PolicyTerms, Recipe, build
 from testbed.stabilizers.base import Surrogate
 
-from .hooks import TransformStep, missing_state_warning, read_state, write_state
+from .hooks import TransformStep, missing_state_warning, needs_batch_stats, read_state, write_state
 
 LOGGER = logging.getLogger(__name__)
 
@@ -127,7 +127,11 @@ class StabilizerPolicyLossConfig(PolicyLossConfig):
         elif self.stabilizer_params:
             raise ValueError(f"policy_loss.stabilizer_params={dict(self.stabilizer_params)!r} needs a tb_* loss_mode, got {mode!r}")
         if self.gradient_transforms:
-            _HOOKS.recipe(str(self.gradient_transforms))
+            recipe = _HOOKS.recipe(str(self.gradient_transforms))
+            needs = needs_batch_stats(recipe)
+            if needs and not mode.startswith(PREFIX):
+                raise ValueError(f"policy_loss.gradient_transforms={self.gradient_transforms!r}: {needs[0]} needs the "
+                                 f"batch's sequence log-ratios, which only a tb_* loss collects; loss_mode is {mode!r}")  # fmt: skip
 
 
 def _get(config: Any, key: str, default: Any = None) -> Any:

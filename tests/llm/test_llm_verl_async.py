@@ -144,3 +144,11 @@ def test_a_checkpointer_that_cannot_be_wired_says_so(monkeypatch, caplog):
     assert set(plugin.WIRING_FAILURES) == {"Manager", "NoSuchClass"}  # an absent optional backend is not a failure
     assert plugin.WIRED_CHECKPOINTS and plugin.GUARDED_BYPASS  # the real ones, at import
     warnings.simplefilter("default")
+
+
+def test_a_transform_that_needs_batch_statistics_is_refused_without_a_stabilizer_loss():
+    with pytest.raises(ValueError) as info:
+        plugin.StabilizerPolicyLossConfig(loss_mode="vanilla", gradient_transforms="ess_lr")
+    assert "ess_lr needs the batch's sequence log-ratios" in str(info.value) and "\n" not in str(info.value)
+    plugin.StabilizerPolicyLossConfig(loss_mode="vanilla", gradient_transforms="gac")  # gac reads gradients only
+    plugin.StabilizerPolicyLossConfig(loss_mode="tb_ppo", gradient_transforms="ess_lr")
