@@ -81,6 +81,7 @@ try:
     import trl
     from transformers import TrainerCallback
     from trl import GRPOTrainer
+    from trl.trainer.utils import nanmax, nanmin
 except ImportError as exc:  # pragma: no cover - exercised only without trl
     raise ImportError(f"llm_scale.integrations.trl needs trl (the 'trl' extra: pip install -e '.[trl]'): {exc}") from exc
 
@@ -228,7 +229,7 @@ GRPO_SETTINGS: dict[str, str] = {
 }
 
 # Surrogates that clip the ratio current / behaviour with (eps_low, eps_high) as TRL's loss does: for them TRL's
-# clip_ratio/low_mean, high_mean and region_mean measure the same thing and are logged under TRL's names too.
+# clip_ratio/* (low_mean, high_mean, region_mean, low_min, high_max) measure the same thing and are logged too.
 HOST_CLIP_SURROGATES = ("ppo",)
 
 # The TrainingArguments fields that touch the gradient or the step.
@@ -597,6 +598,9 @@ class StabilizerGRPOTrainer(GRPOTrainer):
             high = (ratio > 1 + self.recipe.surrogate.hi_eps) & (adv > 0)
             for key, flags in (("low_mean", low), ("high_mean", high), ("region_mean", low | high)):
                 self._metrics[mode][f"clip_ratio/{key}"].append(global_masked_mean(flags.float()))
+            per_seq = [(f.float() * mask).sum(-1) / mask.sum(-1) for f in (low, high)]  # NaN for an empty sequence, as TRL
+            self._metrics[mode]["clip_ratio/low_min"].append(nanmin(self.accelerator.gather(per_seq[0])).item())
+            self._metrics[mode]["clip_ratio/high_max"].append(nanmax(self.accelerator.gather(per_seq[1])).item())
         if mode == "train":
             self.stabilizer_callback.collect(logp, behavior, terms.mask)
         for key, value in metrics.items():

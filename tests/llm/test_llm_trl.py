@@ -617,11 +617,13 @@ def test_deepspeed_is_refused_in_one_line_at_train_begin(monkeypatch):
 
 
 def test_ppo_recipe_logs_trls_clip_ratios_with_trls_values(tmp_path):
-    """tb ppo off-policy: TRL's clip_ratio/low_mean, high_mean and region_mean are logged, equal to GRPOTrainer's."""
+    """tb ppo off-policy: TRL's clip_ratio/* (low_mean, high_mean, region_mean, low_min, high_max) are logged, equal
+    to GRPOTrainer's."""
     plain, _ = fx.trainer(tmp_path / "plain", **OFF_POLICY)
     plain.train()
     ours, _ = fx.trainer(tmp_path / "ours", StabilizerGRPOTrainer, recipe="ppo", **OFF_POLICY)
     ours.train()
-    for key in ("clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean"):
+    for key in ("clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean", "clip_ratio/low_min",
+                "clip_ratio/high_max"):
         assert _logged(ours, key) and _logged(ours, key) == pytest.approx(_logged(plain, key), abs=1e-7), key
     assert max(_logged(plain, "clip_ratio/region_mean")) > 0  # the clip binds in this setup
