@@ -50,3 +50,13 @@ def test_a_negative_bound_is_refused_in_one_line():
     with pytest.raises(UsageError) as info:
         TrainConfig(model="tiny", max_grad_norm=-1.0).validate()
     assert "--max-grad-norm must be a finite number >= 0, got -1.0" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_the_trainer_hands_the_bound_to_its_learner(tmp_path):
+    from llm_scale.trainer import Trainer
+
+    cfg = TrainConfig(model="tiny", task="copy", steps=1, prompts_per_step=2, group_size=2, out=str(tmp_path / "r"),
+                      tensorboard="off", progress=False, save_final=False)  # fmt: skip
+    assert Trainer(cfg).learner.s.max_grad_norm == 1.0
+    cfg = TrainConfig(**{**cfg.__dict__, "max_grad_norm": 0.25, "out": str(tmp_path / "s")})
+    assert Trainer(cfg).learner.s.max_grad_norm == 0.25
