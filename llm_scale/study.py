@@ -60,7 +60,7 @@ from typing import Any
 
 import tomllib
 
-from testbed.util import stats
+import testbed.util.stats as stats
 from testbed.util.stats import ALPHA
 
 from .config import TrainConfig, UsageError, checkpoint_pointer, cpu_budget
