@@ -75,7 +75,9 @@ def make_loss_fn(recipe: Recipe, step: TransformStep | None = None, sink: dict[s
         mask = input_data["loss_mask"].bool()
         prox, cu = input_data.get("prox_logp"), input_data.get("cu_seqlens")
         if cu is None and step is not None and needs:
-            raise ValueError(f"gradient transform {needs[0]} needs the batch's sequences, and AReaL passed no cu_seqlens")
+            raise ValueError(
+                f"gradient transform {needs[0]} needs the batch's sequences, and AReaL passed no cu_seqlens"
+            )
         rows = functools.partial(unpack, cu_seqlens=cu)
         terms, _ = PolicyTerms(rows(logprobs), rows(input_data["logprobs"]).detach(), rows(input_data["advantages"]),
                                rows(mask), proximal_logp=None if prox is None else rows(prox).detach()).checked("mask")  # fmt: skip

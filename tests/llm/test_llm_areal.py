@@ -71,7 +71,9 @@ def test_use_stabilizer_replaces_the_actors_loss_keeps_its_weights_and_runs_the_
     actor = SimpleNamespace(engine=Engine())
     recipe = plugin.use_stabilizer(actor, "decoupled_ppo+gac+ess_lr")
     data, new = _packed(2)
-    actor.engine.train_batch((data, new), loss_fn=lambda *a: 1 / 0, loss_weight_fn=lambda d: d["loss_mask"].count_nonzero())
+    actor.engine.train_batch(
+        (data, new), loss_fn=lambda *a: 1 / 0, loss_weight_fn=lambda d: d["loss_mask"].count_nonzero()
+    )
     expected = plugin.make_loss_fn(build("decoupled_ppo"))(new, torch.zeros_like(new), data)
     assert calls == [(pytest.approx(float(expected)), float(data["loss_mask"].count_nonzero()))]
     metrics = actor.stabilizer_step.history[-1]

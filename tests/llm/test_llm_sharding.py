@@ -81,6 +81,7 @@ def _run(path: str, params: list, set_grads, rows: slice, world: tuple[int, int]
 
         def metrics():
             return step.history[-1]
+
     out = []
     for s in range(STEPS):
         set_grads(_full_grad(s))
@@ -126,8 +127,10 @@ def _worker(rank: int, init_file: str, out_dir: str) -> None:
             for kind in LAYOUTS:
                 if kind == "dtensor":
                     mesh = init_device_mesh("cpu", (2,))
-                    params = [torch.nn.Parameter(distribute_tensor(torch.zeros(2, 3), mesh, [Shard(0)])),
-                              torch.nn.Parameter(distribute_tensor(torch.zeros(2), mesh, [Shard(0)]))]
+                    params = [
+                        torch.nn.Parameter(distribute_tensor(torch.zeros(2, 3), mesh, [Shard(0)])),
+                        torch.nn.Parameter(distribute_tensor(torch.zeros(2), mesh, [Shard(0)])),
+                    ]
 
                     def set_grads(g, params=params, mesh=mesh):
                         params[0].grad = distribute_tensor(g[:6].reshape(2, 3), mesh, [Shard(0)])
@@ -146,7 +149,7 @@ def _worker(rank: int, init_file: str, out_dir: str) -> None:
                     assert len(params) == 1 and params[0].numel() == 4 and params[0]._is_flat_param
 
                     def set_grads(g, params=params):
-                        params[0].grad = g[4 * rank: 4 * rank + 4].clone()
+                        params[0].grad = g[4 * rank : 4 * rank + 4].clone()
 
                     def full(ps):
                         return _gather(ps[0].detach())
@@ -156,8 +159,8 @@ def _worker(rank: int, init_file: str, out_dir: str) -> None:
                         p.ds_id = i
 
                     def set_grads(g, params=params):
-                        params[0].grad = g[:6][3 * rank: 3 * rank + 3].clone()
-                        params[1].grad = g[6:][rank: rank + 1].clone()
+                        params[0].grad = g[:6][3 * rank : 3 * rank + 3].clone()
+                        params[1].grad = g[6:][rank : rank + 1].clone()
 
                     def full(ps):
                         w, b = _gather(ps[0].detach()), _gather(ps[1].detach())
@@ -170,6 +173,7 @@ def _worker(rank: int, init_file: str, out_dir: str) -> None:
 
                     def full(ps):
                         return torch.cat([p.detach().reshape(-1) for p in ps])
+
                 run = _run(path, params, set_grads, rows)
                 results[(path, kind)] = [{"metrics": r["metrics"], "params": full(r["params"])} for r in run]
         torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))

@@ -21,8 +21,10 @@ OVERRIDES = ["actor_rollout_ref.model.path=/nonexistent/model", "trainer.n_gpus_
              "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
              "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4"]  # fmt: skip
 ASYNC = ("fully_async_decoupled_ppo", "one_step_off_decoupled_ppo")
-PRIMARY = {"fully_async_decoupled_ppo": ("fully_async_policy", "fully_async_ppo_trainer"),
-           "one_step_off_decoupled_ppo": ("one_step_off_policy", "one_step_off_ppo_trainer")}
+PRIMARY = {
+    "fully_async_decoupled_ppo": ("fully_async_policy", "fully_async_ppo_trainer"),
+    "one_step_off_decoupled_ppo": ("one_step_off_policy", "one_step_off_ppo_trainer"),
+}
 
 
 def _compose(name: str, extra: tuple[str, ...] = ()):
@@ -37,8 +39,15 @@ def _compose(name: str, extra: tuple[str, ...] = ()):
     package, primary = PRIMARY[name]
     verl_dir = Path(importlib.util.find_spec("verl").origin).parent
     with initialize_config_dir(config_dir=str(verl_dir / "experimental" / package / "config"), version_base=None):
-        return compose(config_name=primary, overrides=[f"hydra.searchpath=[pkg://verl.trainer.config,file://{CONFIG_DIR}]",
-                                                        f"+tb_async={name}", *OVERRIDES, *extra])
+        return compose(
+            config_name=primary,
+            overrides=[
+                f"hydra.searchpath=[pkg://verl.trainer.config,file://{CONFIG_DIR}]",
+                f"+tb_async={name}",
+                *OVERRIDES,
+                *extra,
+            ],
+        )
 
 
 def _batch(seed: int = 0):
@@ -67,8 +76,13 @@ def test_async_config_binds_the_stabilizer_loss_and_recomputed_old_log_probs(nam
     plugin.check_bypass(cfg)  # no refusal
     actor = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
     assert isinstance(actor.policy_loss, plugin.StabilizerPolicyLossConfig)
-    assert actor.policy_loss.loss_mode == "tb_decoupled_ppo" and actor.policy_loss.gradient_transforms == "gac(t_low=0.1)"
-    assert core_algos.get_policy_loss_fn(actor.policy_loss.loss_mode) is core_algos.POLICY_LOSS_REGISTRY["tb_decoupled_ppo"]
+    assert (
+        actor.policy_loss.loss_mode == "tb_decoupled_ppo" and actor.policy_loss.gradient_transforms == "gac(t_low=0.1)"
+    )
+    assert (
+        core_algos.get_policy_loss_fn(actor.policy_loss.loss_mode)
+        is core_algos.POLICY_LOSS_REGISTRY["tb_decoupled_ppo"]
+    )
     # what the workers get as old_log_probs: the trainer skips the bypass substitution when bypass_mode is false
     assert not (rc and rc.get("bypass_mode", False))  # verl's own test (separation/ray_trainer.py)
 
@@ -84,7 +98,9 @@ def test_bypass_mode_with_a_stabilizer_loss_is_refused_in_one_line(name):
     from verl.trainer.ppo import rollout_corr_helper
 
     prox, behav, _, _, _ = _batch()
-    batch = DataProto(batch=TensorDict({"old_log_probs": prox.clone(), "rollout_log_probs": behav.clone()}, batch_size=[6]))
+    batch = DataProto(
+        batch=TensorDict({"old_log_probs": prox.clone(), "rollout_log_probs": behav.clone()}, batch_size=[6])
+    )
     from omegaconf import OmegaConf
 
     ours = OmegaConf.create({"loss_mode": "tb_decoupled_ppo"})
@@ -92,7 +108,9 @@ def test_bypass_mode_with_a_stabilizer_loss_is_refused_in_one_line(name):
         rollout_corr_helper.apply_bypass_mode(batch, cfg.algorithm.rollout_correction, ours)
     assert torch.equal(batch.batch["old_log_probs"], prox)  # refused before verl touched the batch
     theirs = OmegaConf.create({"loss_mode": "vanilla"})
-    rollout_corr_helper.apply_bypass_mode(batch, cfg.algorithm.rollout_correction, theirs)  # verl's own losses: as before
+    rollout_corr_helper.apply_bypass_mode(
+        batch, cfg.algorithm.rollout_correction, theirs
+    )  # verl's own losses: as before
     assert torch.equal(batch.batch["old_log_probs"], behav) and theirs.loss_mode == "bypass_mode"
 
 
@@ -120,16 +138,19 @@ def test_the_hosts_metric_names_carry_verls_own_numbers():
         return ActorConfig(strategy="fsdp", rollout_n=1, ppo_mini_batch_size=8, ppo_micro_batch_size_per_gpu=4,
                            policy_loss=policy_loss)  # fmt: skip
 
-    _, ours = core_algos.get_policy_loss_fn("tb_ppo")(prox, new, adv, mask, "token-mean",
-                                                      actor(plugin.StabilizerPolicyLossConfig(loss_mode="tb_ppo")), None)
-    _, theirs = core_algos.get_policy_loss_fn("vanilla")(prox, new, adv, mask, "token-mean",
-                                                         actor(PolicyLossConfig(loss_mode="vanilla")), None)
+    _, ours = core_algos.get_policy_loss_fn("tb_ppo")(
+        prox, new, adv, mask, "token-mean", actor(plugin.StabilizerPolicyLossConfig(loss_mode="tb_ppo")), None
+    )
+    _, theirs = core_algos.get_policy_loss_fn("vanilla")(
+        prox, new, adv, mask, "token-mean", actor(PolicyLossConfig(loss_mode="vanilla")), None
+    )
     for key in ("actor/pg_clipfrac", "actor/pg_clipfrac_lower", "actor/ppo_kl"):
         value = theirs[key].item() if torch.is_tensor(theirs[key]) else float(theirs[key])
         assert ours[key] == pytest.approx(value, abs=1e-6), key
     assert 0.0 < ours["actor/pg_clipfrac"] < 1.0 and ours["actor/pg_clipfrac_lower"] > 0.0  # both clips bind here
-    _, dg = core_algos.get_policy_loss_fn("tb_dg")(prox, new, adv, mask, "token-mean",
-                                                   actor(plugin.StabilizerPolicyLossConfig(loss_mode="tb_dg")), None)
+    _, dg = core_algos.get_policy_loss_fn("tb_dg")(
+        prox, new, adv, mask, "token-mean", actor(plugin.StabilizerPolicyLossConfig(loss_mode="tb_dg")), None
+    )
     assert dg["actor/ppo_kl"] == pytest.approx(ours["actor/ppo_kl"]) and "actor/pg_clipfrac" not in dg
 
 
