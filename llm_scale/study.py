@@ -60,7 +60,7 @@ from typing import Any
 
 import tomllib
 
-from testbed.util import stats
+import testbed.util.stats as stats
 from testbed.util.stats import ALPHA
 
 from .config import TrainConfig, UsageError, checkpoint_pointer, cpu_budget
@@ -69,6 +69,9 @@ SYNC, STALE = "sync", "stale"
 MIN_SEEDS = 10  # the floor of [compare] min_seeds: fewer paired seeds never promote
 GAP_TOL = 0.02  # the testbed's tolerance on a gap (testbed.validate.TOL)
 PROMOTION_VERDICTS = ("promote", "do not promote", "undecided", "no gap to close", "too few seeds")
+# Settings left out of a run's key at these values: the behaviour of every run made before the setting existed
+# (so those runs keep their keys); any other value, the default included, is part of the key.
+KEY_NEUTRAL = {"max_grad_norm": 0.0}
 # TrainConfig fields the study sets itself, per run: the sweep's [train] table may not set them.
 STUDY_SET = ("recipe", "max_staleness", "lr", "seed", "out", "resume", "progress")
 
@@ -190,7 +193,8 @@ class Run:
     @property
     def key(self) -> str:
         """Hash of the configuration: the run's directory name (same settings, same run, whatever the stage)."""
-        text = json.dumps(dict(self.options), sort_keys=True, default=str)
+        keyed = {k: v for k, v in self.options if k not in KEY_NEUTRAL or v != KEY_NEUTRAL[k]}
+        text = json.dumps(keyed, sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def argv(self, out: Path) -> list[str]:
@@ -216,6 +220,7 @@ def make_run(sweep: Sweep, stage: str, arm: str, eta: int, lr: float, seed: int)
     cfg = _cfg(sweep, recipe, mode, 0 if arm == SYNC else eta, lr, seed, "-")
     defaults = asdict(TrainConfig())
     options = {k: v for k, v in asdict(cfg).items() if k not in ("out", "tiny") and v != defaults.get(k)}
+    options.update({k: getattr(cfg, k) for k in KEY_NEUTRAL})  # always on the command line; in the key unless neutral
     options.update(recipe=recipe, mode=mode, max_staleness=cfg.max_staleness, lr=lr, seed=seed)
     return Run(stage, arm, eta, lr, seed, tuple(sorted(options.items())))
 
@@ -653,6 +658,34 @@ def format_report(rep: Report) -> str:
     return "\n".join(lines)
 
 
+def plan_cost(sweep: Sweep, reference: str | Path, parallel: int) -> str:
+    """The study's size and its device time estimated from another study's finished runs (``reference``: a runs.csv):
+    every planned run (the whole search and one cell's comparison) takes the median wall time of the reference's
+    finished runs, scaled by the ratio of updates (this sweep's ``steps`` over the reference sweep's, read from the
+    reference's study.json), ``parallel`` at a time. One line; the reference's device is named."""
+    import pandas as pd
+
+    reference = Path(reference)
+    try:
+        table = pd.read_csv(reference)
+        record = json.loads((reference.parent / "study.json").read_text())
+        ref_steps = int(load_sweep(record["sweep"]).train.get("steps", TrainConfig.steps))
+    except (OSError, ValueError, KeyError, UsageError) as exc:
+        raise UsageError(f"study: --cost-from {str(reference)!r}: not a study's runs.csv beside its study.json ({exc})") from None
+    done = table[table["finished"].astype(bool) & (table["wall_seconds"] > 0)]
+    if done.empty:
+        raise UsageError(f"study: --cost-from {str(reference)!r}: no finished run with a wall time")
+    n_search = len({r.key for r in search_runs(sweep)})
+    n_compare = len({r.key for r in compare_runs(sweep, sweep.etas[0], sweep.lrs[0])})
+    steps = int(sweep.train.get("steps", TrainConfig.steps))
+    per_run = float(done["wall_seconds"].median()) * steps / ref_steps
+    hours = math.ceil((n_search + n_compare) / parallel) * per_run / 3600.0
+    devices = ", ".join(sorted({str(d) for d in done.get("device_name", pd.Series(["?"])).dropna()}))
+    return (f"planned runs: {n_search} search + {n_compare} comparison = {n_search + n_compare}; at {per_run:.0f} s per run "
+            f"({len(done)} finished runs of {reference} on {devices}: median {done['wall_seconds'].median():.0f} s for "
+            f"{ref_steps} updates, scaled to {steps}), {parallel} at a time: about {hours:.1f} device hours")  # fmt: skip
+
+
 def format_promotion(r: dict[str, Any]) -> str:
     """One recipe's promotion as printed: the fraction of the gap closed, its interval and rule, and the verdict."""
     if r["verdict"] == "no gap to close":
@@ -678,6 +711,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="run only the regime search, never a comparison run (one that could not finish in the "
                              "budget, without checkpoints, would be lost)")
     parser.add_argument("--force-cell", default=None, help="ETA,LR: run the comparison there even if the rule chose none")
+    parser.add_argument("--cost-from", default=None,
+                        help="with --plan: a finished study's runs.csv; print this study's size and estimated device time")
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         try:
@@ -697,6 +732,14 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if args.cost_from is not None:
+        try:
+            print(plan_cost(sweep, args.cost_from, args.parallel))
+        except UsageError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        if args.plan:
+            return 0
     root, out = Path(args.runs), Path(args.out)
     command = "python -m llm_scale study " + " ".join(argv)
     t0 = time.monotonic()

@@ -54,12 +54,14 @@ def test_vcpo1s_second_look_differs_from_the_first_only_where_its_header_says():
 
 
 def test_the_gpu_sized_study_differs_from_the_full_one_only_where_its_header_says():
-    """One search cell (the full grid's largest eta and lr), half the updates, no checkpoints, the two recipes the
-    real-LLM column reads; every other training setting, the rule and the seeds as in promotion.toml."""
+    """One search cell (the full grid's largest eta and lr), half the updates, no checkpoints, no gradient clipping,
+    the two recipes the real-LLM column reads; every other training setting, the size rule and the search seeds as
+    in promotion.toml."""
     gpu, full = (study.load_sweep(ROOT / "sweeps" / "llm" / n) for n in ("promotion_gpu.toml", "promotion.toml"))
     assert (gpu.etas, gpu.lrs) == ((max(full.etas),), (max(full.lrs),)) and gpu.recipes == ("decoupled_ppo", "gac")
     assert gpu.train["steps"] * 2 == full.train["steps"] and gpu.train["checkpoint_every"] == 0
-    fixed = ("steps", "checkpoint_every", "keep_checkpoints")
+    fixed = ("steps", "checkpoint_every", "keep_checkpoints", "max_grad_norm")  # its runs are unclipped (pinned 0)
+    assert gpu.train["max_grad_norm"] == 0.0 and "max_grad_norm" not in full.train  # the full study clips (default)
     assert {k: v for k, v in gpu.train.items() if k not in fixed} == {k: v for k, v in full.train.items() if k not in fixed}
     assert (gpu.base, gpu.min_drop, gpu.min_se, gpu.last_evals, gpu.eval_every) == (
         full.base, full.min_drop, full.min_se, full.last_evals, full.eval_every)
@@ -331,3 +333,32 @@ def test_a_forced_cell_without_a_gap_prints_nan_and_no_gap(tmp_path, capsys):
     recipes = [r for r in rep.compare if "verdict" in r]
     assert len(recipes) == 4 and all(r["verdict"] == "no gap to close" and math.isnan(r["fraction_closed"]) for r in recipes)
     assert text.count("fraction closed nan: no gap to close") == 4 and "1.00" not in text
+
+
+def test_the_plan_costs_the_unique_runs_at_the_references_median_scaled_by_updates(tmp_path):
+    ref = tmp_path / "ref"
+    ref.mkdir()
+    (ref / "study.json").write_text(json.dumps({"sweep": str(DRY)}))  # 4 updates per run
+    (ref / "runs.csv").write_text("key,finished,wall_seconds,device_name\na,True,100,GPU X\nb,True,300,GPU X\n"
+                                  "c,True,200,GPU X\nd,False,,GPU X\n")
+    sweep = study.load_sweep(DRY)
+    line = study.plan_cost(sweep, ref / "runs.csv", parallel=4)
+    # dry_tiny: 2 sync + 2 stale search runs, 6 arms x 2 fresh seeds; 16 runs, 4 at a time, 200 s each
+    assert line.startswith("planned runs: 4 search + 12 comparison = 16; at 200 s per run (3 finished runs")
+    assert "on GPU X" in line and line.endswith(f"about {4 * 200 / 3600:.1f} device hours")
+
+
+@pytest.mark.parametrize("name, keys", [("vcpo1_cpu", "results/llm/vcpo1_cpu"), ("gac1_cpu", "results/llm/gac1_cpu"),
+                                        ("promotion_gpu_look2", "results/llm/study/promotion_gpu_look2"),
+                                        ("promotion_cpu", "results/llm/study/promotion_cpu")])
+def test_studies_already_run_keep_their_run_keys(name, keys):
+    """Their sweep files pin max_grad_norm = 0 (how their runs were made): every search run's key is one that the
+    committed runs.csv holds, so no run is redone or mixed with a clipped one."""
+    import pandas as pd
+
+    sweep = study.load_sweep(ROOT / "sweeps" / "llm" / f"{name}.toml")
+    assert sweep.train["max_grad_norm"] == 0.0
+    committed = set(pd.read_csv(ROOT / keys / "runs.csv")["key"])
+    assert {r.key for r in study.search_runs(sweep)} <= committed
+    clipped = study.make_run(study.load_sweep(DRY), "search", study.SYNC, 1, 1e-3, 0)
+    assert dict(clipped.options)["max_grad_norm"] == 1.0 and "--max-grad-norm" in clipped.argv(Path("o"))
