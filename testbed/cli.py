@@ -166,6 +166,8 @@ def _execute(configs: list, out: str, args: argparse.Namespace, meta: dict[str, 
     if args.dry_run:
         for line in plan.warnings:
             print(f"warning: {line}", file=sys.stderr)
+        for line in plan.reuse_lines():
+            print(line, file=sys.stderr)
         print(f"dry run: {plan.describe()}; nothing written")
         return 0
     _OUT.append(Path(out))

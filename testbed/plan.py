@@ -97,6 +97,23 @@ class Plan:
     disk_free: int | None
     warnings: list[str] = field(default_factory=list)
     created: list[Path] = field(default_factory=list)
+    code: dict[str, dict[str, str]] = field(default_factory=dict)  # by run id: the code it runs (testbed/codeprint.py)
+    stale: dict[str, list[str]] = field(default_factory=dict)  # finished runs whose code changed: the parts that did
+    unchecked: int = 0  # finished runs reused whose records carry no code fingerprint
+
+    def reuse_lines(self) -> list[str]:
+        """What this plan reuses and what it retrains because its code changed, one line each ([] if neither)."""
+        lines = []
+        reused = len(self.configs) - len(self.todo)
+        if reused:
+            note = (f" ({self.unchecked} recorded without a code fingerprint, by older code, so not checked against "
+                    f"the current code; delete {str(self.out)!r} to retrain them)" if self.unchecked else "")
+            lines.append(f"{reused} of {len(self.configs)} run(s) reused from {str(self.out)!r}{note}")
+        if self.stale:
+            parts = list(dict.fromkeys(p for ps in self.stale.values() for p in ps))
+            lines.append(f"retraining {len(self.stale)} finished run(s) in {str(self.out)!r}: the code of "
+                         f"{', '.join(parts)} changed since they ran")
+        return lines
 
     def describe(self) -> str:
         done = len(self.configs) - len(self.todo)
@@ -195,7 +212,11 @@ def plan_sweep(configs: list[RunConfig], out: str | Path, *, workers: int = 1, f
     store = ResultStore(out)
     if not shared:
         _check_other_runs(Path(out), set(run_ids.values()), what)
-    todo = [c for c in configs if not store.done(run_ids[id(c)])]
+    from testbed.codeprint import run_code
+
+    code = {rid: run_code(spec, tasks[task_key(spec)]) for rid, spec in specs.items()}
+    todo = [c for c in configs if not store.done(run_ids[id(c)], code[run_ids[id(c)]])]
+    stale, unchecked = _reuse_notes(store, configs, todo, run_ids, code)
     if loop_size is None:
         loop_size = default_loop_size(len(todo), workers)
     groups = group_runs(todo, loop_size, {id(c): specs[run_ids[id(c)]] for c in todo}, workers)
@@ -211,9 +232,32 @@ def plan_sweep(configs: list[RunConfig], out: str | Path, *, workers: int = 1, f
     n_workers = max(1, min(workers, len(groups)))
     need, avail, free = limits.check_fits(loops, n_workers, len(todo), disk, Path(out))
     plan = Plan(Path(out), configs, todo, groups, n_workers, fmt, specs, run_ids, need, avail, disk, free,
-                _warnings(list(specs.values()), tasks))
+                _warnings(list(specs.values()), tasks), code=code, stale=stale, unchecked=unchecked)
     plan.created = limits.check_output_dir(out, create, what)
     return plan
+
+
+def _reuse_notes(store: ResultStore, configs: list[RunConfig], todo: list[RunConfig], run_ids: dict[int, str],
+                 code: dict[str, dict[str, str]]) -> tuple[dict[str, list[str]], int]:
+    """(the finished runs retrained because their code changed, with the parts that did; how many reused runs
+    have no code fingerprint to check)."""
+    from testbed.codeprint import stale_parts
+
+    stale, unchecked = {}, 0
+    waiting = {id(c) for c in todo}
+    for cfg in configs:
+        rid = run_ids[id(cfg)]
+        if not store.has_record(rid):
+            continue
+        try:
+            record = store.record(rid)
+        except (OSError, ValueError):
+            continue
+        if id(cfg) not in waiting:
+            unchecked += "code" not in record
+        elif record.get("status") != "failed" and (parts := stale_parts(record.get("code"), code[rid])):
+            stale[rid] = parts
+    return stale, unchecked
 
 
 def _check_other_runs(out: Path, run_ids: set[str], what: str) -> None:

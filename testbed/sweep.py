@@ -28,6 +28,7 @@ from typing import Any
 import pandas as pd
 
 from testbed import outcomes
+from testbed.codeprint import run_code
 from testbed.plan import (  # noqa: F401  (re-exported: the sweep's public names)
     FORMATS,
     MAX_LAG,
@@ -77,6 +78,7 @@ def _train(configs: list[RunConfig], store: ResultStore, chance: dict[str, float
         if on_version is not None:
             runner.on_version = on_version
         results = runner.run(progress=progress, stop=stop)
+        code = [run_code(spec, task) for spec in specs]
     except Interrupted as stopped:
         assert runner is not None
         runner.save(checkpoint)
@@ -95,7 +97,7 @@ def _train(configs: list[RunConfig], store: ResultStore, chance: dict[str, float
     statuses = []
     for i, result in enumerate(results):
         result = outcomes.classify(result, chance.get(result.config.run_id), entropies.get(i))
-        store.save(result)
+        store.save(result, code[i])
         statuses.append(result.status)
     checkpoint.unlink(missing_ok=True)
     return statuses
@@ -209,6 +211,8 @@ def run_sweep(
     if warn:
         for line in plan.warnings:
             print(f"warning: {line}", file=sys.stderr)
+    for line in plan.reuse_lines():
+        print(line, file=sys.stderr, flush=True)
     out = Path(out)
     store = ResultStore(out)
     with _lock(out):
