@@ -163,6 +163,14 @@ def run_code(spec: Any, task: Any) -> dict[str, str]:
     return out
 
 
+def config_code(config: Any) -> dict[str, str]:
+    """`run_code` of a `testbed.config.RunConfig` (parsed, its task built once per process)."""
+    from testbed.plan import build_task
+
+    spec = config.parse()
+    return run_code(spec, build_task(spec))
+
+
 def stale_parts(recorded: dict[str, str] | None, current: dict[str, str]) -> list[str]:
     """The parts of ``current`` whose code differs from ``recorded`` (a record's ``code``); [] when it has none."""
     if not recorded:

@@ -144,29 +144,15 @@ def _execute(configs: list[dict[str, Any]], out: str, chance: dict[str, float | 
 @contextlib.contextmanager
 def _lock(out: Path) -> Iterator[None]:
     """Hold ``OUT/.lock`` while writing (one sweep per directory); the lock dies with the process."""
+    from testbed.util.files import DirectoryBusy, one_writer
+
     try:
-        import fcntl
-    except ImportError:  # not POSIX: no lock
-        yield
-        return
-    fh = open(out / ".lock", "a+")  # noqa: SIM115 (held for the duration)
-    try:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            fh.seek(0)
-            pid = fh.read().strip() or "?"
-            raise UsageError(f"another process (pid {pid}) is writing to {str(out)!r}; wait for it to finish or "
-                             "choose another --out") from None
-        fh.seek(0)
-        fh.truncate()
-        fh.write(str(os.getpid()))
-        fh.flush()
-        for tmp in [*out.glob(".*.tmp"), *(out / "runs").glob(".*.tmp"), *(out / "checkpoints").glob(".*.tmp")]:
-            tmp.unlink(missing_ok=True)
-        yield
-    finally:
-        fh.close()
+        with one_writer(out, "choose another --out"):
+            for tmp in [*out.glob(".*.tmp"), *(out / "runs").glob(".*.tmp"), *(out / "checkpoints").glob(".*.tmp")]:
+                tmp.unlink(missing_ok=True)
+            yield
+    except DirectoryBusy as exc:
+        raise UsageError(str(exc)) from None
 
 
 def chance_levels(plan: Plan) -> dict[str, float | None]:
