@@ -282,7 +282,12 @@ def _cmd_list(argv: list[str]) -> int:
         except ValueError as exc:
             opts = f"(unavailable: {exc})"
         print(f"  {name}: {opts}")
-    print("recipes and components:", ", ".join(available()))
+    from testbed.stabilizers.registry import describe
+
+    print("recipes (named bundles) and components (each a recipe of its own name; compose with +):")
+    for name in available():
+        kind, doc = describe(name)
+        print(f"  {name} ({kind}): {doc if len(doc) <= 110 else doc[:107] + '...'}")
     print("staleness:", ", ".join(DELAY_FORMS))
     print("frictions:", " + ".join(FRICTION_FORMS))
     return 0

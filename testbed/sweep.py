@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import contextlib
+import errno
 import multiprocessing
 import os
 import shutil
@@ -27,7 +28,7 @@ from typing import Any
 
 import pandas as pd
 
-from testbed import outcomes
+from testbed import limits, outcomes
 from testbed.codeprint import run_code
 from testbed.plan import (  # noqa: F401  (re-exported: the sweep's public names)
     FORMATS,
@@ -81,7 +82,15 @@ def _train(configs: list[RunConfig], store: ResultStore, chance: dict[str, float
         code = [run_code(spec, task) for spec in specs]
     except Interrupted as stopped:
         assert runner is not None
-        runner.save(checkpoint)
+        try:
+            runner.save(checkpoint)
+        except (OSError, RuntimeError) as exc:  # torch reports a full disk as a RuntimeError of its zip writer
+            free = limits.fmt_bytes(shutil.disk_usage(checkpoint.parent).free) if checkpoint.parent.is_dir() else "?"
+            reason = "no space left on the disk" if isinstance(exc, RuntimeError) or exc.errno == errno.ENOSPC else \
+                (exc.strerror or str(exc))
+            raise RunFailed(f"cannot save the loop of {len(ids)} run(s) at step {stopped.step + 1} in "
+                            f"{str(checkpoint)!r}: {reason} ({free} free); finished runs are saved, this loop starts "
+                            "over when the command is rerun") from None
         print(f"saved {len(ids)} run(s) at step {stopped.step + 1} of {runner.cfg0.steps} in {str(checkpoint)!r}",
               file=sys.stderr, flush=True)
         raise
