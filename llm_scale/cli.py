@@ -163,6 +163,9 @@ def _train(argv: list[str]) -> int:
 
     trainer = Trainer(cfg)  # raises UsageError for bad input, before anything is written
     print(report(cfg.recipe, cfg.scorecard)[1], file=sys.stderr)
+    resumed = (trainer.step, trainer.resumed_from) if trainer.resumed_from is not None else None
+    if resumed:
+        print(f"resuming {str(trainer.out)!r} at update {resumed[0]} from {str(resumed[1])!r}", file=sys.stderr)
     from testbed.util.files import DirectoryBusy, one_writer
 
     trainer.out.mkdir(parents=True, exist_ok=True)
@@ -189,6 +192,9 @@ def _train(argv: list[str]) -> int:
     finally:
         writer.close()
     print(format_summary(summary))
+    if resumed:
+        print(f"  resumed    at update {resumed[0]} from {resumed[1]}: the time and throughput above "
+              f"are those of updates {resumed[0] + 1}-{summary['steps']} (this invocation)")
     return 0 if summary["status"] in ("finished", "stopped") else 3
 
 
