@@ -328,7 +328,7 @@ def write_markdown(path: Path, p: dict[str, Any], extra: list[str] = ()) -> None
 
 def _img(out: Path, name: str, shown: set[str], claim: dict[str, Any] | None = None) -> str:
     """The figure embedded once on the page (``shown`` collects the names embedded so far); a later claim citing
-    it links back to it. Titled with its finding (the claim it is first shown for: its verdict and our value);
+    it links back to it. Titled with its finding (the claim it is first shown for, with its verdict);
     the caption is HTML text under it, at the page's size (the PNG's own caption line is too small to read once
     the figure is scaled to the page); the alt text says what the image shows and what it found."""
     e = html.escape
@@ -341,7 +341,7 @@ def _img(out: Path, name: str, shown: set[str], claim: dict[str, Any] | None = N
     data = base64.b64encode(png.read_bytes()).decode("ascii")
     cap = Path(out) / f"{name}.caption.txt"
     caption = cap.read_text().strip() if cap.is_file() else ""
-    finding = f"{claim['id']} {claim['verdict']}: ours {claim['ours']}" if claim else name
+    finding = f"{claim['id']} {claim['verdict']}: {claim['claim']}" if claim else name
     alt = f"Figure {name}, the evidence for claim {finding}"
     return (f"<figure id='fig-{e(name)}'><h3 class='figtitle'>Figure {e(name)}: {e(finding)}</h3>"
             f"<a href='{e(name)}.png'><img alt='{e(alt)}' src='data:image/png;base64,{data}'></a>"
