@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import shlex
 import sys
 import time
 from collections.abc import Sequence
@@ -93,9 +94,11 @@ def _main(argv: list[str]) -> int:
     if targets == ["claims"]:
         evidence = read_evidence(out) if out.is_dir() else {}
         absent = [f for f in FIGURES if f not in evidence]
-        if absent:
-            raise UsageError(f"no data for {', '.join(absent)} under {str(out / 'data')!r}; run `python -m figures all` "
-                             "first")
+        if absent:  # the hint keeps the user's directories (a bare `all` would write the committed report)
+            quick = args.quick or any(p.get("quick") for p in evidence.values())
+            again = " ".join(["python -m figures all", *(["--quick"] if quick else []), "--out", shlex.quote(str(out)),
+                              *(["--cache", shlex.quote(args.cache)] if args.cache else [])])
+            raise UsageError(f"no data for {', '.join(absent)} under {str(out / 'data')!r}; run `{again}` first")
         check_output_dir(out, create=True)
         quick = any(p.get("quick") for p in evidence.values())
         made = [c for n in FIGURES for c in module(n).configs(quick)]

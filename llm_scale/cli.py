@@ -195,6 +195,17 @@ def _train(argv: list[str]) -> int:
 
     trainer = Trainer(cfg)  # raises UsageError for bad input, before anything is written
     print(report(cfg.recipe, cfg.scorecard)[1], file=sys.stderr)
+    resumed = (trainer.step, trainer.resumed_from) if trainer.resumed_from is not None else None
+    if resumed:
+        print(f"resuming {str(trainer.out)!r} at update {resumed[0]} from {str(resumed[1])!r}", file=sys.stderr)
+    from testbed.util.files import DirectoryBusy, one_writer
+
+    trainer.out.mkdir(parents=True, exist_ok=True)
+    writer = contextlib.ExitStack()  # one writer per run directory, for the whole run
+    try:
+        writer.enter_context(one_writer(trainer.out, "give another --out"))
+    except DirectoryBusy as exc:
+        raise UsageError(str(exc)) from None
     try:
         summary = trainer.run()
     except KeyboardInterrupt:
@@ -210,7 +221,12 @@ def _train(argv: list[str]) -> int:
         print(f"error: training failed at update {trainer.step}: {type(exc).__name__}: {message[:300]} "
               f"(traceback: {log})", file=sys.stderr)  # fmt: skip
         return 1
+    finally:
+        writer.close()
     print(format_summary(summary))
+    if resumed:
+        print(f"  resumed    at update {resumed[0]} from {resumed[1]}: the time and throughput above "
+              f"are those of updates {resumed[0] + 1}-{summary['steps']} (this invocation)")
     return 0 if summary["status"] in ("finished", "stopped") else 3
 
 
@@ -249,7 +265,15 @@ def main(argv: list[str] | None = None) -> int:
                 if exc.name != f"{__package__}.study":
                     raise
                 raise UsageError("the study command is not part of this installation (llm_scale/study.py is missing)") from None
-            return study_main(rest)
+            from .processes import stop_trainers
+
+            try:
+                return study_main(rest)
+            except KeyboardInterrupt:
+                n = stop_trainers()
+                print(f"study interrupted: {n} trainer(s) stopped at their last checkpoint; rerun the same command to "
+                      "resume", file=sys.stderr)
+                return 130
         if command in ("recipes", "tasks"):
             if rest:
                 raise UsageError(f"{command} takes no arguments, got {' '.join(rest)!r}")

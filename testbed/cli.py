@@ -166,6 +166,8 @@ def _execute(configs: list, out: str, args: argparse.Namespace, meta: dict[str, 
     if args.dry_run:
         for line in plan.warnings:
             print(f"warning: {line}", file=sys.stderr)
+        for line in plan.reuse_lines():
+            print(line, file=sys.stderr)
         print(f"dry run: {plan.describe()}; nothing written")
         return 0
     _OUT.append(Path(out))
@@ -280,7 +282,12 @@ def _cmd_list(argv: list[str]) -> int:
         except ValueError as exc:
             opts = f"(unavailable: {exc})"
         print(f"  {name}: {opts}")
-    print("recipes and components:", ", ".join(available()))
+    from testbed.stabilizers.registry import describe
+
+    print("recipes (named bundles) and components (each a recipe of its own name; compose with +):")
+    for name in available():
+        kind, doc = describe(name)
+        print(f"  {name} ({kind}): {doc if len(doc) <= 110 else doc[:107] + '...'}")
     print("staleness:", ", ".join(DELAY_FORMS))
     print("frictions:", " + ".join(FRICTION_FORMS))
     return 0

@@ -199,6 +199,18 @@ def available() -> list[str]:
     return sorted(names)
 
 
+def describe(name: str) -> tuple[str, str]:
+    """(kind: ``recipe``, ``surrogate``, ``advantage`` or ``transform``; the first line of its documentation)."""
+    _import_from_env()
+    if name in NAMED_RECIPES:
+        return "recipe", RECIPE_DOCS[name].split(". ")[0].rstrip(".")
+    for kind, table in _KINDS.items():
+        if name in table:
+            doc = (table[name].__doc__ or "").strip()
+            return kind, (doc.splitlines()[0].rstrip(".") if doc else "")
+    raise SpecError(f"unknown recipe or component {name!r}; allowed: {', '.join(available())}; {OWN_HINT}")
+
+
 def _parts_of(name: str) -> tuple[Part, ...]:
     if name in NAMED_RECIPES:
         return NAMED_RECIPES[name]
