@@ -20,7 +20,10 @@ e_a - pi(.|h); sum_a pi(a|h) grad log pi(a|h) = 0 is what makes the term vanish 
   so the drift feeds the next change in the same direction (positive feedback toward a deterministic policy);
 * token-level importance weights w_t = pi(a_t|h_t) / mu(a_t|h_t) remove it exactly, whatever b and
   whatever the prefix distribution: E_mu[w_t b grad log pi(a_t|h_t) | h_t] = b sum_a pi(a|h) grad log pi(a|h)
-  = 0. A baseline whose *value* is re-weighted (b' = sum w R / sum w) keeps the term, only rescaled.
+  = 0. A baseline whose *value* is re-weighted (b' = sum w R / sum w) keeps the term, only rescaled;
+* the reward's own term is stale in the same way: a constant reward c contributes c mu(h) (mu(.|h) - pi(.|h)),
+  the opposite push, so with b near the mean reward the two cancel in their constant part and the net off-policy
+  error is that of the advantage-weighted term (results/findings/token_lag.md measures both parts in training).
 
 Every measured value goes through the real components (``raw+pg``, ``raw+is``) via
 theory/estimators.py (`per_sample_ascent`); the advantage is the constant -b, so what is checked is the

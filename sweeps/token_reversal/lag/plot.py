@@ -6,7 +6,8 @@ Panels: (a) sampled sequence error over training, per seed and median, sync agai
 per-token entropy (median over seeds); (c) sequence ESS / N of the consumed batch against the learner (median
 over seeds, 10-step bins); (d) final error per seed, each sync run joined to its fixed:1 and uniform:1 pairs;
 (e) the paired gap fixed:1 - sync with its interval for PG and the baseline variants at the variants' step;
-(f) the probe's cos(baseline part of the update, last update) per step (median over seeds).
+(f) the probe's cos(baseline part of the update, last update) and cos(reward part, last update) per step (median
+over seeds, 5-step mean).
 """
 
 from __future__ import annotations
@@ -74,18 +75,19 @@ def main() -> int:
     ax.axvline(0, color="grey", lw=0.8)
     ax.set_yticks(range(len(names)), names)
     ax.set(xlabel=f"fixed:1 - sync, final error (points; mean, {100 * summary['level']:.0f}% t interval)",
-           title=f"(e) which baseline carries the gap (step {summary['variant_step']})")
+           title=f"(e) PG variants: fixed:1 - sync at step {summary['variant_step']}")
     ax = axes[1, 2]
     probe = OUT / "probe.csv"
     if probe.exists():
         p = pd.read_csv(probe)
         for delay, g in p.groupby("delay"):
-            med = g.groupby("step")["cos_base_last"].median().rolling(5, min_periods=1).mean()
-            ax.plot(med.index + 1, med, color=COLORS.get(delay, "k"), label=delay)
+            for column, style, what in (("cos_base_last", "-", "baseline part"), ("cos_reward_last", ":", "reward part")):
+                med = g.groupby("step")[column].median().rolling(5, min_periods=1).mean()
+                ax.plot(med.index + 1, med, style, color=COLORS.get(delay, "k"), label=f"{delay}, {what}")
         ax.axhline(0, color="grey", lw=0.8)
         ax.legend()
-    ax.set(xlabel="learner step", ylabel="cos(baseline part, last update)",
-           title="(f) cos(baseline part, last update), median")
+    ax.set(xlabel="learner step", ylabel="cos(part of the update, last update)",
+           title="(f) parts of the update vs the last update (median)")
     fig.suptitle("Token reversal H = 10, M = 2, PG, 10 actors: one version of lag (exploration seeds)")
     fig.tight_layout()
     with atomic_open(PNG, "wb") as fh:
