@@ -55,6 +55,9 @@ from testbed.util.stats import ALPHA, BETA, LEVEL, MAX_SEEDS, TRIM, VERDICTS, Ou
 __all__ = ["VERDICTS", "evaluate", "judge", "write_report"]
 
 NEGATIVE = ("not reproduced", "inconclusive", "not testable")
+# Claims whose judges read their pre-registered endpoint, estimator and margins (figures/preregistration.toml,
+# figures/confirm.py). A report judging any other seeded claim cannot be confirmatory (`protocol`).
+WIRED: frozenset[str] = frozenset()
 SHARED_RULES = (
     f"Per-seed values, paired by seed (same seed = same initialisation and context stream). Every decision reads "
     f"the interval of the {TRIM:.0%}-trimmed mean of the (paired) differences (Yuen's interval; fixed before the "
@@ -316,7 +319,8 @@ def protocol(out: Path, reg: Prereg, rows: list[dict[str, Any]], root: Path) -> 
         first = None
     seeds = {int(s) for r in rows for s in (r.get("per_seed") or {}).get("seeds", [])}
     st = prereg.stamp()
-    label, why = prereg.label(reg, st["commit"], first, seeds, prereg.used_seeds(root))
+    unwired = [cid for cid, c in reg.claims.items() if c["design"] != "none" and cid not in WIRED]
+    label, why = prereg.label(reg, st["commit"], first, seeds, prereg.used_seeds(root), unwired)
     if label == "confirmatory" and first is None:
         atomic_write_text(first_file, json.dumps(st, indent=1))
     return {"preregistration": st, "label": label, "label_reasons": why,

@@ -2,7 +2,7 @@
 
     python -m figures.walltime [--workers 1] [--steps N] [--json FILE]
 
-The confirmatory budget (`confirmatory_budget`) is the full budget (figures/budgets.py) with the seeds,
+The confirmatory budget (`figures.budgets.confirmatory_budget`) is the full budget (figures/budgets.py) with the seeds,
 designs, logging interval and horizon grid of figures/preregistration.toml. Its runs (`confirmatory_runs`:
 the first look's, and every later look's up to each design's cap for the upper bound) are packed into the
 loops `python -m figures all` would train (`testbed.plan.group_runs`, at most `MAX_LOOP` runs a loop). For
@@ -21,7 +21,6 @@ sampling (the printed CPU share says how much of a core the samples got).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import math
 import os
@@ -31,25 +30,11 @@ from collections import defaultdict
 from dataclasses import replace
 from typing import Any
 
-from figures.budgets import DESIGN_OF, FULL, Budget
+from figures.budgets import DESIGN_OF, Budget, confirmatory_budget
 from figures.common import cost_estimate, dedupe
 from figures.estimate import fit_line, list_schedule, shape_key
-from figures.prereg import Prereg, load
+from figures.prereg import load
 from testbed.runner import RunConfig, run_many
-from testbed.util.sequential import Design
-
-
-def confirmatory_budget(p: Prereg) -> Budget:
-    """The full budget with the pre-registration's seeds (first look: the block's first n0), designs, async
-    logging interval and unit horizon grid."""
-    d = {k: Design(int(v["n0"]), int(v["step"]), int(v["cap"])) for k, v in p.section("designs").items()}
-    ddg = p.section("ddg")
-    return dataclasses.replace(
-        FULL, name="confirmatory",
-        mnist_seeds=p.seeds("mnist")[: d["mnist"].n0], async_seeds=p.seeds("async")[: d["async"].n0],
-        tr_seeds=p.seeds("tr")[: d["tr"].n0], async_log=int(p.section("phase")["async_log"]),
-        tr_horizons=tuple(range(int(ddg["h_min"]), int(ddg["h_max"]) + 1)),
-        mnist_design=d["mnist"], async_design=d["async"], tr_design=d["tr"], horizon_design=d["horizon"])
 
 
 def confirmatory_runs(b: Budget, cap: bool) -> list[RunConfig]:

@@ -23,6 +23,7 @@ def committed(monkeypatch):
     st = {"sha256": reg.sha256, "commit": "c0ffee", "status": "registered", "seed_block": [10000, 10099],
           "file": "figures/preregistration.toml"}
     monkeypatch.setattr(prereg, "stamp", lambda path=prereg.PATH: dict(st))
+    monkeypatch.setattr(claims, "WIRED", frozenset(reg.claims))
     return reg
 
 
@@ -39,6 +40,14 @@ def test_first_confirmatory_report_records_the_rules_and_later_ones_are_checked_
     (tmp_path / "preregistration.json").write_text(json.dumps({**first, "sha256": "f" * 64}))
     meta = claims.protocol(tmp_path, reg, _rows(seeds), ROOT)
     assert meta["label"] == "exploratory" and "rules changed" in meta["label_reasons"][0]
+
+
+def test_judges_that_do_not_read_the_registration_refuse_the_label(tmp_path, committed, monkeypatch):
+    monkeypatch.setattr(claims, "WIRED", frozenset(committed.claims) - {"AREAL-1", "DDG-3"})
+    meta = claims.protocol(tmp_path, committed, _rows(committed.seeds("async")), ROOT)
+    assert meta["label"] == "exploratory"
+    assert meta["label_reasons"] == ["the judges of AREAL-1, DDG-3 do not read their pre-registered endpoint and "
+                                     "estimator"]
 
 
 def test_exploratory_seeds_refuse_the_label(tmp_path, committed):
@@ -75,3 +84,29 @@ def test_table_cli_errors_are_one_line(tmp_path, capsys):
     assert table.main([str(tmp_path / "x.json")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and all(e.startswith("error: ") for e in err)
+
+
+def test_confirmatory_budget_reads_the_registration_only():
+    from figures import budgets
+
+    reg = prereg.load()
+    b = budgets.confirmatory_budget(reg)
+    d = reg.section("designs")
+    assert b.async_seeds == tuple(range(10000, 10000 + d["async"]["n0"]))
+    assert b.all_seeds("async") == reg.seeds("async") and b.all_seeds("tr") == reg.seeds("tr")
+    assert (b.async_design.n0, b.async_design.cap) == (d["async"]["n0"], d["async"]["cap"])
+    assert b.tr_horizons == tuple(range(reg.section("ddg")["h_min"], reg.section("ddg")["h_max"] + 1))
+    assert b.async_log == reg.section("phase")["async_log"] and b.async_steps == budgets.FULL.async_steps
+    budgets.activate(b)
+    try:
+        assert budgets.budget(False) is b and budgets.budget(True) is budgets.QUICK
+    finally:
+        budgets.activate(None)
+    assert budgets.budget(False) is budgets.FULL
+
+
+def test_confirmatory_flag_refuses_quick(capsys):
+    from figures.__main__ import main
+
+    assert main(["all", "--confirmatory", "--quick"]) == 2
+    assert "cannot be combined with --quick" in capsys.readouterr().err

@@ -55,7 +55,7 @@ def test_seed_scanner_reads_keys_literals_counts_ranges_and_prose(tmp_path):
 
 
 def test_confirmatory_report_is_not_scanned(tmp_path):
-    conf = tmp_path / prereg.CONFIRMATORY_DIR
+    conf = tmp_path / prereg.CONFIRMATORY_DIRS[0]
     conf.mkdir(parents=True)
     (conf / "claims.json").write_text('{"seeds": [10000, 10001]}')
     assert 10000 not in prereg.used_seeds(tmp_path, ("results",))
@@ -142,3 +142,7 @@ def test_label_confirmatory_only_when_the_protocol_holds(reg):
     # an exploratory seed judged
     lab, why = prereg.label(reg, "abc", None, (*seeds, 3), used)
     assert lab == "exploratory" and "outside the block" in why[0]
+    # a claim judged by code that does not read its registered design
+    lab, why = prereg.label(reg, "abc", None, seeds, used, unwired=["GAC-2"])
+    assert lab == "exploratory" and why == ["the judges of GAC-2 do not read their pre-registered endpoint and "
+                                            "estimator"]
