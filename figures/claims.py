@@ -57,7 +57,7 @@ __all__ = ["VERDICTS", "evaluate", "judge", "write_report"]
 NEGATIVE = ("not reproduced", "inconclusive", "not testable")
 # Claims whose judges read their pre-registered endpoint, estimator and margins (figures/preregistration.toml,
 # figures/confirm.py). A report judging any other seeded claim cannot be confirmatory (`protocol`).
-WIRED: frozenset[str] = frozenset()
+WIRED: frozenset[str] = frozenset({"GAC-2", "AREAL-1"})
 SHARED_RULES = (
     f"Per-seed values, paired by seed (same seed = same initialisation and context stream). Every decision reads "
     f"the interval of the {TRIM:.0%}-trimmed mean of the (paired) differences (Yuen's interval; fixed before the "
@@ -319,8 +319,13 @@ def protocol(out: Path, reg: Prereg, rows: list[dict[str, Any]], root: Path) -> 
         first = None
     seeds = {int(s) for r in rows for s in (r.get("per_seed") or {}).get("seeds", [])}
     st = prereg.stamp()
+    from testbed.frictions import TOKEN_REVERSAL_PRESET
+
     unwired = [cid for cid, c in reg.claims.items() if c["design"] != "none" and cid not in WIRED]
     label, why = prereg.label(reg, st["commit"], first, seeds, prereg.used_seeds(root), unwired)
+    if reg.section("ddg").get("friction_preset") != TOKEN_REVERSAL_PRESET:
+        label, why = "exploratory", [*why, f"the code's token-reversal preset is {TOKEN_REVERSAL_PRESET!r}, the "
+                                           f"registered one {reg.section('ddg').get('friction_preset')!r}"]
     if label == "confirmatory" and first is None:
         atomic_write_text(first_file, json.dumps(st, indent=1))
     return {"preregistration": st, "label": label, "label_reasons": why,

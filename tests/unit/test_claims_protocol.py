@@ -50,6 +50,15 @@ def test_judges_that_do_not_read_the_registration_refuse_the_label(tmp_path, com
                                      "estimator"]
 
 
+def test_another_friction_preset_refuses_the_label(tmp_path, committed, monkeypatch):
+    import testbed.frictions
+
+    monkeypatch.setattr(testbed.frictions, "TOKEN_REVERSAL_PRESET", "G9")
+    meta = claims.protocol(tmp_path, committed, _rows(committed.seeds("async")), ROOT)
+    assert meta["label"] == "exploratory"
+    assert meta["label_reasons"] == ["the code's token-reversal preset is 'G9', the registered one 'G0'"]
+
+
 def test_exploratory_seeds_refuse_the_label(tmp_path, committed):
     meta = claims.protocol(tmp_path, committed, _rows(range(15)), ROOT)
     assert meta["label"] == "exploratory"
@@ -73,9 +82,16 @@ def test_report_carries_the_design_edges_and_the_table_prints_it(tmp_path):
         (ROOT / "results/cross_cpu/intel-xeon-avx512/claims.json").read_text())["claims"][10]["verdict"]}
     lines = table.verdict_table(data)
     assert lines[0].startswith("Report: exploratory; setting quick")
-    assert lines[2] == "| id | claim | paper | verdict | intel-xeon-avx512 |"
+    real = " real model |" if data.get("llm") else ""
+    assert lines[2] == f"| id | claim | paper | verdict |{real} intel-xeon-avx512 |"
     assert len(lines) == 4 + len(rows) and lines[4].startswith("| GAC-1 | ")
     assert f"**{by_id['GAC-1']['verdict']}**" in lines[4]
+    assert table.verdict_table(data, header=False) == lines[2:]
+    # the real model's column, from the report's llm rows
+    with_llm = {**data, "llm": [{"id": "GAC-1", "real": "agree-ish"}]}
+    lines = table.verdict_table(with_llm, header=False)
+    assert lines[0] == "| id | claim | paper | verdict | real model | intel-xeon-avx512 |"
+    assert "| agree-ish |" in lines[2] and lines[3].count("|  |") >= 1
 
 
 def test_table_cli_errors_are_one_line(tmp_path, capsys):
