@@ -57,7 +57,7 @@ __all__ = ["VERDICTS", "evaluate", "judge", "write_report"]
 NEGATIVE = ("not reproduced", "inconclusive", "not testable")
 # Claims whose judges read their pre-registered endpoint, estimator and margins (figures/preregistration.toml,
 # figures/confirm.py). A report judging any other seeded claim cannot be confirmatory (`protocol`).
-WIRED: frozenset[str] = frozenset({"GAC-2", "AREAL-1"})
+WIRED: frozenset[str] = frozenset({"GAC-2", "AREAL-1", "DDG-2", "DDG-3"})
 SHARED_RULES = (
     f"Per-seed values, paired by seed (same seed = same initialisation and context stream). Every decision reads "
     f"the interval of the {TRIM:.0%}-trimmed mean of the (paired) differences (Yuen's interval; fixed before the "

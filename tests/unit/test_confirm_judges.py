@@ -91,3 +91,44 @@ def test_high_error_seed_is_unhealthy():
     assert unhealthy_flags(ev, "grpo|sync")[3] is False  # the lost-class flag alone passes it
     assert unhealthy_flags(ev, "grpo|sync", 0.25)[3] is True
     assert sum(unhealthy_flags(ev, "grpo|sync", 0.25)) == 1
+
+
+def test_ddg3_registered_per_seed_exact_on_the_unit_grid():
+    from figures.experiments import token_horizon as th
+
+    hs = list(range(2, 19))
+    longest = {"dg": [13.0] * 6, "pmpo": [8.0] * 6, "ppo": [5.0] * 6, "pg": [3.0] * 6}
+    ev = th.Evidence(grid="t", seeds=list(range(10000, 10006)), H=hs, longest=longest, confirmatory=True)
+    j = th.judge_ddg3(ev)
+    assert [p.status for p in j.parts] == ["holds"] * 3 and j.verdict == "reproduced"
+    assert j.parts[0].extra["fisher_p"] is None or math.isnan(j.parts[0].extra["fisher_p"])
+    assert j.parts[0].interval.lo == pytest.approx(0.05 ** (1 / 6), abs=1e-6)  # 6 of 6 seeds, exact
+    ev.longest["dg"] = [17.0] * 6  # 17 + 2 is off the grid: the rule has no room
+    j = th.judge_ddg3(ev)
+    assert j.verdict == "inconclusive" and "needs 19" in j.settled
+    ev.H = list(range(2, 17, 2))  # the even grid is refused as well
+    ev.longest["dg"] = [12.0] * 6
+    assert th.judge_ddg3(ev).verdict == "inconclusive"
+
+
+def test_ddg2_registered_solved_seeds_and_floor_precondition():
+    from figures.experiments import token_frictions as tf
+
+    n = 6
+    err = {"dg|all four": [0.002] * n, "pg|all four": [0.6] * n, "pmpo|all four": [0.3] * n,
+           "ppo|all four": [0.2] * n}
+    ev = tf.Evidence(grid="t", seeds=list(range(10000, 10000 + n)), settings=["all four"], H=10, floor=2.5e-4,
+                     error=err, confirmatory=True)
+    j = tf.judge_ddg2(ev)
+    assert [p.name for p in j.parts] == [f"DG solves more seeds than {o} (error <= 0.1)" for o in ("PG", "PMPO", "PPO")]
+    assert all(p.status == "holds" and p.extra["fisher_p"] == pytest.approx(1 / 924) for p in j.parts)
+    claim = tf.CLAIMS[0]
+    pre = {p["name"]: p for p in assess(claim, ev).preconditions}
+    floor = pre["the baselines are not at the floor (within a stated factor of the paper's levels)"]
+    assert floor["status"] == "met"
+    ev.error = {**err, "pmpo|all four": [0.96] * n, "ppo|all four": [0.97] * n}  # "DG learns" vs "nothing learns"
+    j = assess(claim, ev)
+    assert j.verdict == "not testable"
+    assert "pmpo median 0.960 vs limit 0.450" in j.note
+    ev.confirmatory = False  # the exploratory design does not ask it
+    assert {p["name"]: p["status"] for p in assess(claim, ev).preconditions}[floor["name"]] == "met"
