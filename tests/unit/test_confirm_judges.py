@@ -132,3 +132,35 @@ def test_ddg2_registered_solved_seeds_and_floor_precondition():
     assert "pmpo median 0.960 vs limit 0.450" in j.note
     ev.confirmatory = False  # the exploratory design does not ask it
     assert {p["name"]: p["status"] for p in assess(claim, ev).preconditions}[floor["name"]] == "met"
+
+
+def test_vcpo1_local_spike_rule_in_the_precursors():
+    import pandas as pd
+
+    from figures.experiments import mnist_delay as md
+
+    rng = np.random.default_rng(3)
+    n = 1000
+    gn = np.exp(np.linspace(0, math.log(6), n)) * rng.lognormal(0, 0.1, n)  # a quiet run whose norm drifts up
+    steps = pd.DataFrame({"step": np.arange(1, n + 1, dtype=float), "ess": np.ones(n), "grad_norm": gn})
+    drift = md.precursors(steps, float(n), 300.0, grad_spike=2.0)
+    local = md.precursors(steps, float(n), 300.0, grad_spike=2.0, spike_window=20)
+    assert drift["grad_spike"] and not local["grad_spike"]
+    steps.loc[900, "grad_norm"] *= 5  # a real spike inside the window
+    assert md.precursors(steps, float(n), 300.0, grad_spike=2.0, spike_window=20)["grad_spike"]
+
+
+def test_vcpo1_counts_only_staleness_caused_collapses_and_states_its_false_alarms():
+    from figures.experiments import mnist_delay as md
+
+    found = [{"recipe": "pg", "delay": "sync", "seed": 1, "step": 5.0},
+             {"recipe": "pg", "delay": "fixed:1000", "seed": 1, "step": 9.0},
+             {"recipe": "pg", "delay": "fixed:1000", "seed": 2, "step": 9.0}]
+    assert md.staleness_caused(found) == [found[2]]
+    ev = md.Evidence(grid="t", seeds=[10000], spike={"window": 20, "factor": 2.5, "false_alarm": 0.025,
+                                                      "target": 0.05, "quiet_runs": 40})
+    status, text = md._calibrated(ev)
+    assert status == "met" and "2.5% false alarms at the ends of 40 quiet runs" in text
+    ev.spike = {**ev.spike, "factor": float("nan"), "false_alarm": float("nan")}
+    assert md._calibrated(ev)[0] == "failed"
+    assert md._calibrated(md.Evidence(grid="t", seeds=[0]))[0] == "met"  # not asked outside the design
