@@ -22,8 +22,10 @@ says so on every claim of this experiment.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -31,7 +33,14 @@ import numpy as np
 from figures import prereg
 from figures.budgets import Budget, lag_of
 from figures.common import Context, arr, curves, diverged, values
-from figures.confirm import endpoint_per_seed, learning_window, resolution_margin, stability_parts
+from figures.confirm import (
+    accumulation,
+    cosine_cap,
+    endpoint_per_seed,
+    learning_window,
+    resolution_margin,
+    stability_parts,
+)
 from figures.evidence import Evidence as ExperimentEvidence
 from figures.experiments.mnist_delay import resolution_floor
 from figures.records import (
@@ -467,6 +476,28 @@ def _stale_aligned(ev: Evidence) -> tuple[str, str]:
         seen) + ")"
 
 
+FINGERPRINT = Path("results/fingerprint/async_grpo.json")  # the regime's fingerprint: its gradient noise scale
+
+
+def _uncapped(ev: Evidence) -> tuple[str, str]:
+    """GAC-1's registered precondition: the cosine is read where the noise does not cap it, r = m / B_noise >=
+    gac.r_min (m the minibatch in samples, B_noise the regime's noise scale from its fingerprint); else its
+    expected value sits near r / (1 + r) whatever staleness does (`figures.confirm.cosine_cap`)."""
+    r_min = float(prereg.load().section("gac")["r_min"])
+    try:
+        m = float(ev.regime["batch_size"]) / float(ev.regime["minibatches"])
+        b_noise = float(json.loads(FINGERPRINT.read_text())["noise_scale"])
+    except (KeyError, TypeError, ValueError, ZeroDivisionError, OSError) as exc:
+        return "unknown", f"the minibatch or the noise scale is not recorded ({exc!r}; {FINGERPRINT})"
+    r = m / b_noise
+    shown = (f"consecutive minibatches of m = {m:g} samples, B_noise = {b_noise:.0f} ({FINGERPRINT}): r = {r:.3f}, "
+             f"cap r / (1 + r) = {cosine_cap(r):.3f}")
+    if r >= r_min:
+        return "met", shown
+    return "failed", (f"{shown}: the cosine cannot exceed about {cosine_cap(r):.3f} whatever staleness does; "
+                      f"r >= {r_min:g} needs {accumulation(b_noise, int(m), r_min)} consecutive minibatches summed")
+
+
 _HEALTHY = healthy_base(lambda ev: ["grpo|sync"],
                         "grpo at sync healthy (at most one seed in five stalled, missing a class or above the "
                         "registered high error) in runs that record health; else a regime with a healthy synchronous "
@@ -474,6 +505,11 @@ _HEALTHY = healthy_base(lambda ev: ["grpo|sync"],
                         high_error=float(prereg.load().section("stability")["high_error"]))
 _DEGRADING = Precondition("the base (grpo) degrades under staleness", _degrades,
                           "a regime in which grpo's error rises by at least 2 points at some staleness level")
+_UNCAPPED = Precondition(
+    "the cosine is read where the gradient noise does not cap it (r = m / B_noise >= gac.r_min)", _uncapped,
+    "log the consecutive-update cosine of gradients accumulated over >= r_min x B_noise samples "
+    "(figures.confirm.accumulated_cosines) and of exact expected gradients, at sync and each stale level, with the "
+    "cap r / (1 + r) beside it: one extra gradient per accumulated block on the runs the design already trains")
 _ALIGNED = Precondition("the base shows the stale-aligned signal (across-batch cosine above sync's)", _stale_aligned,
                         "a regime where consecutive batches' gradients align under staleness and not at sync "
                         "(minibatches of whole prompt groups, m well below the gradient noise scale)")
@@ -496,7 +532,7 @@ CLAIMS = (
           "Per base: the sync cosine's 90% interval lies inside (-0.2, 0.2), and at every staleness level the "
           "cosine's 90% interval lies above 0.2 ('direction only' where it is significantly above sync but not "
           "above 0.2). The verdict is grpo's; pg and tis are reported beside it.",
-          judge_gac1, ("grad_cosine", "stability_map", "quadratic_gac"), preconditions=(_HEALTHY,),
+          judge_gac1, ("grad_cosine", "stability_map", "quadratic_gac"), preconditions=(_HEALTHY, _UNCAPPED),
           cells=_recipe_cells(("grpo",)),
           seed_values=("cos", "mean consecutive-step gradient cosine over the second half of training"),
           mechanism="delayed SGD on a noisy quadratic: without delay the lag-1 autocorrelation of applied gradients "

@@ -164,3 +164,17 @@ def test_vcpo1_counts_only_staleness_caused_collapses_and_states_its_false_alarm
     ev.spike = {**ev.spike, "factor": float("nan"), "false_alarm": float("nan")}
     assert md._calibrated(ev)[0] == "failed"
     assert md._calibrated(md.Evidence(grid="t", seeds=[0]))[0] == "met"  # not asked outside the design
+
+
+def test_gac1_is_not_testable_where_the_noise_caps_the_cosine(tmp_path, monkeypatch):
+    fp = tmp_path / "async_grpo.json"
+    monkeypatch.setattr(ag, "FINGERPRINT", fp)
+    ev = ag.Evidence(grid="t", seeds=[10000], regime={"batch_size": 400, "minibatches": 2})
+    assert ag._uncapped(ev)[0] == "unknown"  # no fingerprint: not checkable
+    fp.write_text('{"noise_scale": 6370.0}')
+    status, text = ag._uncapped(ev)  # m = 200: r = 0.0314, cap 0.0305; r >= 1 needs ceil(6370 / 200) = 32 blocks
+    assert status == "failed" and "r = 0.031, cap r / (1 + r) = 0.030" in text and "32 consecutive minibatches" in text
+    fp.write_text('{"noise_scale": 150.0}')
+    assert ag._uncapped(ev)[0] == "met"
+    claim = next(c for c in ag.CLAIMS if c.id == "GAC-1")
+    assert "the cosine is read where the gradient noise does not cap it" in claim.preconditions[-1].name
