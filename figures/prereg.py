@@ -43,6 +43,7 @@ SCANNED = ("sweeps", "figures", "results")
 KINDS = ("typical", "stability", "exact", "system")
 ESTIMATORS = ("trimmed", "mean+collapse", "binomial", "exact", "none")
 SOURCES = ("paper", "resolution", "project")
+SCALES = ("diff", "factor")
 DESIGNS = ("mnist", "async", "tr", "horizon")
 CLAIM_KEYS = ("kind", "design", "endpoint", "estimator", "rule", "preconditions", "margins")
 SECTIONS = ("registration", "seeds", "designs", "phase", "stability", "gac", "spike", "ddg", "margins", "claims")
@@ -124,6 +125,8 @@ def check(data: dict[str, Any], where: str = "preregistration") -> None:
                 _fail(where, f"{at} margin {m['name']!r}: a resolution margin is computed, not typed; drop value")
             if m["source"] != "resolution" and not isinstance(m.get("value"), int | float):
                 _fail(where, f"{at} margin {m['name']!r}: a {m['source']} margin needs a number value")
+            if m["source"] != "resolution" and m.get("scale") not in SCALES:
+                _fail(where, f"{at} margin {m['name']!r}: scale {m.get('scale')!r} is not one of {', '.join(SCALES)}")
 
 
 def load(path: Path | str = PATH) -> Prereg:
