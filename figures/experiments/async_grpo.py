@@ -32,7 +32,7 @@ import numpy as np
 
 from figures import prereg
 from figures.budgets import Budget, lag_of
-from figures.common import Context, arr, curves, diverged, values
+from figures.common import Context, arr, diverged, seed_curves, values
 from figures.confirm import (
     accumulation,
     cosine_cap,
@@ -205,7 +205,7 @@ def _evidence(ctx: Context, seeds: tuple[int, ...]) -> Evidence:
             ev.cos_across[f"{r}|{d}"] = values(table, c, "grad_cos_across", start=0.5)
             ev.diverged[f"{r}|{d}"] = diverged(table, c)
             ev.health[f"{r}|{d}"] = cell_health(ctx, c)
-            ev.versions, ev.curves[f"{r}|{d}"] = seed_curves(table, c, ev.versions)
+            ev.versions, ev.curves[f"{r}|{d}"] = seed_curves(table, c, ev.versions, CHANCE)
             if r == "gac":  # how often the projection acts (per seed, second half of training)
                 ev.rates[f"gac|{d}"] = {k: values(table, c, f"gac_{k}_frac", start=0.5).tolist()
                                            for k in ("projected", "skipped")}
@@ -219,25 +219,6 @@ def _evidence(ctx: Context, seeds: tuple[int, ...]) -> Evidence:
                 "error": values(src, c, "test_error", CHANCE).tolist(),
                 **{k: values(src, c, f"gac_{k}_frac", start=0.5).tolist() for k in ("projected", "skipped")}}
     return ev
-
-
-def seed_curves(table: Any, cell_runs: list[RunConfig], versions: list[float]) -> tuple[list[float], list[list[float]]]:
-    """(versions, per seed its test error at each version): ``versions`` the first run's logged steps when
-    empty; NaN where a run is missing or did not log a version; `CHANCE` after a divergence."""
-    rows = []
-    for c in cell_runs:
-        steps, ys = curves(table, [c], "test_error")
-        if not versions and len(steps):
-            versions = [float(x) for x in steps]
-        row = np.full(len(versions), np.nan)
-        if len(steps):
-            at = {float(x): float(y) for x, y in zip(steps, ys[0], strict=True)}
-            row = np.array([at.get(v, np.nan) for v in versions])
-            if diverged(table, [c]):
-                last = max((i for i, y in enumerate(row) if np.isfinite(y)), default=-1)
-                row[last + 1:] = CHANCE
-        rows.append(row.tolist())
-    return list(versions), rows
 
 
 def sensitivity_rows(ev: Evidence) -> list[Outcome]:

@@ -20,7 +20,9 @@ evaluation intervals up to it.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -28,8 +30,8 @@ import numpy as np
 
 from figures import prereg
 from figures.budgets import Budget, lag_of
-from figures.common import Context, arr, diverged, values
-from figures.confirm import calibrate_factor, local_spikes
+from figures.common import Context, arr, diverged, seed_curves, values
+from figures.confirm import calibrate_factor, endpoint_per_seed, learning_window, local_spikes, resolution_margin
 from figures.evidence import Evidence as ExperimentEvidence
 from figures.records import (
     DATA_SIZE_SENSITIVITY,
@@ -134,7 +136,7 @@ class Evidence(ExperimentEvidence):
     per `CollapseRule` of `VCPO1_RULES` (by its label), the counts its judge reads (``sensitivity``: n, ess, grad
     among collapses with enough history; nq, ess_q, grad_q at the ends of the other runs)."""
 
-    PER_SEED: ClassVar[tuple[str, ...]] = ("error", "health")
+    PER_SEED: ClassVar[tuple[str, ...]] = ("error", "health", "curves")
     SEEDED_EVENTS: ClassVar[tuple[str, ...]] = ("events", "quiet")
 
     delays: list[str] = field(default_factory=list)
@@ -149,6 +151,11 @@ class Evidence(ExperimentEvidence):
     # the registered design (figures/preregistration.toml [spike]): the local spike rule's window, its factor
     # calibrated on the quiet runs and that factor's false-alarm rate there; empty outside that design
     spike: dict[str, Any] = field(default_factory=dict)
+    # the learning curves (per cell, per seed: test error at each of ``versions``) and whether the budget is the
+    # pre-registered one (VCPO-2 and VCPO-3 then read the learning phase)
+    versions: list[float] = field(default_factory=list)
+    curves: dict[str, list[list[float | None]]] = field(default_factory=dict)
+    confirmatory: bool = False
 
     @property
     def precursor_flags(self) -> dict[str, list[float | None]]:
@@ -317,11 +324,14 @@ def _evidence(ctx: Context, seeds: tuple[int, ...]) -> Evidence:
     b = ctx.budget
     table = ctx.rows(configs(b, seeds))
     ev = Evidence(grid=describe(b), seeds=list(seeds), delays=list(b.mnist_delays),
-                  ablation_delays=list(b.ablation_delays), floor=resolution_floor())
+                  ablation_delays=list(b.ablation_delays), floor=resolution_floor(),
+                  confirmatory=b.name == "confirmatory")
     for r in RECIPES:
         for d in b.mnist_delays:
             c = cell(b, r, d, seeds=seeds)
             ev.error[f"{r}|{d}"] = values(table, c, "test_error", CHANCE)
+            if ev.confirmatory:
+                ev.versions, ev.curves[f"{r}|{d}"] = seed_curves(table, c, ev.versions, CHANCE)
             ev.diverged[f"{r}|{d}"] = diverged(table, c)
             ev.health[f"{r}|{d}"] = cell_health(ctx, c)
     for name, spec in ABLATIONS.items():
@@ -329,6 +339,8 @@ def _evidence(ctx: Context, seeds: tuple[int, ...]) -> Evidence:
             c = cell(b, spec, d, seeds=seeds)
             ev.error[f"{name}|{d}"] = values(table, c, "test_error", CHANCE)
             ev.health[f"{name}|{d}"] = cell_health(ctx, c)
+            if ev.confirmatory:
+                ev.versions, ev.curves[f"{name}|{d}"] = seed_curves(table, c, ev.versions, CHANCE)
     first = sweep(b)  # VCPO-1 reads the first look's sweep (not staged)
     ids = {cfg.run_id for cfg in first}
     sweep_rows = table[table["run_id"].isin(ids)] if len(table) else table
@@ -390,17 +402,55 @@ def _n_diverged(ev: Evidence, key: str) -> int:
     return int(ev.diverged.get(key, 0))
 
 
+def phase_view(ev: Evidence) -> tuple[Evidence, str]:
+    """The evidence with each cell's errors replaced by its learning-phase endpoint (the registered design): the
+    mean error over the window in which the registered base (``phase.mnist_base`` at sync) makes its registered
+    share of its error drop, chosen from the base's curves only; and that window in words."""
+    ph = prereg.load().section("phase")
+    base = np.array(ev.curves[f"{ph['mnist_base']}|sync"], dtype=float)
+    window = learning_window(ev.versions, base, ph["progress_lo"], ph["progress_hi"])
+    error = {k: endpoint_per_seed(ev.versions, np.array(v, dtype=float), window).tolist() for k, v in ev.curves.items()}
+    return dataclasses.replace(ev, error=error), (
+        f"learning phase: versions {window[0]:g} to {window[1]:g} ({ph['mnist_base']} at sync's "
+        f"{ph['progress_lo']:.0%}-{ph['progress_hi']:.0%} of its error drop), mean error over it")
+
+
+def _registered(ev: Evidence, judge: Callable[[Evidence, float], Judgement], base: str, margin: Margin | None
+                ) -> Judgement:
+    """A typical-performance claim under the registered design: ``judge`` on the learning-phase view, with the
+    margin computed from the testbed's resolution at the ``base`` cell (``margin`` None) or the paper's; the
+    plateau verdict's parts beside it."""
+    view, window = phase_view(ev)
+    if margin is None:
+        reg = prereg.load()
+        margin = resolution_margin("tol", arr(view.error[base]), round(0.5 / ev.floor),
+                                   int(reg.section("designs")["mnist"]["cap"]), float(reg.section("margins")["z"]),
+                                   ev.floor)
+    j = judge(view, margin.value)
+    final = judge(ev, margin.value)
+    j.note = "; ".join(x for x in (j.note, window, f"margin factor {math.exp(margin.value):.3f}: {margin.derivation}")
+                       if x)
+    j.other_parts.extend(dataclasses.replace(p, name=f"secondary, final error: {p.name}", status="n/a")
+                         for p in final.parts)
+    return j
+
+
 @judged_on(NAME)
 def judge_vcpo2(ev: Evidence) -> Judgement:
+    if ev.confirmatory:
+        return _registered(ev, _vcpo2, "vcpo|sync", None)
+    return _vcpo2(ev, VCPO2_TOL.value)
+
+
+def _vcpo2(ev: Evidence, tol: float) -> Judgement:
     e, floor, delays = ev.error, ev.floor, ev.delays
     sync = arr(e["vcpo|sync"])
     lags = [d for d in delays if d != "sync" and lag_of(d) <= 128]
     parts = []
     for d in lags:
-        match = equivalence(f"vcpo at D={lag_of(d)} matches vcpo sync", sync, arr(e[f"vcpo|{d}"]), VCPO2_TOL.value,
-                            "log", floor)
-        rescue = superiority(f"vcpo below pg at D={lag_of(d)}", arr(e[f"pg|{d}"]), arr(e[f"vcpo|{d}"]),
-                             VCPO2_TOL.value, "log", floor)
+        match = equivalence(f"vcpo at D={lag_of(d)} matches vcpo sync", sync, arr(e[f"vcpo|{d}"]), tol, "log", floor)
+        rescue = superiority(f"vcpo below pg at D={lag_of(d)}", arr(e[f"pg|{d}"]), arr(e[f"vcpo|{d}"]), tol, "log",
+                             floor)
         parts.append(with_direction(match, rescue))
     n_div = sum(_n_diverged(ev, f"vcpo|{d}") for d in lags)
     parts.append(exact(f"vcpo never diverges at D <= 128 ({', '.join(str(lag_of(d)) for d in lags)})", n_div == 0,
@@ -420,12 +470,18 @@ VCPO3_DELTA = Margin(
 
 @judged_on(NAME)
 def judge_vcpo3(ev: Evidence) -> Judgement:
+    if ev.confirmatory:
+        return _registered(ev, _vcpo3, "vcpo|sync", VCPO3_DELTA)
+    return _vcpo3(ev, VCPO3_DELTA.value)
+
+
+def _vcpo3(ev: Evidence, delta: float) -> Judgement:
     e, floor = ev.error, ev.floor
     d = _largest_at_most(ev.ablation_delays, 128) or ev.ablation_delays[0]
     full = arr(e[f"vcpo|{d}"])
     # the candidate is the full recipe: its error must be lower than each ablation's
     parts = [superiority(f"removing {name.split()[1]} hurts at D={lag_of(d)} (ratio ablation / vcpo)",
-                         arr(e[f"{name}|{d}"]), full, VCPO3_DELTA.value, "log", floor)
+                         arr(e[f"{name}|{d}"]), full, delta, "log", floor)
              for name in ("no ess_lr", "no opob")]
     ours = "; ".join(f"D={lag_of(x)}: vcpo {fmt(arr(e[f'vcpo|{x}']), 3, pct=True)}, no ess_lr "
                      f"{fmt(arr(e[f'no ess_lr|{x}']), 3, pct=True)}, no opob {fmt(arr(e[f'no opob|{x}']), 3, pct=True)}"

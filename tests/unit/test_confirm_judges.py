@@ -178,3 +178,46 @@ def test_gac1_is_not_testable_where_the_noise_caps_the_cosine(tmp_path, monkeypa
     assert ag._uncapped(ev)[0] == "met"
     claim = next(c for c in ag.CLAIMS if c.id == "GAC-1")
     assert "the cosine is read where the gradient noise does not cap it" in claim.preconditions[-1].name
+
+
+def test_vcpo2_and_vcpo3_read_the_learning_phase_with_their_registered_margins():
+    from figures.experiments import mnist_delay as md
+
+    delays, abl = ["sync", "fixed:10", "fixed:100", "fixed:1000"], ["fixed:100", "fixed:1000"]
+    curves = {f"{r}|{d}": [_curve(0.1, 100 * i + j) for i in range(N)]
+              for j, r in enumerate(md.RECIPES) for d in delays}
+    for name in md.ABLATIONS:
+        for d in abl:
+            curves[f"{name}|{d}"] = [list(np.array(_curve(0.1, 7 * i)) * (1.0 if name == "vcpo" else 1.5))
+                                     for i in range(N)]
+    curves.update({f"vcpo|{d}": curves[f"vcpo|{d}"] for d in abl})
+    # pg learns late at the stale delays: only the learning phase shows it (the plateau is the same)
+    for d in delays[1:]:
+        curves[f"pg|{d}"] = [list(0.8 * np.exp(-V / 120.0) + 0.1) for _ in range(N)]
+    error = {k: [c[-1] for c in v] for k, v in curves.items()}
+    health = {k: {"health": ["healthy"] * N, "diverged": [False] * N} for k in curves}
+    ev = md.Evidence(grid="t", seeds=list(range(10000, 10000 + N)), delays=delays, ablation_delays=abl, floor=5e-4,
+                     error=error, health=health, versions=list(V), curves=curves, confirmatory=True)
+    j = md.judge_vcpo2(ev)
+    assert "learning phase: versions 20 to 60 (pg at sync's 25%-75% of its error drop)" in j.note
+    assert [p.status for p in j.parts] == ["holds", "holds", "holds"] and j.verdict == "reproduced"
+    assert any(p.name.startswith("secondary, final error") for p in j.other_parts)
+    view, _ = md.phase_view(ev)
+    assert view.error["pg|fixed:10"][0] > 1.5 * view.error["pg|sync"][0]  # the late learner, seen in the window
+    j3 = md.judge_vcpo3(ev)
+    assert "margin factor 1.088" in j3.note and [p.status for p in j3.parts] == ["holds", "holds"]
+
+
+def test_seed_curves_align_by_seed_and_fill_a_divergence_with_chance():
+    import pandas as pd
+
+    from figures.common import seed_curves
+    from testbed.runner import RunConfig
+
+    cfgs = [RunConfig(task="mnist", recipe="pg", delay="sync", seed=s, steps=30, log_every=10) for s in (1, 2, 3)]
+    rows = [{"run_id": cfgs[0].run_id, "step": t, "test_error": e, "status": "ok"}
+            for t, e in ((10, 0.5), (20, 0.3), (30, 0.2))]
+    rows += [{"run_id": cfgs[2].run_id, "step": 10, "test_error": 0.6, "status": "diverged"}]
+    versions, ys = seed_curves(pd.DataFrame(rows), cfgs, [], 0.9)
+    assert versions == [10.0, 20.0, 30.0]
+    assert ys[0] == [0.5, 0.3, 0.2] and all(math.isnan(x) for x in ys[1]) and ys[2] == [0.6, 0.9, 0.9]
