@@ -37,6 +37,7 @@ from figures.confirm import (
     accumulation,
     cosine_cap,
     endpoint_per_seed,
+    fingerprint_gap,
     learning_window,
     resolution_margin,
     stability_parts,
@@ -479,6 +480,35 @@ def _uncapped(ev: Evidence) -> tuple[str, str]:
                       f"r >= {r_min:g} needs {accumulation(b_noise, int(m), r_min)} consecutive minibatches summed")
 
 
+REAL_FINGERPRINTS = Path("results/llm/fingerprint")  # the real model's fingerprints (llm_scale's schema)
+
+
+def _fingerprint_matches(ev: Evidence) -> tuple[str, str]:
+    """The registered design's precondition: the base's fingerprint, taken at the registered version, matches the
+    real model's token level for token level (`figures.confirm.fingerprint_gap`; the newest SmolLM2 file)."""
+    if not ev.confirmatory:
+        return "met", "a precondition of the registered design only"
+    from testbed.stabilizers.fingerprint import newest_files
+
+    ph = prereg.load().section("phase")
+    try:
+        mine = json.loads(FINGERPRINT.read_text())
+        real_files = [f for f, _ in newest_files(REAL_FINGERPRINTS) if "smollm2" in f.name.lower()]
+        real = json.loads(real_files[0].read_text())
+    except (OSError, ValueError, IndexError) as exc:
+        return "unknown", f"no testbed or real-model fingerprint to compare ({exc!r})"
+    version = (mine.get("extra") or {}).get("version")
+    if version != ph["fingerprint_version"]:
+        return "failed", (f"{FINGERPRINT} was taken at version {version}, the registered phase is version "
+                          f"{ph['fingerprint_version']}: remake it (python -m testbed fingerprint --regime async_grpo "
+                          f"--steps {ph['fingerprint_steps']} --at {ph['fingerprint_version'] / ph['fingerprint_steps']:g})")
+    gap = fingerprint_gap(mine["staleness"], real["staleness"], ph["fingerprint_lags"], ph["ess_tol"], ph["clip_tol"])
+    shown = "; ".join(f"lag {r['lag']}: token ESS {r['ess_diff']:+.3f}, clip {r['clip_diff']:+.3f}"
+                      if r["ess_diff"] is not None else f"lag {r['lag']}: missing" for r in gap["rows"])
+    return gap["status"], (f"testbed minus {real_files[0].name} at version {version}: {shown} (tolerances "
+                           f"{ph['ess_tol']:g}, {ph['clip_tol']:g})")
+
+
 _HEALTHY = healthy_base(lambda ev: ["grpo|sync"],
                         "grpo at sync healthy (at most one seed in five stalled, missing a class or above the "
                         "registered high error) in runs that record health; else a regime with a healthy synchronous "
@@ -491,6 +521,9 @@ _UNCAPPED = Precondition(
     "log the consecutive-update cosine of gradients accumulated over >= r_min x B_noise samples "
     "(figures.confirm.accumulated_cosines) and of exact expected gradients, at sync and each stale level, with the "
     "cap r / (1 + r) beside it: one extra gradient per accumulated block on the runs the design already trains")
+_FINGERPRINT = Precondition(
+    "the base's token-level fingerprint at the registered version matches the real model's", _fingerprint_matches,
+    "a regime whose base matches the real model's token-level ESS and clip fraction by lag in its learning phase")
 _ALIGNED = Precondition("the base shows the stale-aligned signal (across-batch cosine above sync's)", _stale_aligned,
                         "a regime where consecutive batches' gradients align under staleness and not at sync "
                         "(minibatches of whole prompt groups, m well below the gradient noise scale)")
@@ -513,7 +546,8 @@ CLAIMS = (
           "Per base: the sync cosine's 90% interval lies inside (-0.2, 0.2), and at every staleness level the "
           "cosine's 90% interval lies above 0.2 ('direction only' where it is significantly above sync but not "
           "above 0.2). The verdict is grpo's; pg and tis are reported beside it.",
-          judge_gac1, ("grad_cosine", "stability_map", "quadratic_gac"), preconditions=(_HEALTHY, _UNCAPPED),
+          judge_gac1, ("grad_cosine", "stability_map", "quadratic_gac"),
+          preconditions=(_HEALTHY, _UNCAPPED, _FINGERPRINT),
           cells=_recipe_cells(("grpo",)),
           seed_values=("cos", "mean consecutive-step gradient cosine over the second half of training"),
           mechanism="delayed SGD on a noisy quadratic: without delay the lag-1 autocorrelation of applied gradients "
@@ -527,7 +561,7 @@ CLAIMS = (
     Claim("GAC-2", "GAC matches synchronous GRPO at high staleness (s >= 8)", "2603.01501", "qualitative (s)", NAME,
           "async-GRPO regime: gac (grpo + projection) at each staleness level vs grpo at sync, paired by seed",
           (DEGRADE, MATCH), _RESCUE_RULE.format(m="gac"), judge_gac2, ("async_grpo", "quadratic_gac"),
-          preconditions=(_HEALTHY, _DEGRADING, _ALIGNED), cells=_recipe_cells(("grpo", "gac")),
+          preconditions=(_HEALTHY, _DEGRADING, _ALIGNED, _FINGERPRINT), cells=_recipe_cells(("grpo", "gac")),
           mechanism="in the healthy regime grpo hardly degrades under staleness (+1.0 +- 0.4 points at eta = 32 in "
           "the regime search, sweeps/regime/search_groups.md; every searched setting that degrades is unhealthy), so "
           "the premise GAC corrects is absent here",
@@ -538,7 +572,7 @@ CLAIMS = (
           "AIME24 at eta = 4: 23.3 naive vs 42.2 decoupled, sync 42.0 (s)", NAME,
           "async-GRPO regime: decoupled_ppo at each staleness level vs naive grpo at sync, paired by seed",
           (DEGRADE, MATCH), _RESCUE_RULE.format(m="decoupled_ppo"), judge_areal1, ("async_grpo",),
-          preconditions=(_HEALTHY, _DEGRADING), cells=_recipe_cells(("grpo", "decoupled_ppo")),
+          preconditions=(_HEALTHY, _DEGRADING, _FINGERPRINT), cells=_recipe_cells(("grpo", "decoupled_ppo")),
           decide="a regime in which naive grpo degrades (if not applicable)",
           sensitivity=(REGIME_SENSITIVITY,)),
 )

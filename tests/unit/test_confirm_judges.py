@@ -78,11 +78,36 @@ def test_margin_is_computed_from_the_base():
     assert "1000 examples" in m.derivation
 
 
-def test_claim_assessed_with_preconditions_under_the_design():
+def _fingerprints(tmp_path, monkeypatch, version: int):
+    import json
+
+    from tests.unit.test_confirm_design import SMOLLM2, TESTBED_V50
+
+    fp, real = tmp_path / "async_grpo.json", tmp_path / "llm"
+    real.mkdir()
+    fp.write_text(json.dumps({"staleness": TESTBED_V50, "noise_scale": 6370.0, "extra": {"version": version}}))
+    (real / "smollm2-135m-instruct__arithmetic.json").write_text(json.dumps(
+        {"model": "smollm2-135m-instruct", "task": "arithmetic", "date": "x", "staleness": SMOLLM2}))
+    monkeypatch.setattr(ag, "FINGERPRINT", fp)
+    monkeypatch.setattr(ag, "REAL_FINGERPRINTS", real)
+
+
+def test_claim_assessed_with_preconditions_under_the_design(tmp_path, monkeypatch):
+    _fingerprints(tmp_path, monkeypatch, 50)
     ev = _evidence(6)
     claim = next(c for c in ag.CLAIMS if c.id == "AREAL-1")
     j = assess(claim, ev)
-    assert [p["status"] for p in j.preconditions] == ["met", "met"] and j.verdict == "reproduced"
+    assert [p["status"] for p in j.preconditions] == ["met", "met", "met"] and j.verdict == "reproduced"
+    assert "lag 4: token ESS -0.018, clip -0.048" in j.preconditions[2]["measured"]
+
+
+def test_fingerprint_at_another_version_makes_it_not_testable(tmp_path, monkeypatch):
+    _fingerprints(tmp_path, monkeypatch, 500)
+    claim = next(c for c in ag.CLAIMS if c.id == "GAC-2")
+    j = assess(claim, _evidence(6))
+    assert j.verdict == "not testable"
+    fp = next(p for p in j.preconditions if "fingerprint" in p["name"])
+    assert fp["status"] == "failed" and "--steps 1000 --at 0.05" in fp["measured"]
 
 
 def test_high_error_seed_is_unhealthy():
@@ -177,7 +202,7 @@ def test_gac1_is_not_testable_where_the_noise_caps_the_cosine(tmp_path, monkeypa
     fp.write_text('{"noise_scale": 150.0}')
     assert ag._uncapped(ev)[0] == "met"
     claim = next(c for c in ag.CLAIMS if c.id == "GAC-1")
-    assert "the cosine is read where the gradient noise does not cap it" in claim.preconditions[-1].name
+    assert "the cosine is read where the gradient noise does not cap it" in claim.preconditions[1].name
 
 
 def test_vcpo2_and_vcpo3_read_the_learning_phase_with_their_registered_margins():
