@@ -58,7 +58,7 @@ NEGATIVE = ("not reproduced", "inconclusive", "not testable")
 # Claims whose judges read their pre-registered endpoint, estimator and margins (figures/preregistration.toml,
 # figures/confirm.py; DDG-1 is registered at its paper's endpoint, which its judge reads). A report judging any
 # other seeded claim cannot be confirmatory (`protocol`; docs/claims_protocol.md, "What is not yet wired").
-WIRED: frozenset[str] = frozenset({"GAC-1", "GAC-2", "AREAL-1", "VCPO-1", "VCPO-2", "VCPO-3", "DDG-1", "DDG-2",
+WIRED: frozenset[str] = frozenset({"GAC-1", "GAC-2", "AREAL-1", "VCPO-1", "VCPO-2", "VCPO-3", "DG-1", "DDG-1", "DDG-2",
                               "DDG-3"})
 SHARED_RULES = (
     f"Per-seed values, paired by seed (same seed = same initialisation and context stream). Every decision reads "

@@ -402,30 +402,36 @@ def _n_diverged(ev: Evidence, key: str) -> int:
     return int(ev.diverged.get(key, 0))
 
 
-def phase_view(ev: Evidence) -> tuple[Evidence, str]:
-    """The evidence with each cell's errors replaced by its learning-phase endpoint (the registered design): the
-    mean error over the window in which the registered base (``phase.mnist_base`` at sync) makes its registered
-    share of its error drop, chosen from the base's curves only; and that window in words."""
+def phase_view(ev: Any, base_cell: str = "") -> tuple[Any, str]:
+    """The evidence (any with ``versions``, ``curves`` and ``error``) with each cell's errors replaced by its
+    learning-phase endpoint (the registered design): the mean error over the window in which the registered base
+    (``base_cell``, default ``phase.mnist_base`` at sync) makes its registered share of its error drop, chosen
+    from the base's curves only; and that window in words."""
     ph = prereg.load().section("phase")
-    base = np.array(ev.curves[f"{ph['mnist_base']}|sync"], dtype=float)
+    base_cell = base_cell or f"{ph['mnist_base']}|sync"
+    base = np.array(ev.curves[base_cell], dtype=float)
     window = learning_window(ev.versions, base, ph["progress_lo"], ph["progress_hi"])
     error = {k: endpoint_per_seed(ev.versions, np.array(v, dtype=float), window).tolist() for k, v in ev.curves.items()}
     return dataclasses.replace(ev, error=error), (
-        f"learning phase: versions {window[0]:g} to {window[1]:g} ({ph['mnist_base']} at sync's "
+        f"learning phase: versions {window[0]:g} to {window[1]:g} ({base_cell.replace('|', ' at ')}'s "
         f"{ph['progress_lo']:.0%}-{ph['progress_hi']:.0%} of its error drop), mean error over it")
 
 
-def _registered(ev: Evidence, judge: Callable[[Evidence, float], Judgement], base: str, margin: Margin | None
-                ) -> Judgement:
-    """A typical-performance claim under the registered design: ``judge`` on the learning-phase view, with the
-    margin computed from the testbed's resolution at the ``base`` cell (``margin`` None) or the paper's; the
-    plateau verdict's parts beside it."""
-    view, window = phase_view(ev)
-    if margin is None:
-        reg = prereg.load()
-        margin = resolution_margin("tol", arr(view.error[base]), round(0.5 / ev.floor),
-                                   int(reg.section("designs")["mnist"]["cap"]), float(reg.section("margins")["z"]),
-                                   ev.floor)
+def registered_margin(name: str, view: Any, base: str) -> Margin:
+    """A margin from the testbed's resolution at the ``base`` cell of a learning-phase view (`resolution_margin`,
+    the MNIST design's cap)."""
+    reg = prereg.load()
+    return resolution_margin(name, arr(view.error[base]), round(0.5 / view.floor),
+                             int(reg.section("designs")["mnist"]["cap"]), float(reg.section("margins")["z"]), view.floor)
+
+
+def registered(ev: Any, judge: Callable[[Any, float], Judgement], base: str, margin: Margin | None,
+               base_cell: str = "") -> Judgement:
+    """A typical-performance claim under the registered design: ``judge`` on the learning-phase view
+    (`phase_view` from ``base_cell``), with the margin computed from the testbed's resolution at the ``base`` cell
+    (``margin`` None, `registered_margin`) or the paper's; the plateau verdict's parts beside it."""
+    view, window = phase_view(ev, base_cell)
+    margin = margin or registered_margin("tol", view, base)
     j = judge(view, margin.value)
     final = judge(ev, margin.value)
     j.note = "; ".join(x for x in (j.note, window, f"margin factor {math.exp(margin.value):.3f}: {margin.derivation}")
@@ -438,7 +444,7 @@ def _registered(ev: Evidence, judge: Callable[[Evidence, float], Judgement], bas
 @judged_on(NAME)
 def judge_vcpo2(ev: Evidence) -> Judgement:
     if ev.confirmatory:
-        return _registered(ev, _vcpo2, "vcpo|sync", None)
+        return registered(ev, _vcpo2, "vcpo|sync", None)
     return _vcpo2(ev, VCPO2_TOL.value)
 
 
@@ -471,7 +477,7 @@ VCPO3_DELTA = Margin(
 @judged_on(NAME)
 def judge_vcpo3(ev: Evidence) -> Judgement:
     if ev.confirmatory:
-        return _registered(ev, _vcpo3, "vcpo|sync", VCPO3_DELTA)
+        return registered(ev, _vcpo3, "vcpo|sync", VCPO3_DELTA)
     return _vcpo3(ev, VCPO3_DELTA.value)
 
 

@@ -246,3 +246,19 @@ def test_seed_curves_align_by_seed_and_fill_a_divergence_with_chance():
     versions, ys = seed_curves(pd.DataFrame(rows), cfgs, [], 0.9)
     assert versions == [10.0, 20.0, 30.0]
     assert ys[0] == [0.5, 0.3, 0.2] and all(math.isnan(x) for x in ys[1]) and ys[2] == [0.6, 0.9, 0.9]
+
+
+def test_dg1_reads_the_learning_phase_from_pg_at_one_sample():
+    from figures.experiments import mnist_samples as ms
+
+    level = {"pg|1": 0.3, "dg|1": 0.12, "pg|inf": 0.2, "dg|inf": 0.1, "ce": 0.05}
+    curves = {k: [_curve(v, 100 * i + j) for i in range(N)] for j, (k, v) in enumerate(level.items())}
+    error = {k: [c[-1] for c in v] for k, v in curves.items()}
+    health = {"pg|1": {"health": ["healthy"] * N, "diverged": [False] * N}}
+    ev = ms.Evidence(grid="t", seeds=list(range(10000, 10000 + N)), k=[1], floor=5e-4, error=error, health=health,
+                     versions=list(V), curves=curves, confirmatory=True)
+    j = assess(ms.CLAIMS[0], ev)
+    assert "learning phase: versions 20 to 60 (pg at 1's 25%-75% of its error drop)" in j.note
+    assert [p["status"] for p in j.preconditions] == ["met", "met"]
+    assert [p.status for p in j.parts] == ["holds", "holds"] and j.verdict == "reproduced"
+    assert any(p.name.startswith("secondary, final error") for p in j.other_parts)
