@@ -37,11 +37,13 @@ except ImportError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 PATH = Path(__file__).with_name("preregistration.toml")
-CONFIRMATORY_DIR = "results/confirmatory"  # the confirmatory report: not an exploratory record
+# the confirmatory report and its run cache (python -m figures all --confirmatory): not exploratory records
+CONFIRMATORY_DIRS = ("results/confirmatory", "results/figures/confirmatory_runs")
 SCANNED = ("sweeps", "figures", "results")
 KINDS = ("typical", "stability", "exact", "system")
 ESTIMATORS = ("trimmed", "mean+collapse", "binomial", "exact", "none")
 SOURCES = ("paper", "resolution", "project")
+SCALES = ("diff", "factor")
 DESIGNS = ("mnist", "async", "tr", "horizon")
 CLAIM_KEYS = ("kind", "design", "endpoint", "estimator", "rule", "preconditions", "margins")
 SECTIONS = ("registration", "seeds", "designs", "phase", "stability", "gac", "spike", "ddg", "margins", "claims")
@@ -123,6 +125,8 @@ def check(data: dict[str, Any], where: str = "preregistration") -> None:
                 _fail(where, f"{at} margin {m['name']!r}: a resolution margin is computed, not typed; drop value")
             if m["source"] != "resolution" and not isinstance(m.get("value"), int | float):
                 _fail(where, f"{at} margin {m['name']!r}: a {m['source']} margin needs a number value")
+            if m["source"] != "resolution" and m.get("scale") not in SCALES:
+                _fail(where, f"{at} margin {m['name']!r}: scale {m.get('scale')!r} is not one of {', '.join(SCALES)}")
 
 
 def load(path: Path | str = PATH) -> Prereg:
@@ -239,13 +243,13 @@ def seeds_in_file(path: Path) -> set[int]:
 
 
 def record_files(root: Path, dirs: Iterable[str] = SCANNED) -> Iterator[Path]:
-    """The text files of the exploratory records: under ``dirs`` of ``root``, outside `CONFIRMATORY_DIR` and
+    """The text files of the exploratory records: under ``dirs`` of ``root``, outside `CONFIRMATORY_DIRS` and
     the pre-registration itself."""
-    skip = (root / CONFIRMATORY_DIR).resolve()
+    skip = {(root / d).resolve() for d in CONFIRMATORY_DIRS}
     for d in dirs:
         for p in sorted((root / d).rglob("*")):
             if (p.is_file() and p.suffix in TEXT_SUFFIXES and p.name != PATH.name
-                    and skip not in p.resolve().parents):
+                    and not skip & set(p.resolve().parents)):
                 yield p
 
 
@@ -267,12 +271,16 @@ def used_seeds(root: Path | str = ".", dirs: Iterable[str] = SCANNED) -> dict[in
 
 
 def label(p: Prereg, commit: str | None, first_sha256: str | None, judged_seeds: Iterable[int],
-          exploratory: dict[int, str]) -> tuple[str, list[str]]:
+          exploratory: dict[int, str], unwired: Iterable[str] = ()) -> tuple[str, list[str]]:
     """("confirmatory", []) when the report keeps the protocol, else ("exploratory", the reasons): the file is
     registered and committed as it is (``commit``), equal to the one stamped on the first confirmatory run
-    (``first_sha256``; None: this is the first), every judged seed is in the block and none is in
-    ``exploratory`` ({seed: where it was used})."""
+    (``first_sha256``; None: this is the first), every judged seed is in the block, none is in
+    ``exploratory`` ({seed: where it was used}), and no claim is judged by code that does not read its
+    registered endpoint and estimator (``unwired``: those claims' ids)."""
     why = []
+    unwired = sorted(unwired)
+    if unwired:
+        why.append(f"the judges of {', '.join(unwired)} do not read their pre-registered endpoint and estimator")
     if p.data["registration"].get("status") != "registered":
         why.append(f"the pre-registration's status is {p.data['registration'].get('status')!r}, not 'registered'")
     if commit is None:

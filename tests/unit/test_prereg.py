@@ -30,6 +30,24 @@ def test_file_is_registered_and_covers_every_claim(reg):
         assert {m["name"] for m in reg.claims[c.id]["margins"]} <= {m.name for m in c.margins} | {"solved"}, c.id
 
 
+def test_typed_margins_are_the_judges_margins(reg):
+    import math
+
+    from figures.experiments import all_claims
+
+    checked = 0
+    for c in all_claims():
+        for m in reg.claims[c.id]["margins"]:
+            if m["source"] == "resolution" or m["name"] not in {x.name for x in c.margins}:
+                continue
+            judged = c.margin(m["name"])
+            value = math.exp(judged.value) if judged.scale == "log" else judged.value
+            assert (m["scale"] == "factor") == (judged.scale == "log"), (c.id, m["name"])
+            assert value == pytest.approx(m["value"], rel=1e-5), (c.id, m["name"])
+            checked += 1
+    assert checked >= 12
+
+
 def test_confirmatory_seeds_are_disjoint_from_every_exploratory_seed(reg):
     used = prereg.used_seeds(ROOT)
     # the scanner sees the exploratory budgets' seeds 0..14 and the sweeps' seeds (a known one: the MNIST sweep)
@@ -55,7 +73,7 @@ def test_seed_scanner_reads_keys_literals_counts_ranges_and_prose(tmp_path):
 
 
 def test_confirmatory_report_is_not_scanned(tmp_path):
-    conf = tmp_path / prereg.CONFIRMATORY_DIR
+    conf = tmp_path / prereg.CONFIRMATORY_DIRS[0]
     conf.mkdir(parents=True)
     (conf / "claims.json").write_text('{"seeds": [10000, 10001]}')
     assert 10000 not in prereg.used_seeds(tmp_path, ("results",))
@@ -106,6 +124,7 @@ def test_round_trip_writer_reads_the_real_file(tmp_path):
     (lambda d: d["claims"]["VCPO-2"]["margins"][0].update(value=1.167), "computed, not typed"),
     (lambda d: d["claims"]["DG-1"]["margins"][0].pop("value"), "needs a number value"),
     (lambda d: d["claims"]["DDG-1"].pop("endpoint"), "lacks endpoint"),
+    (lambda d: d["claims"]["DDG-1"]["margins"][0].update(scale="log"), "scale 'log' is not one of"),
     (lambda d: d.pop("phase"), "missing section(s) phase"),
 ])
 def test_bad_file_is_one_line_naming_the_value(tmp_path, edit, says):
@@ -142,3 +161,7 @@ def test_label_confirmatory_only_when_the_protocol_holds(reg):
     # an exploratory seed judged
     lab, why = prereg.label(reg, "abc", None, (*seeds, 3), used)
     assert lab == "exploratory" and "outside the block" in why[0]
+    # a claim judged by code that does not read its registered design
+    lab, why = prereg.label(reg, "abc", None, seeds, used, unwired=["GAC-2"])
+    assert lab == "exploratory" and why == ["the judges of GAC-2 do not read their pre-registered endpoint and "
+                                            "estimator"]
