@@ -502,8 +502,12 @@ def pocket_cells(root: Path) -> dict[str, dict[str, str]]:
         seeds, hours = plan.get("seeds", plan.get("stale_runs_needed")), plan.get("cpu_hours")
         if isinstance(seeds, dict):
             seeds = max((v for v in seeds.values() if isinstance(v, int)), default=None)
-        need = (f"{seeds} seeds per arm, {hours:.1f} CPU-hours at the pilot's cost" if isinstance(seeds, int)
-                and isinstance(hours, int | float) else "seeds from a pilot not yet run")  # fmt: skip
+        if isinstance(seeds, int) and isinstance(hours, int | float):
+            need = f"{seeds} {'stale runs' if cid == 'VCPO-1' else 'seeds per arm'}, {hours:.1f} CPU-hours at the pilot's cost"
+        elif plan:
+            need = f"not computable from the pilot ({plan.get('why', 'its spread is undefined')})"
+        else:
+            need = "seeds from a pilot not yet run"
         out[cid] = {"pocket": "not measured",
                     "pocket_evidence": f"needs: {spec.get('design', '?')}; rule: {spec.get('rule', '?')}; power: "
                                        f"{spec.get('power', '?')} -> {need} (pre-registration {POCKET_PREREG}, "

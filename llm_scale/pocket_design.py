@@ -153,7 +153,8 @@ def design(pilot: Path) -> dict[str, Any]:
     out["GAC-1"] = {"quantity": "late within-batch gradient cosine per seed", "mean": mean,
                     "sd": {"sync": sync_sd, "stale": stale_sd}, "df": {"sync": sync_df, "stale": stale_df},
                     "seeds": {"sync": n_sync, "stale": n_stale}, "cpu_hours": cost(n_gac, 2, steps),
-                    "note": "planning spread at the pilot's minibatch of 32 sequences"}  # fmt: skip
+                    "note": "planning spread at the pilot's minibatch of 32 sequences",
+                    "why": "no stale arm in the pilot" if "stale" not in arms else "a spread or margin is undefined"}  # fmt: skip
     at = runs[runs["lr"] == out["chosen_lr"]] if chosen is not None else runs.iloc[:0]
     events, stale_runs = 0, 0
     for _, g in at.groupby("seed"):
@@ -170,7 +171,8 @@ def design(pilot: Path) -> dict[str, Any]:
     out["VCPO-1"] = {"quantity": "staleness-caused collapses per stale run (paired sync run without collapse)",
                      "events": events, "stale_runs": stale_runs, "rate": rate, "rate_upper_95": bound,
                      "min_collapses": MIN_COLLAPSES, "stale_runs_needed": runs_needed,
-                     "needed_is_lower_bound": events == 0, "cpu_hours": cost(runs_needed, 2, steps)}  # fmt: skip
+                     "needed_is_lower_bound": events == 0, "cpu_hours": cost(runs_needed, 2, steps),
+                     "why": "no stale arm in the pilot" if not stale_runs else ""}  # fmt: skip
     return out
 
 

@@ -52,7 +52,7 @@ def test_pocket_cells_say_what_each_design_needs(tmp_path):
     assert cells["GAC-1"]["pocket"] == "not measured"
     assert "7 seeds per arm, 1.2 CPU-hours" in cells["GAC-1"]["pocket_evidence"]  # the larger arm's need
     assert cells["GAC-1"]["gpu"] == "not measured: needs G1 (C1)"
-    assert "seeds from a pilot not yet run" in cells["AREAL-1"]["pocket_evidence"]
+    assert "not computable from the pilot (its spread is undefined)" in cells["AREAL-1"]["pocket_evidence"]
     assert cells["VCPO-1"]["pocket_evidence"] == "no design in sweeps/llm/pocket_prereg.toml"
 
 
