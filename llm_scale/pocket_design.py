@@ -65,7 +65,7 @@ def _evals(updates: Any, key: str) -> list[float]:
 def sync_health(runs: Any, updates: Any, eval_problems: int, last_problems: int) -> list[dict[str, Any]]:
     """Per learning rate: the sync seeds' health, gains and whether the rate learns (module docstring, 1)."""
     out = []
-    sync = runs[runs["arm"] == "sync"]
+    sync = runs[(runs["arm"] == "sync") & runs["finished"].astype(bool)]  # a run not finished is no evidence
     for lr, rows in sync.groupby("lr"):
         gains, healthy, ses = [], [], []
         for r in rows.itertuples():
@@ -188,10 +188,11 @@ def _late_cos(directory: Path) -> float:
     return float(late.mean()) if len(late) and late.notna().any() else math.nan
 
 
-def run_pilot(sweep_file: str, runs: Path, out: Path, arms: tuple[str, ...], log: Any = print) -> None:
+def run_pilot(sweep_file: str, runs: Path, out: Path, arms: tuple[str, ...], log: Any = print, start: bool = True) -> None:
     """Run the pilot's ``arms`` (the study's runs of ``sweep_file``, same keys and directories; finished ones are
     kept) seed by seed across the learning rates, then write ``out``/runs.csv, updates.csv and study.json in the
-    study's columns."""
+    study's columns. ``start`` False: tabulate what has finished, start nothing (a run not finished is a row
+    with ``finished`` False)."""
     import os
     import subprocess
 
@@ -207,12 +208,12 @@ def run_pilot(sweep_file: str, runs: Path, out: Path, arms: tuple[str, ...], log
                 run = make_run(sweep, "search", arm, sweep.etas[0], lr, seed)
                 d = runs / run.key
                 summary = json.loads((d / "summary.json").read_text()) if (d / "summary.json").is_file() else {}
-                if summary.get("status") not in ("finished", "diverged"):
+                if start and summary.get("status") not in ("finished", "diverged"):
                     log(f"pilot: {arm} lr={lr:g} seed={seed} -> {d}")
                     subprocess.run([sys.executable, "-m", "llm_scale", *run.argv(d)], check=False, env=dict(os.environ),
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
                     summary = json.loads((d / "summary.json").read_text()) if (d / "summary.json").is_file() else {}
-                trajectory = run_updates(d)
+                trajectory = run_updates(d) if summary.get("status") in ("finished", "diverged") else []
                 evals = [r["eval_reward"] for r in trajectory if math.isfinite(r["eval_reward"])]
                 rows.append({"key": run.key, "stage": "search", "arm": arm, "eta": sweep.etas[0], "lr": lr, "seed": seed,
                              "finished": summary.get("status") in ("finished", "diverged"),
@@ -229,12 +230,12 @@ def run_pilot(sweep_file: str, runs: Path, out: Path, arms: tuple[str, ...], log
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["pilot"] and len(argv) in (4, 5):
-        arms = tuple(argv[4].split(",")) if len(argv) == 5 else ("sync",)
-        if not set(arms) <= {"sync", "stale"}:
-            print(f"error: arms must be sync and/or stale, got {argv[4]!r}", file=sys.stderr)
+    if argv[:1] == ["pilot"] and len(argv) in (4, 5, 6):
+        arms = tuple(argv[4].split(",")) if len(argv) >= 5 else ("sync",)
+        if not set(arms) <= {"sync", "stale"} or argv[5:] not in ([], ["collect"]):
+            print(f"error: pilot SWEEP RUNS OUT [sync|sync,stale] [collect], got {' '.join(argv[1:])!r}", file=sys.stderr)
             return 2
-        run_pilot(argv[1], Path(argv[2]), Path(argv[3]), arms)
+        run_pilot(argv[1], Path(argv[2]), Path(argv[3]), arms, start=argv[5:] != ["collect"])
         argv = [argv[3]]
     if len(argv) != 1 or not (Path(argv[0]) / "runs.csv").is_file():
         print(f"error: give one pilot directory holding runs.csv, updates.csv and study.json (or: pilot SWEEP RUNS OUT "
