@@ -114,9 +114,11 @@ def design(pilot: Path) -> dict[str, Any]:
     last = int(study.get("eval_problems", eval_size))
     health = sync_health(runs, updates, eval_size, last)
     chosen = choose_lr(health)
-    per_update_s = float((runs["wall_seconds"] / runs["key"].map(
-        lambda k: max(1, int(updates[updates["key"] == k]["version"].max() or 1)))).mean())  # fmt: skip
-    steps = int(updates["version"].max())
+    versions = updates.groupby("key")["version"].max()
+    per = [float(r.wall_seconds) / versions[r.key] for r in runs[runs["finished"].astype(bool)].itertuples()
+           if r.key in versions and versions[r.key] > 0]  # fmt: skip
+    per_update_s = sum(per) / len(per) if per else math.nan
+    steps = int(versions.max()) if len(versions) else 0
     pair = runs.pivot_table(index=["lr", "seed"], columns="arm", values=["accuracy", "late_grad_cos_within"], dropna=False)
     arms = [a for a in ("sync", "stale") if ("accuracy", a) in pair]
 
