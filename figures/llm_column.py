@@ -502,8 +502,12 @@ def pocket_cells(root: Path) -> dict[str, dict[str, str]]:
         seeds, hours = plan.get("seeds", plan.get("stale_runs_needed")), plan.get("cpu_hours")
         if isinstance(seeds, dict):
             seeds = max((v for v in seeds.values() if isinstance(v, int)), default=None)
-        need = (f"{seeds} seeds per arm, {hours:.1f} CPU-hours at the pilot's cost" if isinstance(seeds, int)
-                and isinstance(hours, int | float) else "seeds from a pilot not yet run")  # fmt: skip
+        if isinstance(seeds, int) and isinstance(hours, int | float):
+            need = f"{seeds} {'stale runs' if cid == 'VCPO-1' else 'seeds per arm'}, {hours:.1f} CPU-hours at the pilot's cost"
+        elif plan:
+            need = f"not computable from the pilot ({plan.get('why', 'its spread is undefined')})"
+        else:
+            need = "seeds from a pilot not yet run"
         out[cid] = {"pocket": "not measured",
                     "pocket_evidence": f"needs: {spec.get('design', '?')}; rule: {spec.get('rule', '?')}; power: "
                                        f"{spec.get('power', '?')} -> {need} (pre-registration {POCKET_PREREG}, "
@@ -573,6 +577,18 @@ def fingerprint_row(rung: str, phase: str, fp: dict[str, Any] | None, missing: s
     }  # fmt: skip
 
 
+def with_extra_lrs(row: dict[str, Any], fp: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """``row`` and, for each learning rate of the fingerprint's ``extra.staleness_by_lr`` (the same start and
+    batches, other updates), a row whose staleness columns are that rate's and whose other columns (measured on
+    the same version-0 batch) are ``row``'s."""
+    out = [row]
+    extra = (fp or {}).get("extra")
+    for lr, stale in (extra.get("staleness_by_lr") or {}).items() if isinstance(extra, dict) else []:
+        other = fingerprint_row(row["rung"], f"{row['phase']}, lr {lr}", {**fp, "staleness": stale})
+        out.append({**other, "lr": _num(float(lr))})
+    return out
+
+
 def rung_fingerprints(root: Path) -> list[dict[str, Any]]:
     """The rungs' fingerprints, like for like (`fingerprint_row`): the testbed's async-GRPO regime
     (`TESTBED_FINGERPRINT`), the pocket LM at version 0 and in the learning phase (the newest file under
@@ -585,7 +601,8 @@ def rung_fingerprints(root: Path) -> list[dict[str, Any]]:
     for folder, phase in PHASES:
         found = fingerprints(root, f"{POCKET_FINGERPRINTS}/{folder}")
         newest = max(found, key=lambda f: str(f.get("date", "")), default=None)
-        rows.append(fingerprint_row("pocket LM", phase, newest, f"no fingerprint under {POCKET_FINGERPRINTS}/{folder}"))
+        rows += with_extra_lrs(fingerprint_row("pocket LM", phase, newest, f"no fingerprint under {POCKET_FINGERPRINTS}/"
+                                               f"{folder}"), newest)  # fmt: skip
     web = [f for f in fingerprints(root) if str(f.get("model", "")).startswith("smollm2")
            and "/learning/" not in str(f.get("_file", ""))]  # fmt: skip
     rows.append(fingerprint_row("SmolLM2", "version 0", max(web, key=lambda f: str(f.get("date", "")), default=None),

@@ -21,13 +21,13 @@ The build (`build_pocket`, ``python -m llm_scale models build NAME``), fully det
 3. One CPU thread throughout and a seeded generator for every draw, so two builds write the same bytes
    (``model.safetensors``, ``config.json``, the tokenizer files; a test checks it).
 
-AdamW (Loshchilov & Hutter 2019) with a linear warm-up, then a constant learning rate: a shorter build is
-the prefix of a longer one.
+AdamW (Loshchilov & Hutter 2019); in each phase a linear warm-up, then a cosine decay (`phase_lr`).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import string
@@ -68,7 +68,10 @@ WORDS = ("well", "hmm", "ok", "so", "first", "then", "we", "add", "count", "up",
 SENTENCES = ("{a} {op} {b} = {c}", "{a} {op} {b} = {c}", "{a} {op} {b} = {c}", "{a} {op} {b} = {c}.",
              "{a} plus {b} is {c}.", "The sum of {a} and {b} is {c}.", "Adding {b} to {a} gives {c}.",
              "Q: What is {a} {op} {b}? A: {a} {op} {b} = {c}", "What is {a} {op} {b}? {a} {op} {b} = {c}",
-             "We know that {a} {op} {b} = {c}, so the result is {c}.")  # fmt: skip
+             "We know that {a} {op} {b} = {c}, so the result is {c}.",
+             "What is {a} {op} {b}? Reply with one line: the equation and its result. {a} {op} {b} = {c}",
+             "What is {a} {op} {b}? Reply with one line: the equation and its result. {a} {op} {b} = {c}",
+             "What is {a} {op} {b}? Reply with one line: the equation and its result. Sure! {a} {op} {b} = {c}")  # fmt: skip
 """Pretraining lines (drawn uniformly: the bare equation is the most frequent)."""
 
 
@@ -80,35 +83,39 @@ class PocketSpec:
     """one line for ``python -m llm_scale models``"""
     task: str = "arithmetic(max_operand=20)"
     """the task whose text it is trained on (an llm_scale task spec)"""
-    hidden_size: int = 192
+    hidden_size: int = 160
     num_layers: int = 4
-    num_heads: int = 6
-    intermediate_size: int = 512
+    num_heads: int = 5
+    intermediate_size: int = 448
     max_positions: int = 256
-    known_fraction: float = 0.4
+    known_fraction: float = 0.45
     """fraction of the task's operand pairs whose equations appear in the training text"""
-    pretrain_steps: int = 500
-    sft_steps: int = 300
+    pretrain_steps: int = 400
+    sft_steps: int = 250
     batch_size: int = 32
     """sequences per optimizer step (both phases)"""
-    pretrain_length: int = 64
+    pretrain_length: int = 128
     """tokens per packed pretraining sequence"""
     lr: float = 3e-3
-    warmup_steps: int = 50
+    """peak learning rate of pretraining"""
+    sft_lr: float = 1e-3
+    """peak learning rate of fine-tuning"""
+    min_lr_ratio: float = 0.1
+    warmup_steps: int = 30
     weight_decay: float = 0.01
     seed: int = 0
 
 
 POCKET_MODELS: dict[str, PocketSpec] = {
     "pocket-arithmetic": PocketSpec(
-        summary="pocket LM, task-pretrained (not web-pretrained): Llama, 4 layers, width 192, ~1.9M parameters, "
+        summary="pocket LM, task-pretrained (not web-pretrained): Llama, 4 layers, width 160, 1.3M parameters, "
                 "character tokenizer with a chat template, pretrained and fine-tuned on arithmetic(max_operand=20) "
                 "text on a CPU (python -m llm_scale models build pocket-arithmetic)",
     ),
     "pocket-tiny": PocketSpec(
         summary="pocket LM for tests, task-pretrained: Llama, 1 layer, width 32, built in seconds",
         hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, pretrain_steps=12, sft_steps=8,
-        batch_size=8, pretrain_length=32, warmup_steps=4,
+        batch_size=8, pretrain_length=32, warmup_steps=4, sft_lr=3e-3,
     ),
 }  # fmt: skip
 
@@ -179,8 +186,16 @@ def sft_example(spec: PocketSpec, task: Any, tok: Any, rng: random.Random, known
     return full, len(p)
 
 
-def _lr(step: int, spec: PocketSpec) -> float:
-    return spec.lr * min(1.0, (step + 1) / spec.warmup_steps)
+def phase_lr(step: int, spec: PocketSpec) -> float:
+    """The learning rate of optimizer step ``step`` (0-based): in each phase a linear warm-up over
+    ``warmup_steps`` to its peak (``lr``, ``sft_lr``), then a cosine decay to ``min_lr_ratio`` x peak at the
+    phase's last step."""
+    first = step < spec.pretrain_steps
+    peak, t, n = (spec.lr, step, spec.pretrain_steps) if first else (spec.sft_lr, step - spec.pretrain_steps, spec.sft_steps)
+    if t < spec.warmup_steps:
+        return peak * (t + 1) / spec.warmup_steps
+    frac = (t - spec.warmup_steps) / max(1, n - 1 - spec.warmup_steps)
+    return peak * (spec.min_lr_ratio + (1 - spec.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * frac)))
 
 
 def _model(spec: PocketSpec, tok: Any) -> torch.nn.Module:
@@ -215,7 +230,7 @@ def train_pocket(spec: PocketSpec, progress: bool = True, callback: Any = None) 
         model.train()
         for step in range(total):
             for group in opt.param_groups:
-                group["lr"] = _lr(step, spec)
+                group["lr"] = phase_lr(step, spec)
             if step < spec.pretrain_steps:
                 starts = torch.randint(0, len(text_ids) - spec.pretrain_length - 1, (spec.batch_size,), generator=gen)
                 ids = torch.stack([text_ids[s : s + spec.pretrain_length] for s in starts.tolist()])

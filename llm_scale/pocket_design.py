@@ -1,8 +1,9 @@
 """``python -m llm_scale.pocket_design PILOT_DIR``: the learning rate and the power of the pocket LM's designs.
 
-Reads a pilot of the promotion study (``python -m llm_scale study sweeps/llm/pocket_pilot.toml --search-only``:
-``runs.csv`` and ``updates.csv``, synchronous and naive-stale GRPO over learning rates and seeds) and writes
-``PILOT_DIR/design.json``:
+Reads a pilot in the promotion study's tables (``runs.csv``, ``updates.csv``: synchronous and, where run,
+naive-stale GRPO over learning rates and seeds), written by ``python -m llm_scale study SWEEP --search-only`` or
+by ``python -m llm_scale.pocket_design pilot SWEEP RUNS OUT [sync|sync,stale]`` (`run_pilot`: the study's own
+runs of those arms alone, seed by seed across the learning rates), and writes ``PILOT_DIR/design.json``:
 
 1. **The learning rate, by synchronous GRPO's health alone** (`choose_lr`). A sync run is *healthy* when it
    finished, did not diverge and never collapsed (no greedy evaluation more than `COLLAPSE` below its running
@@ -64,7 +65,7 @@ def _evals(updates: Any, key: str) -> list[float]:
 def sync_health(runs: Any, updates: Any, eval_problems: int, last_problems: int) -> list[dict[str, Any]]:
     """Per learning rate: the sync seeds' health, gains and whether the rate learns (module docstring, 1)."""
     out = []
-    sync = runs[runs["arm"] == "sync"]
+    sync = runs[(runs["arm"] == "sync") & runs["finished"].astype(bool)]  # a run not finished is no evidence
     for lr, rows in sync.groupby("lr"):
         gains, healthy, ses = [], [], []
         for r in rows.itertuples():
@@ -113,14 +114,26 @@ def design(pilot: Path) -> dict[str, Any]:
     last = int(study.get("eval_problems", eval_size))
     health = sync_health(runs, updates, eval_size, last)
     chosen = choose_lr(health)
-    per_update_s = float((runs["wall_seconds"] / runs["key"].map(
-        lambda k: max(1, int(updates[updates["key"] == k]["version"].max() or 1)))).mean())  # fmt: skip
-    steps = int(updates["version"].max())
-    pair = runs.pivot_table(index=["lr", "seed"], columns="arm", values=["accuracy", "late_grad_cos_within"])
-    drops = [[float(v) for v in (g[("accuracy", "sync")] - g[("accuracy", "stale")])] for _, g in pair.groupby(level="lr")]
-    drop_sd, drop_df = _pooled_sd(drops)
-    cos = {arm: [[float(v) for v in g[("late_grad_cos_within", arm)]] for _, g in pair.groupby(level="lr")]
-           for arm in ("sync", "stale")}  # fmt: skip
+    versions = updates.groupby("key")["version"].max()
+    per = [float(r.wall_seconds) / versions[r.key] for r in runs[runs["finished"].astype(bool)].itertuples()
+           if r.key in versions and versions[r.key] > 0]  # fmt: skip
+    per_update_s = sum(per) / len(per) if per else math.nan
+    steps = int(versions.max()) if len(versions) else 0
+    pair = runs.pivot_table(index=["lr", "seed"], columns="arm", values=["accuracy", "late_grad_cos_within"], dropna=False)
+    arms = [a for a in ("sync", "stale") if ("accuracy", a) in pair]
+
+    def by_lr(column: str, arm: str) -> list[list[float]]:
+        return [[float(v) for v in g[(column, arm)]] for _, g in pair.groupby(level="lr")] if arm in arms else []
+
+    if "stale" in arms:
+        drop_sd, drop_df = _pooled_sd([[a - b for a, b in zip(x, y, strict=True)]
+                                       for x, y in zip(by_lr("accuracy", "sync"), by_lr("accuracy", "stale"), strict=True)])
+        drop_basis = "paired drops sync - stale, pooled over learning rates"
+    else:  # sync alone: a paired drop of two independent arms with sync's spread has sqrt(2) times that spread
+        sd, drop_df = _pooled_sd(by_lr("accuracy", "sync"))
+        drop_sd = math.sqrt(2) * sd
+        drop_basis = "sqrt(2) x the sync score's between-seed SD, pooled over learning rates (no stale arm in the pilot)"
+    cos = {arm: by_lr("late_grad_cos_within", arm) for arm in ("sync", "stale")}
     out: dict[str, Any] = {"pilot": str(pilot), "health": health, "chosen_lr": None if chosen is None else chosen["lr"],
                            "chosen_learns": None if chosen is None else chosen["learns"],
                            "seconds_per_update": per_update_s, "updates_per_run": steps, "rule": __doc__.split("1. ")[1].split("2. ")[0].strip()}  # fmt: skip
@@ -130,19 +143,20 @@ def design(pilot: Path) -> dict[str, Any]:
 
     n_drop = seeds_needed(drop_sd, MARGIN)
     out["AREAL-1/GAC-2"] = {"quantity": "paired drop sync - stale in score (greedy accuracy, 256 problems x 2 evals)",
-                            "sd": drop_sd, "df": drop_df, "margin": MARGIN, "seeds": n_drop,
+                            "sd": drop_sd, "df": drop_df, "sd_basis": drop_basis, "margin": MARGIN, "seeds": n_drop,
                             "arms": "sync, stale, stale + decoupled_ppo, stale + gac",
                             "cpu_hours": cost(n_drop, 4, steps)}  # fmt: skip
     sync_sd, sync_df = _pooled_sd(cos["sync"])
     stale_sd, stale_df = _pooled_sd(cos["stale"])
-    mean = {arm: float(pair[("late_grad_cos_within", arm)].mean()) for arm in ("sync", "stale")}
+    mean = {arm: float(pair[("late_grad_cos_within", arm)].mean()) if arm in arms else math.nan for arm in ("sync", "stale")}
     n_sync = seeds_needed(sync_sd, BAND - abs(mean["sync"]))
     n_stale = seeds_needed(stale_sd, mean["stale"] - BAND)
     n_gac = None if n_sync is None or n_stale is None else max(n_sync, n_stale)
     out["GAC-1"] = {"quantity": "late within-batch gradient cosine per seed", "mean": mean,
                     "sd": {"sync": sync_sd, "stale": stale_sd}, "df": {"sync": sync_df, "stale": stale_df},
                     "seeds": {"sync": n_sync, "stale": n_stale}, "cpu_hours": cost(n_gac, 2, steps),
-                    "note": "planning spread at the pilot's minibatch of 32 sequences"}  # fmt: skip
+                    "note": "planning spread at the pilot's minibatch of 32 sequences",
+                    "why": "no stale arm in the pilot" if "stale" not in arms else "a spread or margin is undefined"}  # fmt: skip
     at = runs[runs["lr"] == out["chosen_lr"]] if chosen is not None else runs.iloc[:0]
     events, stale_runs = 0, 0
     for _, g in at.groupby("seed"):
@@ -159,14 +173,75 @@ def design(pilot: Path) -> dict[str, Any]:
     out["VCPO-1"] = {"quantity": "staleness-caused collapses per stale run (paired sync run without collapse)",
                      "events": events, "stale_runs": stale_runs, "rate": rate, "rate_upper_95": bound,
                      "min_collapses": MIN_COLLAPSES, "stale_runs_needed": runs_needed,
-                     "needed_is_lower_bound": events == 0, "cpu_hours": cost(runs_needed, 2, steps)}  # fmt: skip
+                     "needed_is_lower_bound": events == 0, "cpu_hours": cost(runs_needed, 2, steps),
+                     "why": "no stale arm in the pilot" if not stale_runs else ""}  # fmt: skip
     return out
+
+
+def _late_cos(directory: Path) -> float:
+    """NaN-aware mean of ``grad_cos_within`` over the second half of a run's updates (the study's quantity)."""
+    import pandas as pd
+
+    try:
+        m = pd.read_csv(directory / "metrics.csv")
+    except (OSError, ValueError):
+        return math.nan
+    late = m["grad_cos_within"].iloc[len(m) // 2 :] if "grad_cos_within" in m else []
+    return float(late.mean()) if len(late) and late.notna().any() else math.nan
+
+
+def run_pilot(sweep_file: str, runs: Path, out: Path, arms: tuple[str, ...], log: Any = print, start: bool = True) -> None:
+    """Run the pilot's ``arms`` (the study's runs of ``sweep_file``, same keys and directories; finished ones are
+    kept) seed by seed across the learning rates, then write ``out``/runs.csv, updates.csv and study.json in the
+    study's columns. ``start`` False: tabulate what has finished, start nothing (a run not finished is a row
+    with ``finished`` False)."""
+    import os
+    import subprocess
+
+    import pandas as pd
+
+    from .study import load_sweep, make_run, run_updates
+
+    sweep = load_sweep(sweep_file)
+    rows, ups = [], []
+    for seed in sweep.search_seeds:
+        for lr in sweep.lrs:
+            for arm in arms:
+                run = make_run(sweep, "search", arm, sweep.etas[0], lr, seed)
+                d = runs / run.key
+                summary = json.loads((d / "summary.json").read_text()) if (d / "summary.json").is_file() else {}
+                if start and summary.get("status") not in ("finished", "diverged"):
+                    log(f"pilot: {arm} lr={lr:g} seed={seed} -> {d}")
+                    subprocess.run([sys.executable, "-m", "llm_scale", *run.argv(d)], check=False, env=dict(os.environ),
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+                    summary = json.loads((d / "summary.json").read_text()) if (d / "summary.json").is_file() else {}
+                trajectory = run_updates(d) if summary.get("status") in ("finished", "diverged") else []
+                evals = [r["eval_reward"] for r in trajectory if math.isfinite(r["eval_reward"])]
+                rows.append({"key": run.key, "stage": "search", "arm": arm, "eta": sweep.etas[0], "lr": lr, "seed": seed,
+                             "finished": summary.get("status") in ("finished", "diverged"),
+                             "accuracy": sum(evals[-sweep.last_evals :]) / sweep.last_evals if len(evals) > sweep.last_evals else math.nan,
+                             "diverged": summary.get("status") == "diverged", "accuracy_v0": evals[0] if evals else math.nan,
+                             "wall_seconds": summary.get("wall_seconds", math.nan), "late_grad_cos_within": _late_cos(d)})  # fmt: skip
+                ups += [{"key": run.key, **r} for r in trajectory]
+    out.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows).to_csv(out / "runs.csv", index=False)
+    pd.DataFrame(ups).to_csv(out / "updates.csv", index=False)
+    (out / "study.json").write_text(json.dumps({"sweep": sweep_file, "arms": list(arms), "eval_problems": sweep.eval_problems,
+                                                "rule": {"last_evals": sweep.last_evals}}, indent=1) + "\n")  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["pilot"] and len(argv) in (4, 5, 6):
+        arms = tuple(argv[4].split(",")) if len(argv) >= 5 else ("sync",)
+        if not set(arms) <= {"sync", "stale"} or argv[5:] not in ([], ["collect"]):
+            print(f"error: pilot SWEEP RUNS OUT [sync|sync,stale] [collect], got {' '.join(argv[1:])!r}", file=sys.stderr)
+            return 2
+        run_pilot(argv[1], Path(argv[2]), Path(argv[3]), arms, start=argv[5:] != ["collect"])
+        argv = [argv[3]]
     if len(argv) != 1 or not (Path(argv[0]) / "runs.csv").is_file():
-        print(f"error: give one pilot directory holding runs.csv, updates.csv and study.json, got {argv!r}", file=sys.stderr)
+        print(f"error: give one pilot directory holding runs.csv, updates.csv and study.json (or: pilot SWEEP RUNS OUT "
+              f"[ARMS]), got {argv!r}", file=sys.stderr)  # fmt: skip
         return 2
     from testbed.util.files import atomic_write_text
 

@@ -75,7 +75,7 @@ def test_chat_template_and_fine_tuning_examples_are_the_trainers_prompts():
     task, tok = build_task(spec.task), pocket_tokenizer()
     rng = random.Random(0)
     known = known_pairs(spec)
-    assert len(known) == round(0.4 * 21 * 21)
+    assert len(known) == round(0.45 * 21 * 21)
     for _ in range(50):
         ids, n_prompt = sft_example(spec, task, tok, rng, known)
         text = tok.decode(ids)

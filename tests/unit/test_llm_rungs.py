@@ -28,13 +28,17 @@ def _write(path: Path, data: dict) -> None:
 
 def test_pocket_fingerprints_are_a_rung_of_their_own(tmp_path):
     _write(tmp_path / "results/llm/fingerprint/smollm2-135m-instruct__arithmetic.json", _fp("smollm2-135m-instruct", "2026-01-01", 0.88, 1.9))
-    _write(tmp_path / "results/llm/fingerprint/pocket/version0/pocket-arithmetic__arithmetic.json", _fp("pocket-arithmetic", "2026-01-02", 0.5, 0.7))
+    pocket = _fp("pocket-arithmetic", "2026-01-02", 0.5, 0.7)
+    pocket["extra"]["staleness_by_lr"] = {"0.001": [{"lag": 1, "ess_seq": 0.1, "ess_token": 0.5, "clip_frac": 0.3}]}
+    _write(tmp_path / "results/llm/fingerprint/pocket/version0/pocket-arithmetic__arithmetic.json", pocket)
     assert [f["model"] for f in fingerprints(tmp_path)] == ["smollm2-135m-instruct"]  # the web-pretrained rung alone
     rows = {(r["rung"], r["phase"]): r for r in rung_fingerprints(tmp_path)}
     pocket = rows[("pocket LM", "version 0")]
     assert pocket["ess_seq"] == {1: 0.5, 2: pocket["ess_seq"][2], 4: 0.25} and math.isnan(pocket["ess_seq"][2])
     assert pocket["entropy"] == 0.7 and pocket["budget"] == 23 and pocket["update_sequences"] == 16
     assert rows[("SmolLM2", "version 0")]["entropy"] == 1.9
+    other = rows[("pocket LM", "version 0, lr 0.001")]  # an extra learning rate: its staleness, the batch's stats
+    assert other["lr"] == 1e-3 and other["ess_seq"][1] == 0.1 and other["entropy"] == 0.7
     assert rows[("pocket LM", "learning phase")]["file"] is None
     assert rows[("testbed", "regime")]["file"] is None
     text = "\n".join(markdown(llm_rows(tmp_path, {}, 200.0), tmp_path))
@@ -52,7 +56,7 @@ def test_pocket_cells_say_what_each_design_needs(tmp_path):
     assert cells["GAC-1"]["pocket"] == "not measured"
     assert "7 seeds per arm, 1.2 CPU-hours" in cells["GAC-1"]["pocket_evidence"]  # the larger arm's need
     assert cells["GAC-1"]["gpu"] == "not measured: needs G1 (C1)"
-    assert "seeds from a pilot not yet run" in cells["AREAL-1"]["pocket_evidence"]
+    assert "not computable from the pilot (its spread is undefined)" in cells["AREAL-1"]["pocket_evidence"]
     assert cells["VCPO-1"]["pocket_evidence"] == "no design in sweeps/llm/pocket_prereg.toml"
 
 
