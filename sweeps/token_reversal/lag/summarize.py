@@ -205,7 +205,7 @@ def markdown(s: dict) -> str:
     for seed in sorted(sync):
         lines.append(f"- seed {seed}: {pct(sync[seed])} / " + " / ".join(pct(v.get(seed, math.nan)) for v in lag))
     if s["variants"]:
-        lines += ["", f"## Which form of the baseline carries it: fixed:1 vs sync at step {s['variant_step']}", "",
+        lines += ["", f"## PG variants (baseline and importance weights): fixed:1 vs sync at step {s['variant_step']}", "",
                   "| recipe | sync mean | fixed:1 mean | gap (mean, t) | gap (trimmed) | switched |",
                   "| --- | --- | --- | --- | --- | --- |"]
         for recipe, g in s["variants"].items():
