@@ -23,6 +23,7 @@ Pure functions on per-seed arrays, one per rule of figures/preregistration.toml 
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -54,13 +55,22 @@ def learning_window(versions: Sequence[float], base_error: Any, lo: float, hi: f
     progress p(v) = (c(v_0) - c(v)) / (c(v_0) - c(v_end)); the window runs from the first version with
     p >= ``lo`` to the first with p >= ``hi``. (nan, nan) when the base does not learn (c(v_end) >= c(v_0))."""
     v = np.asarray(versions, dtype=float)
-    c = np.nanmean(np.atleast_2d(np.asarray(base_error, dtype=float)), axis=0)
+    b = np.atleast_2d(np.asarray(base_error, dtype=float))
+    if b.size == 0 or v.size == 0:
+        return float("nan"), float("nan")
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a version no seed logged: NaN, left out below
+        c = np.nanmean(b, axis=0)
     if c.shape != v.shape:
         raise ValueError(f"base_error has {c.size} versions per seed, versions has {v.size}")
-    drop = c[0] - c[-1]
-    if not math.isfinite(drop) or drop <= 0:
+    ok = np.flatnonzero(np.isfinite(c))
+    if ok.size < 2:
         return float("nan"), float("nan")
-    p = (c[0] - c) / drop
+    first, last = c[ok[0]], c[ok[-1]]  # the first and last versions the base logged
+    if not first - last > 0:
+        return float("nan"), float("nan")
+    with np.errstate(invalid="ignore"):
+        p = np.where(np.isfinite(c), (first - c) / (first - last), -np.inf)
     return float(v[np.argmax(p >= lo)]), float(v[np.argmax(p >= hi)])
 
 

@@ -199,7 +199,8 @@ def unhealthy_flags(ev: Evidence, key: str, high_error: float | None = None) -> 
     h = cell_health(ev, key)
     flags = list(h.get("health", []))
     div = list(h.get("diverged", []))
-    err = list((getattr(ev, "error", None) or {}).get(key) or []) if high_error is not None else []
+    errs = (getattr(ev, "error", None) or {}).get(key)  # a list, or an array while the evidence is being made
+    err = [] if high_error is None or errs is None else [None if x is None else float(x) for x in errs]
     out: list[bool | None] = []
     for i, f in enumerate(flags):
         d = div[i] if i < len(div) else None

@@ -32,7 +32,7 @@ from typing import Any
 
 from figures.budgets import DESIGN_OF, Budget, confirmatory_budget
 from figures.common import cost_estimate, dedupe
-from figures.estimate import fit_line, list_schedule, shape_key
+from figures.estimate import fit_line, list_schedule
 from figures.prereg import load
 from testbed.runner import RunConfig, run_many
 
@@ -61,6 +61,20 @@ def _loops(configs: list[RunConfig], workers: int) -> list[list[RunConfig]]:
 
     todo = sorted(configs, key=cost_estimate, reverse=True)
     return group_runs(todo, MAX_LOOP, workers=workers) if todo else []
+
+
+# task arguments that change with the length H but not the cost of a step at that H (token reversal's rare
+# discovery threshold): loops that differ only in them and H are one shape, priced by interpolation in H
+_PER_H_ARGS = ("H", "min_correct")
+
+
+def shape_key(cfg: RunConfig) -> tuple:
+    """A loop's shape for timing: the model and batch settings without the run length and the per-H arguments
+    (its steps enter the price through `cost_estimate`)."""
+    c = cfg.resolved()
+    args = {k: v for k, v in c.task_args.items() if k not in _PER_H_ARGS}
+    return (c.task, tuple(sorted(args.items())), c.batch_size, c.n_actors, c.group_size, c.epochs, c.minibatches,
+            c.log_every)
 
 
 def _h(cfg: RunConfig) -> int:

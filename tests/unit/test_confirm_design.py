@@ -24,6 +24,10 @@ def test_learning_window_closed_form_and_base_only():
     assert -40 * math.log(1 - 0.75 * d) == pytest.approx(54.65, abs=0.01)
     # a method's curves never enter: the function takes the base only; a base that does not learn -> no window
     assert all(map(math.isnan, confirm.learning_window(v, np.full_like(v, 0.5), 0.25, 0.75)))
+    assert all(map(math.isnan, confirm.learning_window([], np.zeros((2, 0)), 0.25, 0.75)))  # nothing logged
+    late = np.vstack([base, base])
+    late[:, 0] = np.nan  # version 0 not logged: the drop runs from the first logged version
+    assert confirm.learning_window(v, late, 0.25, 0.75)[0] >= 20.0
 
 
 def test_window_mean_is_the_trapezoid_area_over_the_width():

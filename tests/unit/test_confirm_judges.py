@@ -116,6 +116,8 @@ def test_high_error_seed_is_unhealthy():
     assert unhealthy_flags(ev, "grpo|sync")[3] is False  # the lost-class flag alone passes it
     assert unhealthy_flags(ev, "grpo|sync", 0.25)[3] is True
     assert sum(unhealthy_flags(ev, "grpo|sync", 0.25)) == 1
+    ev.error["grpo|sync"] = np.array(ev.error["grpo|sync"])  # as the evidence holds it while being made
+    assert unhealthy_flags(ev, "grpo|sync", 0.25)[3] is True
 
 
 def test_ddg3_registered_per_seed_exact_on_the_unit_grid():
