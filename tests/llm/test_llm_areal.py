@@ -3,17 +3,29 @@ Skipped when AReaL is not installed (it runs beside verl in the separate environ
 
 from __future__ import annotations
 
+import importlib.util
+import logging
 from types import SimpleNamespace
 
 import pytest
 import torch
 
-functional = pytest.importorskip("areal.utils.functional", reason="AReaL is not installed")
+from llm_scale.integrations import areal as plugin
+from testbed.stabilizers import build
 
-from areal.api.cli_args import RejectionSamplingConfig  # noqa: E402
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("areal") is None, reason="AReaL is not installed")
 
-from llm_scale.integrations import areal as plugin  # noqa: E402
-from testbed.stabilizers import build  # noqa: E402
+
+@pytest.fixture(scope="module")
+def areal():
+    """AReaL's loss and config, imported here: AReaL's getLogger replaces the logging module's root and manager, so
+    they are put back afterwards (other tests read their loggers through the standard root)."""
+    saved = (logging.root, logging.Logger.root, logging.Logger.manager)
+    from areal.api.cli_args import RejectionSamplingConfig
+    from areal.utils import functional
+
+    yield SimpleNamespace(loss=functional.ppo_actor_loss_fn, rejection=RejectionSamplingConfig)
+    logging.root, logging.Logger.root, logging.Logger.manager = saved
 
 
 def _packed(seed: int = 0, n: int = 40):
@@ -29,12 +41,12 @@ def _packed(seed: int = 0, n: int = 40):
     return {"logprobs": old, "prox_logp": prox, "advantages": adv, "loss_mask": mask, "cu_seqlens": cu}, new
 
 
-def test_decoupled_ppo_is_areals_decoupled_loss_number_for_number():
+def test_decoupled_ppo_is_areals_decoupled_loss_number_for_number(areal):
     data, new = _packed()
     ours = plugin.make_loss_fn(build("decoupled_ppo(cap=5.0)"))(new, torch.zeros_like(new), data)
     (g_ours,) = torch.autograd.grad(ours, new)
-    rs = RejectionSamplingConfig(level="token", action="mask", metric="ratio", upper=5.0)
-    theirs, stat = functional.ppo_actor_loss_fn(logprobs=new, proximal_logprobs=data["prox_logp"], old_logprobs=data["logprobs"],
+    rs = areal.rejection(level="token", action="mask", metric="ratio", upper=5.0)
+    theirs, stat = areal.loss(logprobs=new, proximal_logprobs=data["prox_logp"], old_logprobs=data["logprobs"],
                                                 advantages=data["advantages"], eps_clip=0.2, loss_mask=data["loss_mask"],
                                                 rejection_sampling=rs)  # fmt: skip
     (g_theirs,) = torch.autograd.grad(theirs, new)
@@ -43,11 +55,11 @@ def test_decoupled_ppo_is_areals_decoupled_loss_number_for_number():
     assert bool(((weight > 5.0) & data["loss_mask"]).any()) and bool(stat["clip_mask"].any())  # cap and clip bind
 
 
-def test_ppo_without_a_proximal_policy_is_areals_coupled_loss():
+def test_ppo_without_a_proximal_policy_is_areals_coupled_loss(areal):
     data, new = _packed(1)
     data.pop("prox_logp")
     ours = plugin.make_loss_fn(build("ppo"))(new, torch.zeros_like(new), data)
-    theirs, _ = functional.ppo_actor_loss_fn(logprobs=new, proximal_logprobs=data["logprobs"], old_logprobs=data["logprobs"],
+    theirs, _ = areal.loss(logprobs=new, proximal_logprobs=data["logprobs"], old_logprobs=data["logprobs"],
                                              advantages=data["advantages"], eps_clip=0.2, loss_mask=data["loss_mask"])  # fmt: skip
     assert torch.allclose(ours, theirs, rtol=1e-6)
 

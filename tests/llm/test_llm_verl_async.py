@@ -4,7 +4,6 @@ checkpoint wiring that says when it fails. Skipped when verl is not installed (s
 from __future__ import annotations
 
 import logging
-import warnings
 
 import pytest
 import torch
@@ -154,17 +153,25 @@ def test_the_hosts_metric_names_carry_verls_own_numbers():
     assert dg["actor/ppo_kl"] == pytest.approx(ours["actor/ppo_kl"]) and "actor/pg_clipfrac" not in dg
 
 
-def test_a_checkpointer_that_cannot_be_wired_says_so(monkeypatch, caplog):
-    monkeypatch.setattr(plugin, "CHECKPOINTING", (("verl.no_such_module", "Manager"), ("json", "NoSuchClass"),
-                                                  ("megatron_not_installed_pkg.core", "Engine")))  # fmt: skip
+def test_a_checkpointer_that_cannot_be_wired_says_so(monkeypatch):
+    monkeypatch.setattr(
+        plugin,
+        "CHECKPOINTING",
+        (("verl.no_such_module", "Manager"), ("json", "NoSuchClass"), ("megatron_not_installed_pkg.core", "Engine")),
+    )
     monkeypatch.setattr(plugin, "WIRING_FAILURES", {})
-    with caplog.at_level(logging.DEBUG, logger=plugin.__name__):
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.DEBUG)
+    handler.emit = records.append  # on the plugin's own logger: other packages' logging setup cannot hide it
+    plugin.LOGGER.addHandler(handler)
+    try:
         assert plugin.wire_checkpoints() == []
-    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    finally:
+        plugin.LOGGER.removeHandler(handler)
+    warned = [r.getMessage() for r in records if r.levelno == logging.WARNING]
     assert len(warned) == 2 and all("will NOT be saved" in w and "\n" not in w for w in warned)
     assert set(plugin.WIRING_FAILURES) == {"Manager", "NoSuchClass"}  # an absent optional backend is not a failure
     assert plugin.WIRED_CHECKPOINTS and plugin.GUARDED_BYPASS  # the real ones, at import
-    warnings.simplefilter("default")
 
 
 def test_a_transform_that_needs_batch_statistics_is_refused_without_a_stabilizer_loss():
