@@ -56,7 +56,7 @@ def test_another_friction_preset_refuses_the_label(tmp_path, committed, monkeypa
     monkeypatch.setattr(testbed.frictions, "TOKEN_REVERSAL_PRESET", "G9")
     meta = claims.protocol(tmp_path, committed, _rows(committed.seeds("async")), ROOT)
     assert meta["label"] == "exploratory"
-    assert meta["label_reasons"] == ["the code's token-reversal preset is 'G9', the registered one 'G0'"]
+    assert meta["label_reasons"] == ["the code's token-reversal preset is 'G9', the registered one 'F1'"]
 
 
 def test_exploratory_seeds_refuse_the_label(tmp_path, committed):
