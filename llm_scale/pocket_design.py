@@ -212,7 +212,7 @@ def run_pilot(sweep_file: str, runs: Path, out: Path, arms: tuple[str, ...], log
                 summary = json.loads((d / "summary.json").read_text()) if (d / "summary.json").is_file() else {}
                 if start and summary.get("status") not in ("finished", "diverged"):
                     log(f"pilot: {arm} lr={lr:g} seed={seed} -> {d}")
-                    subprocess.run([sys.executable, "-m", "llm_scale", *run.argv(d)], check=False, env=dict(os.environ),
+                    subprocess.run([sys.executable, "-m", "llm_scale", *run.argv(d), "--resume", "auto"], check=False, env=dict(os.environ),
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
                     summary = json.loads((d / "summary.json").read_text()) if (d / "summary.json").is_file() else {}
                 trajectory = run_updates(d) if summary.get("status") in ("finished", "diverged") else []
