@@ -663,3 +663,34 @@ def markdown(rows: list[dict[str, str]], root: Path | None = None) -> list[str]:
     if root is not None:
         lines += rung_markdown(rung_fingerprints(Path(root)))
     return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m figures.llm_column [--claims CLAIMS_JSON] [--out MD]``: the transfer output (the real-model
+    table, the transfer table one column per rung, the rungs' fingerprints like for like) from the files under
+    the working directory, the testbed's verdicts read from a claims report's ``llm`` rows."""
+    import argparse
+    import sys
+
+    from testbed.util.files import atomic_write_text
+
+    ap = argparse.ArgumentParser(prog="python -m figures.llm_column", description=main.__doc__.splitlines()[0])
+    ap.add_argument("--claims", default="results/paper/claims.json", help="claims report whose testbed verdicts are read")
+    ap.add_argument("--out", default="results/llm/transfer.md", help="where the markdown goes")
+    args = ap.parse_args(argv)
+    report = _load_json(Path(args.claims))
+    if not isinstance(report, dict) or not isinstance(report.get("llm"), list):
+        print(f"error: --claims {args.claims!r} is not a claims report with an 'llm' list", file=sys.stderr)
+        return 2
+    testbed = {r["id"]: r["testbed"] for r in report["llm"] if isinstance(r, dict) and "id" in r and "testbed" in r}
+    if "GAC-1" in testbed:
+        testbed["GAC-1 claim"] = testbed["GAC-1"]
+    lines = [f"# The model ladder: transfer output (testbed verdicts from {args.claims})", *markdown(llm_rows(Path("."), testbed), Path("."))]
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(Path(args.out), "\n".join(lines) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -136,7 +136,9 @@ def design(pilot: Path) -> dict[str, Any]:
     cos = {arm: by_lr("late_grad_cos_within", arm) for arm in ("sync", "stale")}
     out: dict[str, Any] = {"pilot": str(pilot), "health": health, "chosen_lr": None if chosen is None else chosen["lr"],
                            "chosen_learns": None if chosen is None else chosen["learns"],
-                           "seconds_per_update": per_update_s, "updates_per_run": steps, "rule": __doc__.split("1. ")[1].split("2. ")[0].strip()}  # fmt: skip
+                           "seconds_per_update": per_update_s,
+                           "seconds_per_update_basis": "wall seconds of the pilot's finished runs over their updates "
+                                                       "(evaluations included), on the machine as loaded when they ran", "updates_per_run": steps, "rule": __doc__.split("1. ")[1].split("2. ")[0].strip()}  # fmt: skip
 
     def cost(seeds: int | None, arms: int, updates_: int) -> float | None:
         return None if seeds is None else seeds * arms * updates_ * per_update_s / 3600
@@ -212,7 +214,7 @@ def run_pilot(sweep_file: str, runs: Path, out: Path, arms: tuple[str, ...], log
                 summary = json.loads((d / "summary.json").read_text()) if (d / "summary.json").is_file() else {}
                 if start and summary.get("status") not in ("finished", "diverged"):
                     log(f"pilot: {arm} lr={lr:g} seed={seed} -> {d}")
-                    subprocess.run([sys.executable, "-m", "llm_scale", *run.argv(d)], check=False, env=dict(os.environ),
+                    subprocess.run([sys.executable, "-m", "llm_scale", *run.argv(d), "--resume", "auto"], check=False, env=dict(os.environ),
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
                     summary = json.loads((d / "summary.json").read_text()) if (d / "summary.json").is_file() else {}
                 trajectory = run_updates(d) if summary.get("status") in ("finished", "diverged") else []

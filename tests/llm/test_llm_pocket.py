@@ -112,3 +112,25 @@ def test_full_pocket_build_is_deterministic(tmp_path):
     second = build_pocket("pocket-arithmetic", tmp_path / "b", progress=False, log=lambda m: None)
     for name in SAME_BYTES:
         assert (first / name).read_bytes() == (second / name).read_bytes(), name
+
+
+def test_update_benchmark_skips_a_model_that_is_not_built(tmp_path, monkeypatch, capsys):
+    from benchmarks.pocket_update import main
+
+    monkeypatch.setenv("STALENESS_TESTBED_MODELS", str(tmp_path))
+    assert main(["--out", str(tmp_path / "cost.json")]) == 0
+    report = json.loads((tmp_path / "cost.json").read_text())
+    assert report["skipped"] == "pocket-arithmetic is not built: python -m llm_scale models build pocket-arithmetic"
+    assert "ratio_update" not in report
+    assert main(["--rounds", "0"]) == 2 and "--rounds must be a positive integer, got 0" in capsys.readouterr().err
+
+
+def test_learning_rate_schedule_per_phase():
+    from llm_scale.pocket import phase_lr
+
+    s = POCKET_MODELS["pocket-arithmetic"]
+    w, p = s.warmup_steps, s.pretrain_steps
+    assert phase_lr(0, s) == pytest.approx(s.lr / w) and phase_lr(w - 1, s) == pytest.approx(s.lr)
+    assert phase_lr(p - 1, s) == pytest.approx(s.min_lr_ratio * s.lr)  # cosine end of pretraining
+    assert phase_lr(p, s) == pytest.approx(s.sft_lr / w)  # fine-tuning warms up again to its own peak
+    assert phase_lr(p + s.sft_steps - 1, s) == pytest.approx(s.min_lr_ratio * s.sft_lr)

@@ -102,3 +102,17 @@ def test_pilot_design_numbers(tmp_path):
     assert math.isclose(out["AREAL-1/GAC-2"]["sd"], math.sqrt(0.0013)) and out["AREAL-1/GAC-2"]["df"] == 2
     assert math.isclose(out["seconds_per_update"], 2.0)  # 60 s over 30 updates
     assert out["VCPO-1"]["events"] == 0 and out["VCPO-1"]["needed_is_lower_bound"]
+
+
+def test_transfer_output_command(tmp_path, monkeypatch, capsys):
+    from figures.llm_column import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "claims.json").write_text(json.dumps({"llm": [{"id": "AREAL-1", "testbed": "reproduced"}]}))
+    assert main(["--claims", "claims.json", "--out", "t.md"]) == 0
+    text = (tmp_path / "t.md").read_text()
+    assert "| AREAL-1 | reproduced | not measured | not measured | not measured: no GPU command in" in text
+    assert "## Rungs' fingerprints, like for like" in text
+    (tmp_path / "bad.json").write_text("[]")
+    assert main(["--claims", "bad.json"]) == 2
+    assert capsys.readouterr().err.strip() == "error: --claims 'bad.json' is not a claims report with an 'llm' list"
