@@ -4,6 +4,8 @@ does not fit on disk; the recipe list and the validate table naming what they sh
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from testbed import sweep as sweep_mod
@@ -116,3 +118,43 @@ def test_validate_table_names_its_metric():
     assert text.splitlines()[0].startswith("recipe, pg, sync: final held-out test_reward (mean of the last two")
     with pytest.raises(UsageError):
         plan_sweep([], "x")
+
+
+def _bandit(n: int = 2) -> list[RunConfig]:
+    return [RunConfig(task="bandit", delay="fixed:2", steps=20, log_every=10, seed=s) for s in range(n)]
+
+
+def test_a_saved_loop_that_cannot_be_used_is_announced_and_trained_afresh(tmp_path, capsys):
+    configs = _bandit()
+    store = ResultStore(tmp_path)
+    checkpoint = store.checkpoint([c.run_id for c in configs])
+    checkpoint.parent.mkdir(parents=True)
+    checkpoint.write_bytes(b"not a checkpoint")
+    assert sweep_mod._train(configs, store, {}) == ["ok", "ok"]
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == (f"not resuming the saved loop {str(checkpoint)!r}: it cannot be read (damaged, or saved by a "
+                    "version that wrote another format); its 2 run(s) start over")
+    assert not checkpoint.exists()
+
+
+def test_a_saved_loop_of_other_code_is_not_resumed(tmp_path, capsys):
+    configs = _bandit()
+    store = ResultStore(tmp_path)
+    calls = [0]
+
+    def stop() -> bool:
+        calls[0] += 1
+        return calls[0] == 6
+
+    with pytest.raises(KeyboardInterrupt):
+        sweep_mod._train(configs, store, {}, stop=stop)
+    checkpoint = store.checkpoint([c.run_id for c in configs])
+    code_file = checkpoint.with_suffix(".code.json")
+    code = json.loads(code_file.read_text())
+    assert len(code) == 2 and set(code[0]) == {"advantage auto", "surrogate pg", "task bandit", "loop"}
+    code_file.write_text(json.dumps([{**c, "surrogate pg": "edited"} for c in code]))
+    capsys.readouterr()
+    assert sweep_mod._train(configs, store, {}) == ["ok", "ok"]
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.endswith("the code of surrogate pg changed since it was saved; its 2 run(s) start over")
+    assert not checkpoint.exists() and not code_file.exists()
