@@ -17,6 +17,17 @@ from testbed.usage import RunFailed, UsageError
 from testbed.validate import format_card
 
 
+def _stop_after(n: int):
+    """A stop request that says so at its n-th call (the runner asks after every step)."""
+    calls = [0]
+
+    def stop() -> bool:
+        calls[0] += 1
+        return calls[0] == n
+
+    return stop
+
+
 def one_error(capsys) -> str:
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1, err
@@ -54,12 +65,7 @@ def test_dry_run_counts_the_checkpoint_a_stop_writes(tmp_path):
     configs = _mnist()
     plan = plan_sweep(configs, tmp_path / "o", loop_size=4)
     runner = Runner(configs)
-    calls = [0]
-
-    def stop() -> bool:
-        calls[0] += 1
-        return calls[0] == 30
-
+    stop = _stop_after(30)
     with pytest.raises(Interrupted):
         runner.run(stop=stop)
     runner.save(tmp_path / "loop.pt")
@@ -91,12 +97,7 @@ def test_a_checkpoint_that_does_not_fit_is_one_line(tmp_path, monkeypatch):
 
     monkeypatch.setattr(Runner, "save", full)
     configs = _mnist(2)
-    calls = [0]
-
-    def stop() -> bool:
-        calls[0] += 1
-        return calls[0] == 5
-
+    stop = _stop_after(5)
     with pytest.raises(RunFailed) as failed:
         sweep_mod._train(configs, ResultStore(tmp_path), {}, stop=stop)
     message = str(failed.value)
@@ -140,12 +141,7 @@ def test_a_saved_loop_that_cannot_be_used_is_announced_and_trained_afresh(tmp_pa
 def test_a_saved_loop_of_other_code_is_not_resumed(tmp_path, capsys):
     configs = _bandit()
     store = ResultStore(tmp_path)
-    calls = [0]
-
-    def stop() -> bool:
-        calls[0] += 1
-        return calls[0] == 6
-
+    stop = _stop_after(6)
     with pytest.raises(KeyboardInterrupt):
         sweep_mod._train(configs, store, {}, stop=stop)
     checkpoint = store.checkpoint([c.run_id for c in configs])
