@@ -15,17 +15,7 @@ from testbed.results import ResultStore
 from testbed.runner import Interrupted, RunConfig, Runner
 from testbed.usage import RunFailed, UsageError
 from testbed.validate import format_card
-
-
-def _stop_after(n: int):
-    """A stop request that says so at its n-th call (the runner asks after every step)."""
-    calls = [0]
-
-    def stop() -> bool:
-        calls[0] += 1
-        return calls[0] == n
-
-    return stop
+from tests.integration.test_stop_resume import _stop_after
 
 
 def one_error(capsys) -> str:
