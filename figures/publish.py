@@ -252,6 +252,12 @@ def _header(p: dict[str, Any]) -> list[str]:
     lines = [f"Setting: {setting}. Made by `{p['command']}` on {st['date']} at commit `{st['commit']}`; {timed}. "
              "Verdicts are computed by the rules of each claim's record (figures/experiments/) from the figures' data "
              "(data/*.json), not typed in."]
+    if st.get("label"):  # the protocol stamp (figures/claims.py protocol)
+        pr, block = st.get("preregistration") or {}, st.get("seed_block") or ["?", "?"]
+        why = "; ".join(st.get("label_reasons") or [])
+        lines.append(f"Protocol: **{st['label']}**. Pre-registration figures/preregistration.toml, sha256 "
+                     f"`{str(pr.get('sha256'))[:16]}`, commit `{pr.get('commit')}`; confirmatory seed block "
+                     f"{block[0]}..{block[1]}" + (f". Not confirmatory because: {why}" if why else ""))
     n = st.get("invocations") or 0
     if n > 1 or (n and st.get("history_complete") is False):
         commits = ", ".join(f"`{c}`" for c in st.get("campaign_commits") or [])

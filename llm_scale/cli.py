@@ -2,8 +2,9 @@
 
 Other commands: ``recipes`` (the names a recipe spec may use), ``tasks``, ``scorecard RECIPE``,
 ``models`` (known pretrained models and whether they are in the model cache), ``models fetch NAME``
-(download and convert one once), ``fingerprint --model M --task T`` (the staleness fingerprint of a
-model on a task), ``budget --model M --task T`` (how the completion budget changes its rewards),
+(download and convert one once), ``models build NAME`` (build a pocket LM, task-pretrained on the CPU,
+once), ``fingerprint --model M --task T`` (the staleness fingerprint of a model on a task),
+``budget --model M --task T`` (how the completion budget changes its rewards),
 ``study ...`` (the promotion study; ``study --help``).
 Every command takes ``--import MODULE`` (repeatable): a module of your own stabilizer, imported first and by
 every trainer process the command starts (testbed/stabilizers/registry.py; docs/own_stabilizer.md); a recipe
@@ -56,6 +57,18 @@ class FetchArgs:
 
 
 @dataclass
+class BuildArgs:
+    """Build a pocket LM (task-pretrained on a CPU, llm_scale/pocket.py) into the model cache, once."""
+
+    name: Positional[str]
+    """pocket model name (python -m llm_scale models)"""
+    cache_dir: str | None = None
+    """model cache (default: $STALENESS_TESTBED_MODELS, else ~/.cache/staleness-testbed/models)"""
+    progress: bool = True
+    """progress bar"""
+
+
+@dataclass
 class ModelsArgs:
     """List the known pretrained models and whether each is in the model cache."""
 
@@ -79,12 +92,31 @@ def _models(argv: list[str]) -> int:
             return 1
         print(model_dir(args.name, args.cache_dir))
         return 0
+    if argv and argv[0] == "build":
+        from .pocket import POCKET_MODELS, build_pocket
+
+        build = parse(BuildArgs, argv[1:], "python -m llm_scale models build")
+        if build.name not in POCKET_MODELS:
+            raise UsageError(f"unknown pocket model {build.name!r}; allowed: {', '.join(POCKET_MODELS)}")
+        try:
+            build_pocket(build.name, build.cache_dir, build.progress, log=lambda m: print(m, file=sys.stderr))
+        except ModelLoadError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        print(model_dir(build.name, build.cache_dir))
+        return 0
     args = parse(ModelsArgs, argv, "python -m llm_scale models")
     print(f"model cache: {cache_root(args.cache_dir)}")
     for name, spec in KNOWN_MODELS.items():
         state = f"present ({model_dir(name, args.cache_dir)})" if is_present(name, args.cache_dir) else \
             f"missing: python -m llm_scale models fetch {name}"
         print(f"{name}: {spec.summary}; {state}")
+    from .pocket import POCKET_MODELS
+
+    for name, pocket in POCKET_MODELS.items():
+        state = f"present ({model_dir(name, args.cache_dir)})" if is_present(name, args.cache_dir) else \
+            f"missing: python -m llm_scale models build {name}"
+        print(f"{name}: {pocket.summary}; {state}")
     return 0
 
 

@@ -9,7 +9,7 @@ global ones: explicit settings > regime > task defaults > DEFAULTS (testbed/runn
 * ``async_grpo``: what LLM trainers do (verl, AReaL, TRL): GRPO groups of G samples per context,
   K epochs over N minibatches per batch (several optimizer steps per batch), the proximal policy of
   decoupled PPO = the policy at the start of the batch, and AReaL's bounded staleness with actors
-  faster than the learner. The values are those of the regime search below (sweeps/regime/, README);
+  faster than the learner. The values are those of the regime search below (sweeps/regime/, results/findings/regime_search.md);
   ``stale`` lists the two staleness levels the claims use.
 
 Selection rule of ``async_grpo`` (fixed before the search sweeps/regime/search_groups_*.toml was run;
@@ -36,7 +36,7 @@ samples, one epoch, seeds 0..2, at sync (lag 0) and at the higher staleness leve
     sequences when it has one; without it, r_real comes from the known measurement on
     SmolLM2-135M-Instruct: cosine +0.10 at 16 sequences (dense reward), so r_real = 0.10 / 0.90.
 If no setting passes (a) and (b), the regime keeps the healthy setting nearest by (c) and the finding
-"GRPO at these scales does not degrade in a healthy regime" is recorded in README.md.
+"GRPO at these scales does not degrade in a healthy regime" is recorded in results/findings/regime_search.md.
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ register_regime(Regime("one_step", "one optimizer step per batch, no groups (the
                        {"*": {"group_size": 1, "epochs": 1, "minibatches": 1}}))
 
 # The values come from the search under the rule above, in two grids (sweeps/regime/search_groups_*.toml and
-# search_batch.toml; the table in sweeps/regime/search_groups.md and README.md). In the first grid (100 samples
+# search_batch.toml; the table in sweeps/regime/search_groups.md and results/findings/regime_search.md). In the first grid (100 samples
 # per batch) no setting is healthy by rule (a): 37-88% of the optimizer steps of the second half have an
 # exactly zero gradient at sync, since a minibatch's gradient is zero when all of its k groups share one
 # reward (probability ~ p^k), and with 5-10 groups per minibatch that is most steps. The second grid raises k
@@ -96,7 +96,7 @@ register_regime(Regime(
     "faster than the learner",
     {"mnist": {"batch_size": 400, "group_size": 10, "epochs": 1, "minibatches": 2, "lr": 1e-3,
                "delay": "bounded:8,4"},
-     # the same shape on token reversal; no setting of its search made GRPO degrade (README), so this is
+     # the same shape on token reversal; no setting of its search made GRPO degrade (results/findings/regime_search.md), so this is
      # the regime's shape at the learning rate with the best synchronous GRPO of that search
      "token_reversal": {"group_size": 10, "epochs": 1, "minibatches": 2, "lr": 1e-4, "delay": "bounded:8,4"}},
     stale=("bounded:8,4", "bounded:32,4"),

@@ -37,7 +37,7 @@ from .seeding import SCHEME
 DEFAULT_DIR = "results/scorecards"
 # The battery's version: bumped whenever its cells, their settings or the score rule change.
 BATTERY_VERSION = "v2"
-# Scorecards that ship with llm_scale for the recipes its README runs (written by the same battery).
+# Scorecards that ship with llm_scale for the recipes README and docs/llm_scale.md run (written by the same battery).
 SHIPPED_DIR = Path(__file__).resolve().parent.parent / "llm_scale" / "scorecards"
 
 CARD_FIELDS: dict[str, type | tuple[type, ...]] = {

@@ -12,13 +12,13 @@ import pytest
 from llm_scale.cli import main
 from llm_scale.tasks import PromptFile, build_task
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "llm_scale.md"  # "Your own task and data"
 TINY = ["--model", "tiny", "--mode", "sync", "--prompts-per-step", "4", "--group-size", "4", "--tensorboard", "off",
         "--no-progress", "--no-save-final", "--seed", "3"]  # fmt: skip
 
 
 def readme_example() -> str:
-    text = README.read_text()
+    text = GUIDE.read_text()
     block = text.split("<!-- user-task-example -->", 1)[1]
     return re.search(r"```python\n(.*?)```", block, re.S).group(1)
 

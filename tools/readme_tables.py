@@ -1,0 +1,100 @@
+"""Write the tables README.md and docs/ show from the committed results files, between marker comments.
+
+    python tools/readme_tables.py            # rewrite every generated table in place
+    python tools/readme_tables.py --check    # exit 1, naming the file, where a table differs from its source
+
+The verdict table is read from results/paper/claims.json (the claims report's own record), the wall-time
+table from results/paper/timings.json; nothing in them is typed by hand. tests/unit/test_docs.py asserts
+that the committed pages equal what this script writes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+from testbed.util.files import atomic_write_text
+
+ROOT = Path(__file__).resolve().parents[1]
+CLAIMS = ROOT / "results" / "paper" / "claims.json"
+TIMINGS = ROOT / "results" / "paper" / "timings.json"
+
+
+def _cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ").strip()
+
+
+def verdict_table(claims: dict) -> str:
+    """One row per claim: id, the claim, the paper's value, the testbed's verdict (marked "edge" where the report
+    flags a deciding interval end near its rule's edge) and the real model's reading (the report's ``llm`` rows)."""
+    real = {row["id"]: row for row in claims.get("llm", [])}
+    lines = ["| id | claim | paper | verdict | real model |", "| --- | --- | --- | --- | --- |"]
+    for c in claims["claims"]:
+        llm = real.get(c["id"])
+        edge = " (edge)" if c.get("on_edge") else ""  # a deciding interval end within one standard error of its edge
+        lines.append(f"| {c['id']} | {_cell(c['claim'])} | {_cell(c.get('paper_value', ''))} | "
+                     f"**{_cell(c['verdict'])}**{edge} | {_cell(llm['real']) if llm else ''} |")
+    return "\n".join(lines)
+
+
+def _hms(seconds: float) -> str:
+    s = round(seconds)
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
+def wall_table(timings: dict, command: str = "python -m figures all") -> str:
+    """Wall time per figure of the last campaign of ``command`` (seconds, and the share of the total)."""
+    walls = timings[command]["wall_s"]
+    total = walls["_total"]
+    lines = ["| figure | wall (s) | share |", "| --- | ---: | ---: |"]
+    for name, seconds in walls.items():
+        if not name.startswith("_"):
+            lines.append(f"| {name} | {seconds:,.0f} | {seconds / total:.1%} |")
+    cpu = walls.get("_cpu_s")
+    lines.append(f"| **total** | {total:,.0f} ({_hms(total)}) | 100.0% |")
+    if cpu is not None:
+        lines.append(f"| CPU time, all workers | {cpu:,.0f} | |")
+    return "\n".join(lines)
+
+
+def tables() -> dict[str, str]:
+    """Marker name -> generated table, from the committed results files."""
+    return {"verdicts": verdict_table(json.loads(CLAIMS.read_text())),
+            "wall-time": wall_table(json.loads(TIMINGS.read_text()))}
+
+
+PAGES = {"verdicts": ROOT / "README.md", "wall-time": ROOT / "docs" / "reproducing.md"}
+
+
+def fill(text: str, name: str, table: str) -> str:
+    """Replace what lies between ``<!-- NAME:begin -->`` and ``<!-- NAME:end -->`` by ``table``."""
+    pattern = re.compile(rf"(<!-- {re.escape(name)}:begin[^>]*-->\n)(?:.*?\n)?(<!-- {re.escape(name)}:end -->)", re.S)
+    if not pattern.search(text):
+        raise ValueError(f"no '<!-- {name}:begin -->' ... '<!-- {name}:end -->' markers")
+    return pattern.sub(lambda m: m.group(1) + table + "\n" + m.group(2), text, count=1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv not in ([], ["--check"]):
+        print("usage: python tools/readme_tables.py [--check]", file=sys.stderr)
+        return 2
+    stale = []
+    for name, table in tables().items():
+        page = PAGES[name]
+        text = page.read_text()
+        new = fill(text, name, table)
+        if new != text:
+            stale.append(page.relative_to(ROOT).as_posix())
+            if not argv:
+                atomic_write_text(page, new)
+    if argv and stale:
+        print(f"generated tables out of date in: {', '.join(stale)} (run python tools/readme_tables.py)")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
