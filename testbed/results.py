@@ -113,11 +113,25 @@ def config_columns(cfg: RunConfig) -> dict[str, Any]:
     return out
 
 
+INT_METRICS = ("step", "lag_max", "diverged_at")  # logged integers: stay integers beside a row that lacks them
+
+
+def _integers(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with the `INT_METRICS` columns as nullable integers (a diverged run's last row has no lag, which
+    would otherwise turn the column, and every loop-mate's values in the table, into floats)."""
+    for col in INT_METRICS:
+        if col in frame and frame[col].dtype.kind in "fiu":
+            values = frame[col]
+            if values.dropna().eq(values.dropna().round()).all():
+                frame[col] = values.astype("Int64")
+    return frame
+
+
 def result_frame(result: RunResult) -> pd.DataFrame:
     """The tidy rows of one run: config columns, ``status``, then the logged metrics (header only if none)."""
     base = {**config_columns(result.config), "status": result.status}
     rows = [{**base, **{k: _scalar(v) for k, v in row.items()}} for row in result.rows]
-    return pd.DataFrame(rows) if rows else pd.DataFrame(columns=list(base))
+    return _integers(pd.DataFrame(rows)) if rows else pd.DataFrame(columns=list(base))
 
 
 def atomic_write_frame(df: pd.DataFrame, path: Path) -> None:
@@ -231,7 +245,7 @@ class ResultStore:
         frames = [f for f in frames if len(f)]
         if not frames:
             return pd.DataFrame({c: pd.Series(dtype=t) for c, t in column_types([*CONFIG_COLUMNS, "status"]).items()})
-        return pd.concat(frames, ignore_index=True)
+        return _integers(pd.concat(frames, ignore_index=True))
 
     def summary(self, configs: Iterable[RunConfig], table: pd.DataFrame) -> pd.DataFrame:
         """One row per recorded run: config, status, final logged metrics, wall time, and what the status

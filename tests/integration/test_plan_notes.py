@@ -144,3 +144,19 @@ def test_a_saved_loop_of_other_code_is_not_resumed(tmp_path, capsys):
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.endswith("the code of surrogate pg changed since it was saved; its 2 run(s) start over")
     assert not checkpoint.exists() and not code_file.exists()
+
+
+def test_lag_max_stays_an_integer_beside_a_diverged_loop_mate(tmp_path):
+    from testbed.runner import RunResult
+
+    store = ResultStore(tmp_path)
+    a, b = _bandit()
+    store.save(RunResult(a.resolved(), [{"step": 10, "lag_max": 2, "reward": 0.5}], "ok", {}))
+    store.save(RunResult(b.resolved(), [{"step": 10, "lag_max": 2, "reward": 0.5}, {"step": 11, "diverged_at": 11}],
+                         "diverged", {}))
+    store.finish([a, b])
+    text = (tmp_path / "results.csv").read_text()
+    header = text.splitlines()[0].split(",")
+    rows = [line.split(",") for line in text.splitlines()[1:]]
+    assert [r[header.index("lag_max")] for r in rows] == ["2", "2", ""]
+    assert [r[header.index("diverged_at")] for r in rows] == ["", "", "11"]
