@@ -245,7 +245,7 @@ class ResultStore:
         frames = [f for f in frames if len(f)]
         if not frames:
             return pd.DataFrame({c: pd.Series(dtype=t) for c, t in column_types([*CONFIG_COLUMNS, "status"]).items()})
-        return _integers(pd.concat(frames, ignore_index=True))
+        return pd.concat(frames, ignore_index=True)
 
     def summary(self, configs: Iterable[RunConfig], table: pd.DataFrame) -> pd.DataFrame:
         """One row per recorded run: config, status, final logged metrics, wall time, and what the status
@@ -272,8 +272,9 @@ class ResultStore:
     def finish(self, configs: list[RunConfig], fmt: str = "csv") -> pd.DataFrame:
         """Write results.csv (+ .parquet) and summary.csv from the recorded runs; return the table."""
         table = self.table(configs)
-        atomic_write_frame(table, self.out / "results.csv")
+        written = _integers(table.copy())
+        atomic_write_frame(written, self.out / "results.csv")
         if fmt == "parquet":
-            atomic_write_frame(table, self.out / "results.parquet")
+            atomic_write_frame(written, self.out / "results.parquet")
         atomic_write_frame(self.summary(configs, table), self.out / "summary.csv")
         return table
