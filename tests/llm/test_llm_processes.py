@@ -82,3 +82,24 @@ def test_stop_trainers_interrupts_them(tmp_path):
     assert stop_trainers(timeout_s=60) == 1
     assert proc.returncode == 130 and running() == []
     assert "interrupted at update" in (tmp_path / "log").read_text()
+
+
+def test_ctrl_c_of_the_study_is_one_line_and_stops_its_trainers(tmp_path, monkeypatch, capsys):
+    import llm_scale.study
+    from llm_scale import processes
+    from llm_scale.cli import main
+
+    with open(tmp_path / "log", "w") as log:
+        proc = processes.start_trainer([*TRAIN, "--out", str(tmp_path / "run")], log, env())
+
+    def interrupted(argv):
+        deadline = time.monotonic() + 240
+        while not (tmp_path / "run" / "metrics.csv").exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(llm_scale.study, "main", interrupted)
+    assert main(["study", "sweep.toml"]) == 130
+    assert capsys.readouterr().err.splitlines() == [
+        "study interrupted: 1 trainer(s) stopped at their last checkpoint; rerun the same command to resume"]
+    assert proc.returncode == 130 and not alive(proc.pid)
