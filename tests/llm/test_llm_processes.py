@@ -103,3 +103,23 @@ def test_ctrl_c_of_the_study_is_one_line_and_stops_its_trainers(tmp_path, monkey
     assert capsys.readouterr().err.splitlines() == [
         "study interrupted: 1 trainer(s) stopped at their last checkpoint; rerun the same command to resume"]
     assert proc.returncode == 130 and not alive(proc.pid)
+
+
+def test_a_removed_lock_file_cannot_admit_a_second_writer(tmp_path, monkeypatch):
+    """A writer that opened the lock file just before the finished writer removed it (and a third made a new one)
+    gets the old file's lock, which is no longer the directory's: it refuses."""
+    import fcntl
+
+    with one_writer(tmp_path, remove=True):
+        pass
+    assert not (tmp_path / ".lock").exists()  # a finished writer leaves nothing
+    real = fcntl.flock
+
+    def racing(fh, op):  # between this writer's open and its lock: removed, and a newer lock file made
+        (tmp_path / ".lock").unlink()
+        (tmp_path / ".lock").write_text("999")
+        return real(fh, op)
+
+    monkeypatch.setattr(fcntl, "flock", racing)
+    with pytest.raises(DirectoryBusy, match="writing to"), one_writer(tmp_path):
+        pass
