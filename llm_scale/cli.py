@@ -203,7 +203,7 @@ def _train(argv: list[str]) -> int:
     trainer.out.mkdir(parents=True, exist_ok=True)
     writer = contextlib.ExitStack()  # one writer per run directory, for the whole run
     try:
-        writer.enter_context(one_writer(trainer.out, "give another --out"))
+        writer.enter_context(one_writer(trainer.out, "give another --out", remove=True))
     except DirectoryBusy as exc:
         raise UsageError(str(exc)) from None
     try:

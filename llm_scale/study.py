@@ -64,6 +64,7 @@ import testbed.util.stats as stats
 from testbed.util.stats import ALPHA
 
 from .config import TrainConfig, UsageError, checkpoint_pointer, cpu_budget
+from .processes import start_trainer
 
 SYNC, STALE = "sync", "stale"
 MIN_SEEDS = 10  # the floor of [compare] min_seeds: fewer paired seeds never promote
@@ -355,7 +356,7 @@ def execute(
                                                               "options": dict(run.options)}, default=str, indent=1))  # fmt: skip
             handle = (root / f"{run.key}.log").open("a")
             print(f"study: start {run.arm} eta={run.eta} lr={run.lr:g} seed={run.seed} -> {out}", file=log, flush=True)
-            proc = subprocess.Popen([sys.executable, "-m", "llm_scale", *argv], stdout=handle, stderr=subprocess.STDOUT, env=env)
+            proc = start_trainer(argv, handle, env)  # own process group; ends with the study (llm_scale/processes.py)
             active.append((run, proc, handle))
         time.sleep(1.0)
         for item in list(active):

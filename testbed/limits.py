@@ -260,9 +260,11 @@ def check_output_dir(out: str | Path, create: bool, what: str = "--out") -> list
     anc = existing_ancestor(path)
     if not anc.is_dir():
         raise UsageError(f"{what} {text!r} cannot be created: {str(anc)!r} is a file, not a directory")
-    if not create:
-        if not os.access(anc, os.W_OK | os.X_OK):
-            raise UsageError(f"{what} {text!r}: cannot write to {str(anc)!r} (permission denied)")
+    if not create:  # a probe file made and removed at once: root passes os.access on a read-only directory
+        try:
+            _probe(anc)
+        except OSError as exc:
+            raise UsageError(f"{what} {text!r} is not writable: {_reason(exc)}") from None
         return []
     created: list[Path] = []
     todo = []

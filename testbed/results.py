@@ -113,11 +113,25 @@ def config_columns(cfg: RunConfig) -> dict[str, Any]:
     return out
 
 
+INT_METRICS = ("step", "lag_max", "diverged_at")  # logged integers: stay integers beside a row that lacks them
+
+
+def _integers(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with the `INT_METRICS` columns as nullable integers (a diverged run's last row has no lag, which
+    would otherwise turn the column, and every loop-mate's values in the table, into floats)."""
+    for col in INT_METRICS:
+        if col in frame and frame[col].dtype.kind in "fiu":
+            values = frame[col]
+            if values.dropna().eq(values.dropna().round()).all():
+                frame[col] = values.astype("Int64")
+    return frame
+
+
 def result_frame(result: RunResult) -> pd.DataFrame:
     """The tidy rows of one run: config columns, ``status``, then the logged metrics (header only if none)."""
     base = {**config_columns(result.config), "status": result.status}
     rows = [{**base, **{k: _scalar(v) for k, v in row.items()}} for row in result.rows]
-    return pd.DataFrame(rows) if rows else pd.DataFrame(columns=list(base))
+    return _integers(pd.DataFrame(rows)) if rows else pd.DataFrame(columns=list(base))
 
 
 def atomic_write_frame(df: pd.DataFrame, path: Path) -> None:
@@ -258,8 +272,9 @@ class ResultStore:
     def finish(self, configs: list[RunConfig], fmt: str = "csv") -> pd.DataFrame:
         """Write results.csv (+ .parquet) and summary.csv from the recorded runs; return the table."""
         table = self.table(configs)
-        atomic_write_frame(table, self.out / "results.csv")
+        written = _integers(table.copy())
+        atomic_write_frame(written, self.out / "results.csv")
         if fmt == "parquet":
-            atomic_write_frame(table, self.out / "results.parquet")
+            atomic_write_frame(written, self.out / "results.parquet")
         atomic_write_frame(self.summary(configs, table), self.out / "summary.csv")
         return table

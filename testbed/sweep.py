@@ -17,6 +17,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import contextlib
 import errno
+import json
 import multiprocessing
 import os
 import shutil
@@ -29,7 +30,7 @@ from typing import Any
 import pandas as pd
 
 from testbed import limits, outcomes
-from testbed.codeprint import run_code
+from testbed.codeprint import run_code, stale_parts
 from testbed.plan import (  # noqa: F401  (re-exported: the sweep's public names)
     FORMATS,
     MAX_LAG,
@@ -48,6 +49,7 @@ from testbed.runner import Interrupted, Loop, RunConfig, Runner, RunSpec
 from testbed.stopping import StopRequest, note_in_worker, stop_on_signals, workers_start_ignoring_sigint
 from testbed.sweep_file import TOP_KEYS, expand, file_settings, load_file, parse_loop_size  # noqa: F401
 from testbed.usage import RunFailed, UsageError
+from testbed.util.files import atomic_write_text
 
 # -- running ----------------------------------------------------------------------------------------------
 
@@ -70,7 +72,8 @@ def _train(configs: list[RunConfig], store: ResultStore, chance: dict[str, float
         ids = [s.config.run_id for s in specs]
         checkpoint = store.checkpoint(ids)
         task = build_task(specs[0])
-        runner = Runner.load(checkpoint, task, ids) if checkpoint.is_file() else None
+        code = [run_code(spec, task) for spec in specs]
+        runner = _resume(checkpoint, task, ids, code)
         if runner is not None:
             print(f"resuming {len(ids)} run(s) at step {runner.next_step} of {runner.cfg0.steps} from "
                   f"{str(checkpoint)!r}", file=sys.stderr, flush=True)
@@ -79,11 +82,11 @@ def _train(configs: list[RunConfig], store: ResultStore, chance: dict[str, float
         if on_version is not None:
             runner.on_version = on_version
         results = runner.run(progress=progress, stop=stop)
-        code = [run_code(spec, task) for spec in specs]
     except Interrupted as stopped:
         assert runner is not None
         try:
             runner.save(checkpoint)
+            atomic_write_text(_code_file(checkpoint), json.dumps(code))
         except (OSError, RuntimeError) as exc:  # torch reports a full disk as a RuntimeError of its zip writer
             free = limits.fmt_bytes(shutil.disk_usage(checkpoint.parent).free) if checkpoint.parent.is_dir() else "?"
             reason = "no space left on the disk" if isinstance(exc, RuntimeError) or exc.errno == errno.ENOSPC else \
@@ -109,7 +112,32 @@ def _train(configs: list[RunConfig], store: ResultStore, chance: dict[str, float
         store.save(result, code[i])
         statuses.append(result.status)
     checkpoint.unlink(missing_ok=True)
+    _code_file(checkpoint).unlink(missing_ok=True)
     return statuses
+
+
+def _code_file(checkpoint: Path) -> Path:
+    """Beside a saved loop: the fingerprint of the code that trained it (testbed/codeprint.py), one per run."""
+    return checkpoint.with_suffix(".code.json")
+
+
+def _resume(checkpoint: Path, task: Any, ids: list[str], code: list[dict[str, str]]) -> Runner | None:
+    """The loop saved at ``checkpoint``, or None (train afresh): none saved, or one that cannot be used, said so
+    in one line (damaged or of another format, or trained by code that has changed since)."""
+    if not checkpoint.is_file():
+        return None
+    try:
+        saved = json.loads(_code_file(checkpoint).read_text()) if _code_file(checkpoint).is_file() else None
+    except (OSError, ValueError):
+        saved = None
+    changed = list(dict.fromkeys(p for old, new in zip(saved or [], code, strict=False) for p in stale_parts(old, new)))
+    runner = None if changed else Runner.load(checkpoint, task, ids)
+    if runner is None:
+        why = (f"the code of {', '.join(changed)} changed since it was saved" if changed else
+               "it cannot be read (damaged, or saved by a version that wrote another format)")
+        print(f"not resuming the saved loop {str(checkpoint)!r}: {why}; its {len(ids)} run(s) start over",
+              file=sys.stderr, flush=True)
+    return runner
 
 
 _DONE: Any = None  # in a worker process: the sweep's shared count of runs done, fractions of runs included

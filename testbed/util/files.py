@@ -55,10 +55,12 @@ class DirectoryBusy(ValueError):
 
 
 @contextlib.contextmanager
-def one_writer(directory: str | Path, hint: str = "choose another --out") -> Iterator[None]:
+def one_writer(directory: str | Path, hint: str = "choose another --out", remove: bool = False) -> Iterator[None]:
     """Hold ``DIRECTORY/.lock`` (an exclusive ``flock``) while writing to ``directory``: one writer per directory.
     The lock dies with the process (a killed writer frees it); the file holds the writer's pid. A second writer
-    gets `DirectoryBusy`. Without ``fcntl`` (not POSIX) nothing is locked."""
+    gets `DirectoryBusy`. ``remove``: delete the lock file when done (still holding it; a writer that locked a file
+    since removed sees that the path no longer names it and refuses). Without ``fcntl`` (not POSIX) nothing is
+    locked."""
     try:
         import fcntl
     except ImportError:
@@ -69,6 +71,8 @@ def one_writer(directory: str | Path, hint: str = "choose another --out") -> Ite
     try:
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if not os.path.samestat(os.fstat(fh.fileno()), os.stat(directory / ".lock")):
+                raise OSError  # removed by the writer that held it, now done: the directory has a newer lock file
         except OSError:
             fh.seek(0)
             pid = fh.read().strip() or "?"
@@ -78,6 +82,10 @@ def one_writer(directory: str | Path, hint: str = "choose another --out") -> Ite
         fh.truncate()
         fh.write(str(os.getpid()))
         fh.flush()
-        yield
+        try:
+            yield
+        finally:
+            if remove:
+                (directory / ".lock").unlink(missing_ok=True)
     finally:
         fh.close()

@@ -252,3 +252,12 @@ def test_figures_disk_refusal_names_the_figures_options(tmp_path, capsys, monkey
     line = one_error(capsys)
     assert "on disk under" in line and "but 48.8 KiB is free" in line
     assert line.endswith("free some space, choose another --cache, or use --quick") and "--log-every" not in line
+
+
+def test_a_read_only_directory_has_one_wording_with_and_without_dry_run(readonly_dir, capsys):
+    lines = []
+    for extra in ([], ["--dry-run"]):
+        assert main([*RUN, "--out", str(readonly_dir / "new"), *extra]) == 2
+        lines.append(one_error(capsys))
+    assert lines[0] == lines[1] and lines[0].startswith(f"error: --out {str(readonly_dir / 'new')!r} is not writable: ")
+    assert list(readonly_dir.iterdir()) == []

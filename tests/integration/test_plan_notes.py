@@ -4,6 +4,8 @@ does not fit on disk; the recipe list and the validate table naming what they sh
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from testbed import sweep as sweep_mod
@@ -13,6 +15,7 @@ from testbed.results import ResultStore
 from testbed.runner import Interrupted, RunConfig, Runner
 from testbed.usage import RunFailed, UsageError
 from testbed.validate import format_card
+from tests.integration.test_stop_resume import _stop_after
 
 
 def one_error(capsys) -> str:
@@ -52,12 +55,7 @@ def test_dry_run_counts_the_checkpoint_a_stop_writes(tmp_path):
     configs = _mnist()
     plan = plan_sweep(configs, tmp_path / "o", loop_size=4)
     runner = Runner(configs)
-    calls = [0]
-
-    def stop() -> bool:
-        calls[0] += 1
-        return calls[0] == 30
-
+    stop = _stop_after(30)
     with pytest.raises(Interrupted):
         runner.run(stop=stop)
     runner.save(tmp_path / "loop.pt")
@@ -89,12 +87,7 @@ def test_a_checkpoint_that_does_not_fit_is_one_line(tmp_path, monkeypatch):
 
     monkeypatch.setattr(Runner, "save", full)
     configs = _mnist(2)
-    calls = [0]
-
-    def stop() -> bool:
-        calls[0] += 1
-        return calls[0] == 5
-
+    stop = _stop_after(5)
     with pytest.raises(RunFailed) as failed:
         sweep_mod._train(configs, ResultStore(tmp_path), {}, stop=stop)
     message = str(failed.value)
@@ -116,3 +109,54 @@ def test_validate_table_names_its_metric():
     assert text.splitlines()[0].startswith("recipe, pg, sync: final held-out test_reward (mean of the last two")
     with pytest.raises(UsageError):
         plan_sweep([], "x")
+
+
+def _bandit(n: int = 2) -> list[RunConfig]:
+    return [RunConfig(task="bandit", delay="fixed:2", steps=20, log_every=10, seed=s) for s in range(n)]
+
+
+def test_a_saved_loop_that_cannot_be_used_is_announced_and_trained_afresh(tmp_path, capsys):
+    configs = _bandit()
+    store = ResultStore(tmp_path)
+    checkpoint = store.checkpoint([c.run_id for c in configs])
+    checkpoint.parent.mkdir(parents=True)
+    checkpoint.write_bytes(b"not a checkpoint")
+    assert sweep_mod._train(configs, store, {}) == ["ok", "ok"]
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == (f"not resuming the saved loop {str(checkpoint)!r}: it cannot be read (damaged, or saved by a "
+                    "version that wrote another format); its 2 run(s) start over")
+    assert not checkpoint.exists()
+
+
+def test_a_saved_loop_of_other_code_is_not_resumed(tmp_path, capsys):
+    configs = _bandit()
+    store = ResultStore(tmp_path)
+    stop = _stop_after(6)
+    with pytest.raises(KeyboardInterrupt):
+        sweep_mod._train(configs, store, {}, stop=stop)
+    checkpoint = store.checkpoint([c.run_id for c in configs])
+    code_file = checkpoint.with_suffix(".code.json")
+    code = json.loads(code_file.read_text())
+    assert len(code) == 2 and set(code[0]) == {"advantage auto", "surrogate pg", "task bandit", "loop"}
+    code_file.write_text(json.dumps([{**c, "surrogate pg": "edited"} for c in code]))
+    capsys.readouterr()
+    assert sweep_mod._train(configs, store, {}) == ["ok", "ok"]
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.endswith("the code of surrogate pg changed since it was saved; its 2 run(s) start over")
+    assert not checkpoint.exists() and not code_file.exists()
+
+
+def test_lag_max_stays_an_integer_beside_a_diverged_loop_mate(tmp_path):
+    from testbed.runner import RunResult
+
+    store = ResultStore(tmp_path)
+    a, b = _bandit()
+    store.save(RunResult(a.resolved(), [{"step": 10, "lag_max": 2, "reward": 0.5}], "ok", {}))
+    store.save(RunResult(b.resolved(), [{"step": 10, "lag_max": 2, "reward": 0.5}, {"step": 11, "diverged_at": 11}],
+                         "diverged", {}))
+    store.finish([a, b])
+    text = (tmp_path / "results.csv").read_text()
+    header = text.splitlines()[0].split(",")
+    rows = [line.split(",") for line in text.splitlines()[1:]]
+    assert [r[header.index("lag_max")] for r in rows] == ["2", "2", ""]
+    assert [r[header.index("diverged_at")] for r in rows] == ["", "", "11"]

@@ -82,3 +82,44 @@ def test_stop_trainers_interrupts_them(tmp_path):
     assert stop_trainers(timeout_s=60) == 1
     assert proc.returncode == 130 and running() == []
     assert "interrupted at update" in (tmp_path / "log").read_text()
+
+
+def test_ctrl_c_of_the_study_is_one_line_and_stops_its_trainers(tmp_path, monkeypatch, capsys):
+    import llm_scale.study
+    from llm_scale import processes
+    from llm_scale.cli import main
+
+    with open(tmp_path / "log", "w") as log:
+        proc = processes.start_trainer([*TRAIN, "--out", str(tmp_path / "run")], log, env())
+
+    def interrupted(argv):
+        deadline = time.monotonic() + 240
+        while not (tmp_path / "run" / "metrics.csv").exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(llm_scale.study, "main", interrupted)
+    assert main(["study", "sweep.toml"]) == 130
+    assert capsys.readouterr().err.splitlines() == [
+        "study interrupted: 1 trainer(s) stopped at their last checkpoint; rerun the same command to resume"]
+    assert proc.returncode == 130 and not alive(proc.pid)
+
+
+def test_a_removed_lock_file_cannot_admit_a_second_writer(tmp_path, monkeypatch):
+    """A writer that opened the lock file just before the finished writer removed it (and a third made a new one)
+    gets the old file's lock, which is no longer the directory's: it refuses."""
+    import fcntl
+
+    with one_writer(tmp_path, remove=True):
+        pass
+    assert not (tmp_path / ".lock").exists()  # a finished writer leaves nothing
+    real = fcntl.flock
+
+    def racing(fh, op):  # between this writer's open and its lock: removed, and a newer lock file made
+        (tmp_path / ".lock").unlink()
+        (tmp_path / ".lock").write_text("999")
+        return real(fh, op)
+
+    monkeypatch.setattr(fcntl, "flock", racing)
+    with pytest.raises(DirectoryBusy, match="writing to"), one_writer(tmp_path):
+        pass
