@@ -422,6 +422,12 @@ def pocket_names() -> tuple[str, ...]:
     return tuple(POCKET_MODELS)
 
 
+def random_init(name: str) -> bool:
+    """Whether `load_policy` gives model ``name`` random weights (``"tiny"``, ``"random:ARCH"``) rather than
+    pretrained ones."""
+    return name == "tiny" or name.startswith("random:")
+
+
 def load_policy(
     name: str,
     *,
@@ -480,7 +486,7 @@ def prompt_style(style: str, name: str, tokenizer: Any) -> str:
     a tokenizer with a chat template, else qa."""
     if style != "auto":
         return style
-    if name == "tiny" or name.startswith("random:"):
+    if random_init(name):
         return "compact"
     return "chat" if getattr(tokenizer, "chat_template", None) else "qa"
 

@@ -38,7 +38,7 @@ from .config import TrainConfig, UsageError, check_device, check_paths, check_sp
 from .generation import NonFiniteRollout, RolloutBatch
 from .learner import Learner, LearnerSettings, lr_multiplier
 from .metrics import CsvLog, Progress, add_scalars, tensorboard_writer
-from .models import ModelLoadError, load_policy, n_params, prompt_style, stop_ids
+from .models import ModelLoadError, load_policy, n_params, prompt_style, random_init, stop_ids
 from .rollout import Plan, make_rollouts
 from .sampler import Sampler
 from .tasks import build_task, completion_budget, truncation_warning
@@ -356,7 +356,8 @@ class Trainer:
                 if grad_steps is not None:
                     for record in self.learner.steps:
                         grad_steps.log(record)
-                if not first_rewards:
+                # a randomly initialised model has no answer format yet: its cut completions say nothing of the budget
+                if not first_rewards and not random_init(cfg.model):
                     n_seq = batch.completion_ids.shape[0]
                     warning = truncation_warning(round(row["truncated_frac"] * n_seq), n_seq, self.sampler.max_new_tokens)
                     if warning:
