@@ -4,6 +4,7 @@
     python -m figures NAME [NAME ...] [same options]     one or more figures (see `list`)
     python -m figures list                                 the figures and the claims each tests
     python -m figures claims [--out DIR]                   rebuild claims.md / claims.json from DIR/data
+    python -m figures all --confirmatory [--workers N]     the confirmatory report (figures/preregistration.toml)
 
 The full setting (the papers' budgets, figures/budgets.py) is the default; ``--quick`` uses a handful
 of steps and two seeds (CI smoke test; its verdicts are not evidence). Outputs (default
@@ -13,12 +14,19 @@ self-contained page; written by ``all`` and ``claims``), timings.json. Simulator
 the testbed's results store (``--cache``, default ``results/figures/runs``), keyed by config hash:
 re-plotting retrains nothing and an interrupted run resumes. ``python -m figures.estimate`` predicts
 the full run's wall time from timed samples.
+
+``--confirmatory`` runs the pre-registered design instead of the full setting: the seeds, designs, logging
+interval and horizon grid of figures/preregistration.toml (`figures.budgets.confirmatory_budget`), into
+``results/confirmatory`` with its own run cache ``results/figures/confirmatory_runs``; the report is
+labelled "confirmatory" only when the protocol holds (docs/claims_protocol.md); ``python -m
+figures.walltime`` predicts its wall time.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import os
+import shlex
 import sys
 import time
 from collections.abc import Sequence
@@ -37,6 +45,8 @@ def _parser() -> ArgumentParser:
                    help="run cache: a testbed results store (default results/figures/runs)")
     p.add_argument("--workers", type=integer(1), default=None, help="parallel training processes (default: CPU count)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--confirmatory", action="store_true",
+                   help="the pre-registered confirmatory design (figures/preregistration.toml) instead of the full setting")
     p.add_argument("--cached-only", action="store_true",
                    help="train nothing: plot and judge from the runs already cached (a partial report if some are missing)")
     return p
@@ -81,21 +91,31 @@ def _main(argv: list[str]) -> int:
     _check_targets(targets)
     if targets == ["list"]:
         return _list()
-    out = Path(args.out or ("results/figures/quick" if args.quick else "results/paper"))
-    cache = Path(args.cache or "results/figures/runs")
+    if args.confirmatory and args.quick:
+        raise UsageError("--confirmatory runs the pre-registered design; it cannot be combined with --quick")
+    if args.confirmatory:
+        from figures import budgets, prereg
+
+        budgets.activate(budgets.confirmatory_budget(prereg.load()))
+    default_out = "results/confirmatory" if args.confirmatory else "results/paper"
+    out = Path(args.out or ("results/figures/quick" if args.quick else default_out))
+    cache = Path(args.cache or ("results/figures/confirmatory_runs" if args.confirmatory else "results/figures/runs"))
     from figures.claims import write_report
     from figures.common import Context, dedupe, missing, read_evidence, runs_s
 
     command = ("python -m figures " + " ".join(targets) + (" --quick" if args.quick else "")
+               + (" --confirmatory" if args.confirmatory else "")
                + (" --cached-only" if args.cached_only else ""))
     ctx = Context(out=out, cache=cache, quick=args.quick, workers=args.workers or (os.cpu_count() or 1),
                   progress=not args.no_progress, command=command, cached_only=args.cached_only)
     if targets == ["claims"]:
         evidence = read_evidence(out) if out.is_dir() else {}
         absent = [f for f in FIGURES if f not in evidence]
-        if absent:
-            raise UsageError(f"no data for {', '.join(absent)} under {str(out / 'data')!r}; run `python -m figures all` "
-                             "first")
+        if absent:  # the hint keeps the user's directories (a bare `all` would write the committed report)
+            quick = args.quick or any(p.get("quick") for p in evidence.values())
+            again = " ".join(["python -m figures all", *(["--quick"] if quick else []), "--out", shlex.quote(str(out)),
+                              *(["--cache", shlex.quote(args.cache)] if args.cache else [])])
+            raise UsageError(f"no data for {', '.join(absent)} under {str(out / 'data')!r}; run `{again}` first")
         check_output_dir(out, create=True)
         quick = any(p.get("quick") for p in evidence.values())
         made = [c for n in FIGURES for c in module(n).configs(quick)]

@@ -44,7 +44,8 @@ code path (training, intervals, verdicts, HTML) runs in CI in seconds; its verdi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 from testbed.util.sequential import Design
 
@@ -129,8 +130,32 @@ QUICK = Budget(
 )
 
 
+_ACTIVE: list[Budget] = []  # the budget that replaces FULL in a confirmatory run (`activate`)
+
+
+def activate(b: Budget | None) -> None:
+    """Make ``b`` the full setting's budget (None: back to `FULL`); ``python -m figures --confirmatory`` sets
+    `confirmatory_budget`."""
+    _ACTIVE.clear()
+    if b is not None:
+        _ACTIVE.append(b)
+
+
 def budget(quick: bool) -> Budget:
-    return QUICK if quick else FULL
+    return QUICK if quick else (_ACTIVE[-1] if _ACTIVE else FULL)
+
+
+def confirmatory_budget(p: Any) -> Budget:
+    """The full budget with a pre-registration's (``p``: `figures.prereg.Prereg`) seeds (first look: the block's
+    first n0), sequential designs, async-regime logging interval and unit horizon grid."""
+    d = {k: Design(int(v["n0"]), int(v["step"]), int(v["cap"])) for k, v in p.section("designs").items()}
+    ddg = p.section("ddg")
+    return replace(
+        FULL, name="confirmatory",
+        mnist_seeds=p.seeds("mnist")[: d["mnist"].n0], async_seeds=p.seeds("async")[: d["async"].n0],
+        tr_seeds=p.seeds("tr")[: d["tr"].n0], async_log=int(p.section("phase")["async_log"]),
+        tr_horizons=tuple(range(int(ddg["h_min"]), int(ddg["h_max"]) + 1)),
+        mnist_design=d["mnist"], async_design=d["async"], tr_design=d["tr"], horizon_design=d["horizon"])
 
 
 def lag_of(delay: str) -> int:

@@ -41,10 +41,13 @@ import math
 from pathlib import Path
 from typing import Any
 
+from figures import prereg
 from figures.budgets import DESIGN_OF, budget
 from figures.common import arr
+from figures.confirm import near_edge
 from figures.evidence import Evidence
 from figures.experiments import all_claims, experiment
+from figures.prereg import CLAIM_KEYS, Prereg
 from figures.records import Claim, Judgement, assess, history_consistent, look_history
 from testbed.util.files import atomic_write_text
 from testbed.util.stats import ALPHA, BETA, LEVEL, MAX_SEEDS, TRIM, VERDICTS, Outcome, fmt, fmt_interval, fmt_margin
@@ -52,6 +55,11 @@ from testbed.util.stats import ALPHA, BETA, LEVEL, MAX_SEEDS, TRIM, VERDICTS, Ou
 __all__ = ["VERDICTS", "evaluate", "judge", "write_report"]
 
 NEGATIVE = ("not reproduced", "inconclusive", "not testable")
+# Claims whose judges read their pre-registered endpoint, estimator and margins (figures/preregistration.toml,
+# figures/confirm.py; DDG-1 is registered at its paper's endpoint, which its judge reads). A report judging any
+# other seeded claim cannot be confirmatory (`protocol`; docs/claims_protocol.md, "What is not yet wired").
+WIRED: frozenset[str] = frozenset({"GAC-1", "GAC-2", "AREAL-1", "VCPO-1", "VCPO-2", "VCPO-3", "DG-1", "DDG-1", "DDG-2",
+                              "DDG-3"})
 SHARED_RULES = (
     f"Per-seed values, paired by seed (same seed = same initialisation and context stream). Every decision reads "
     f"the interval of the {TRIM:.0%}-trimmed mean of the (paired) differences (Yuen's interval; fixed before the "
@@ -104,7 +112,27 @@ def judge(claim: Claim, evidence: dict[str, Evidence], quick: bool = False) -> J
 
 
 def _part_row(o: Outcome) -> dict[str, Any]:
-    return {**o.to_dict(), "shown": fmt_interval(o), "margin_shown": fmt_margin(o)}
+    return {**o.to_dict(), "shown": fmt_interval(o), "margin_shown": fmt_margin(o), "edge": near_edge(o)}
+
+
+def registered(claim_id: str, reg: Prereg | None) -> dict[str, Any]:
+    """The claim's pre-registered design (figures/preregistration.toml): kind, endpoint, estimator, rule, margins
+    with their sources, preconditions and design; {} when the file does not list it."""
+    c = (reg.claims if reg else {}).get(claim_id)
+    if not c:
+        return {}
+    return {k: c[k] for k in CLAIM_KEYS} | {"margins": [dict(m) for m in c["margins"]]}
+
+
+def cross_cpu(root: Path) -> dict[str, dict[str, str]]:
+    """{report: {claim id: verdict}} of the committed reports under results/cross_cpu/ (beside each verdict)."""
+    out = {}
+    for f in sorted((root / "results" / "cross_cpu").glob("*/claims.json")):
+        try:
+            out[f.parent.name] = {str(r["id"]): str(r["verdict"]) for r in json.loads(f.read_text())["claims"]}
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return out
 
 
 def paragraph(claim: Claim, j: Judgement) -> dict[str, str]:
@@ -182,8 +210,10 @@ def looks_text(history: list[dict[str, Any]], cap: int | None, consistent: bool)
     return text if consistent else text + " (this history does not lead to the recorded stop: inconsistent record)"
 
 
-def evaluate(evidence: dict[str, Evidence], quick: bool = False) -> list[dict[str, Any]]:
-    """One row per claim from {experiment: evidence}."""
+def evaluate(evidence: dict[str, Evidence], quick: bool = False, reg: Prereg | None = None,
+             beside: dict[str, dict[str, str]] | None = None) -> list[dict[str, Any]]:
+    """One row per claim from {experiment: evidence}; ``reg``: the pre-registration each row carries its design
+    from; ``beside``: other reports' verdicts ({report: {claim id: verdict}}) set beside each row's."""
     rows = []
     for claim in all_claims():
         ev = evidence_of(evidence, claim.experiment)
@@ -208,6 +238,9 @@ def evaluate(evidence: dict[str, Evidence], quick: bool = False) -> list[dict[st
             "stop_shown": stop_text(j), "per_seed": per_seed(claim, ev, j),
             "looks": history, "looks_consistent": history_consistent(history, j.verdict),
             "sensitivity": [x.line() for x in claim.sensitivity],
+            "preregistered": registered(claim.id, reg),
+            "on_edge": any(near_edge(x) for x in j.parts),
+            "beside": {name: v.get(claim.id) for name, v in (beside or {}).items()},
         }
         if j.verdict in NEGATIVE:
             row["paragraph"] = paragraph(claim, j)
@@ -255,7 +288,8 @@ def write_report(out: Path, evidence: dict, quick: bool, command: str, missing_r
 
     out = Path(out)
     exp_evidence = by_experiment(evidence)
-    rows = evaluate(exp_evidence, quick)
+    reg = prereg.load()
+    rows = evaluate(exp_evidence, quick, reg, cross_cpu(Path(root or ".")))
     grpo = evidence_of(exp_evidence, "async_grpo")
     m = _minibatch(grpo)
     llm = llm_rows(Path(root or "."), _testbed_column(rows), m)
@@ -264,14 +298,40 @@ def write_report(out: Path, evidence: dict, quick: bool, command: str, missing_r
                          machines={f: evidence[f].get("machines") for f in made})
     meta.update({"missing_runs": missing_runs, "total_runs": total_runs,
                  "provisional_regime": bool(grpo) and grpo.registered is False})
+    meta.update(protocol(out, reg, rows, Path(root or ".")))
     payload = {"setting": "quick" if quick else "full", "command": command, "verdicts": list(VERDICTS),
                "stamp": meta, "missing_runs": missing_runs, "total_runs": total_runs, "shared_rules": SHARED_RULES,
                "claims": rows, "llm": llm}
     atomic_write_text(out / "claims.json", json.dumps(payload, indent=1))
-    extra = testability_markdown(rows) + llm_markdown(llm)
+    extra = testability_markdown(rows) + llm_markdown(llm, Path(root or "."))
     publish.write_markdown(out / "claims.md", payload, extra)
     publish.write_html(out / "index.html", payload, out, extra)
     return rows
+
+
+def protocol(out: Path, reg: Prereg, rows: list[dict[str, Any]], root: Path) -> dict[str, Any]:
+    """The report's protocol stamp: the pre-registration's digest, commit and seed block, and its label,
+    "confirmatory" only when `figures.prereg.label` allows it (else "exploratory" with the reasons). The first
+    confirmatory report under ``out`` records the digest it was judged under (``out``/preregistration.json);
+    every later one is compared with it."""
+    first_file = out / "preregistration.json"
+    try:
+        first = json.loads(first_file.read_text()).get("sha256")
+    except (OSError, ValueError, AttributeError):
+        first = None
+    seeds = {int(s) for r in rows for s in (r.get("per_seed") or {}).get("seeds", [])}
+    st = prereg.stamp()
+    from testbed.frictions import TOKEN_REVERSAL_PRESET
+
+    unwired = [cid for cid, c in reg.claims.items() if c["design"] != "none" and cid not in WIRED]
+    label, why = prereg.label(reg, st["commit"], first, seeds, prereg.used_seeds(root), unwired)
+    if reg.section("ddg").get("friction_preset") != TOKEN_REVERSAL_PRESET:
+        label, why = "exploratory", [*why, f"the code's token-reversal preset is {TOKEN_REVERSAL_PRESET!r}, the "
+                                           f"registered one {reg.section('ddg').get('friction_preset')!r}"]
+    if label == "confirmatory" and first is None:
+        atomic_write_text(first_file, json.dumps(st, indent=1))
+    return {"preregistration": st, "label": label, "label_reasons": why,
+            "seed_block": st["seed_block"], "judged_seeds": [min(seeds), max(seeds)] if seeds else None}
 
 
 def _testbed_column(rows: list[dict[str, Any]]) -> dict[str, str]:

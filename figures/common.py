@@ -305,6 +305,27 @@ def curves(table: pd.DataFrame, cell: list[RunConfig], metric: str) -> tuple[np.
     return steps, ys
 
 
+def seed_curves(table: pd.DataFrame, cell_runs: list[RunConfig], versions: list[float],
+                diverged_value: float) -> tuple[list[float], list[list[float]]]:
+    """(versions, per config of ``cell_runs`` (= per seed) its test error at each version): ``versions`` the
+    first run's logged steps when empty; NaN where a run is missing or did not log a version;
+    ``diverged_value`` after a divergence."""
+    rows = []
+    for c in cell_runs:
+        steps, ys = curves(table, [c], "test_error")
+        if not versions and len(steps):
+            versions = [float(x) for x in steps]
+        row = np.full(len(versions), np.nan)
+        if len(steps):
+            at = {float(x): float(y) for x, y in zip(steps, ys[0], strict=True)}
+            row = np.array([at.get(v, np.nan) for v in versions])
+            if diverged(table, [c]):
+                last = max((i for i, y in enumerate(row) if np.isfinite(y)), default=-1)
+                row[last + 1:] = diverged_value
+        rows.append(row.tolist())
+    return list(versions), rows
+
+
 def diverged(table: pd.DataFrame, cell: list[RunConfig]) -> int:
     """How many runs of ``cell`` diverged."""
     return sum(r is not None and r["status"].iloc[0] == "diverged" for r in _runs(table, cell))

@@ -252,6 +252,12 @@ def _header(p: dict[str, Any]) -> list[str]:
     lines = [f"Setting: {setting}. Made by `{p['command']}` on {st['date']} at commit `{st['commit']}`; {timed}. "
              "Verdicts are computed by the rules of each claim's record (figures/experiments/) from the figures' data "
              "(data/*.json), not typed in."]
+    if st.get("label"):  # the protocol stamp (figures/claims.py protocol)
+        pr, block = st.get("preregistration") or {}, st.get("seed_block") or ["?", "?"]
+        why = "; ".join(st.get("label_reasons") or [])
+        lines.append(f"Protocol: **{st['label']}**. Pre-registration figures/preregistration.toml, sha256 "
+                     f"`{str(pr.get('sha256'))[:16]}`, commit `{pr.get('commit')}`; confirmatory seed block "
+                     f"{block[0]}..{block[1]}" + (f". Not confirmatory because: {why}" if why else ""))
     n = st.get("invocations") or 0
     if n > 1 or (n and st.get("history_complete") is False):
         commits = ", ".join(f"`{c}`" for c in st.get("campaign_commits") or [])
@@ -326,9 +332,11 @@ def write_markdown(path: Path, p: dict[str, Any], extra: list[str] = ()) -> None
     atomic_write_text(Path(path), "\n".join(lines) + ("\n" if extra else ""))
 
 
-def _img(out: Path, name: str, shown: set[str]) -> str:
+def _img(out: Path, name: str, shown: set[str], claim: dict[str, Any] | None = None) -> str:
     """The figure embedded once on the page (``shown`` collects the names embedded so far); a later claim citing
-    it links back to it. The caption is drawn in the PNG itself, so it is the image's alt text, not repeated."""
+    it links back to it. Titled with its finding (the claim it is first shown for, with its verdict);
+    the caption is HTML text under it, at the page's size (the PNG's own caption line is too small to read once
+    the figure is scaled to the page); the alt text says what the image shows and what it found."""
     e = html.escape
     if name in shown:
         return f"<p class='seefig'>Figure <a href='#fig-{e(name)}'>{e(name)}</a> (shown above).</p>"
@@ -338,9 +346,13 @@ def _img(out: Path, name: str, shown: set[str]) -> str:
     shown.add(name)
     data = base64.b64encode(png.read_bytes()).decode("ascii")
     cap = Path(out) / f"{name}.caption.txt"
-    caption = cap.read_text().strip() if cap.is_file() else name
-    return (f"<figure id='fig-{e(name)}'><img alt='{e(caption)}' src='data:image/png;base64,{data}'>"
-            f"<figcaption>{e(name)} (<a href='{e(name)}.pdf'>PDF</a>)</figcaption></figure>")
+    caption = cap.read_text().strip() if cap.is_file() else ""
+    finding = f"{claim['id']} {claim['verdict']}: {claim['claim']}" if claim else name
+    alt = f"Figure {name}, the evidence for claim {finding}"
+    return (f"<figure id='fig-{e(name)}'><h3 class='figtitle'>Figure {e(name)}: {e(finding)}</h3>"
+            f"<a href='{e(name)}.png'><img alt='{e(alt)}' src='data:image/png;base64,{data}'></a>"
+            f"<figcaption>{e(caption)} (<a href='{e(name)}.png'>full size</a>, <a href='{e(name)}.pdf'>PDF</a>)"
+            "</figcaption></figure>")
 
 
 def _parts_html(parts: list[dict[str, Any]]) -> str:
@@ -399,16 +411,26 @@ def write_html(path: Path, p: dict[str, Any], out: Path, extra: list[str] = ()) 
             f"<ul><li>setting: {e(r['setting'])}</li><li>grid: {e(r['grid'] or 'n/a')}</li><li>rule: {e(r['rule'])}</li>"
             f"{margins}{('<li>note: ' + e(r['note']) + '</li>') if r.get('note') else ''}"
             f"{''.join('<li>sensitivity to ' + e(x) + '</li>' for x in r.get('sensitivity', []))}</ul>"
-            f"{_parts_html(r['parts'])}{other}{para}{''.join(_img(out, f, shown) for f in r['figures'])}</section>")
+            f"{_parts_html(r['parts'])}{other}{para}{''.join(_img(out, f, shown, r) for f in r['figures'])}</section>")
     css = ("body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#1f2328}"
            "table{border-collapse:collapse;margin:1em 0;font-size:0.9em}td,th{border:1px solid #d0d7de;padding:4px 8px;"
            "vertical-align:top}th{background:#f6f8fa}.verdict{font-weight:bold}.pv{display:flex;gap:2em}.pv div{flex:1;"
-           "background:#f6f8fa;padding:0 1em}figure{margin:1em 0}img{max-width:100%}figcaption{font-size:0.8em;"
-           "color:#57606a}.para{border-left:4px solid #d0d7de;padding-left:1em}.st-holds{color:#1a7f37}"
+           "background:#f6f8fa;padding:0 1em}figure{margin:1em 0}img{max-width:100%}figcaption{font-size:0.95em;"
+           "color:#1f2328;line-height:1.45}.figtitle{font-size:1.05em;margin:0.4em 0}#toc{background:#f6f8fa;"
+           "padding:0.5em 1.5em;font-size:0.9em}.para{border-left:4px solid #d0d7de;padding-left:1em}.st-holds{color:#1a7f37}"
            ".st-fails{color:#cf222e}.st-direction{color:#9a6700}.st-undecided{color:#6e7781}section{margin-top:2.5em}")
-    tail = f"<section><pre style='white-space:pre-wrap'>{e(chr(10).join(extra))}</pre></section>" if extra else ""
+    tail = f"<section id='notes'><pre style='white-space:pre-wrap'>{e(chr(10).join(extra))}</pre></section>" if extra else ""
+    entries = []
+    for r in p["claims"]:
+        figs = ", ".join(f"<a href='#fig-{e(f)}'>{e(f)}</a>" for f in r["figures"])
+        entries.append(f"<li><a href='#{e(r['id'])}'>{e(r['id'])}</a>: <span style='color:{COLORS[r['verdict']]}'>"
+                       f"{e(r['verdict'])}</span>{f' (figures: {figs})' if figs else ''}</li>")
+    notes = "<li><a href='#notes'>Notes</a></li>" if extra else ""
+    toc = (f"<nav id='toc'><h2>Contents</h2><ol><li><a href='#verdicts'>Verdicts</a></li><li><a href='#rules'>Shared "
+           f"rules</a></li><li>Claims<ol>{''.join(entries)}</ol></li>{notes}</ol></nav>")
     page = (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>Published claims vs this testbed"
-            f"</title><style>{css}</style></head><body><h1>Published claims vs this testbed</h1>{head}"
-            "<table><tr><th>id</th><th>claim</th><th>paper</th><th>ours</th><th>verdict</th><th>seeds needed</th></tr>"
-            f"{table}</table><h2>Shared rules</h2><p>{e(p['shared_rules'])}</p>{''.join(sections)}{tail}</body></html>")
+            f"</title><style>{css}</style></head><body><h1>Published claims vs this testbed</h1>{head}{toc}"
+            "<h2 id='verdicts'>Verdicts</h2><table><tr><th>id</th><th>claim</th><th>paper</th><th>ours</th><th>verdict</th>"
+            f"<th>seeds needed</th></tr>{table}</table><h2 id='rules'>Shared rules</h2><p>{e(p['shared_rules'])}</p>"
+            f"{''.join(sections)}{tail}</body></html>")
     atomic_write_text(Path(path), page)

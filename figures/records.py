@@ -192,29 +192,34 @@ def cell_health(ev: Evidence, key: str) -> dict[str, list[Any]]:
     return (getattr(ev, "health", None) or {}).get(key) or {}
 
 
-def unhealthy_flags(ev: Evidence, key: str) -> list[bool | None]:
-    """Per seed of cell ``key``: True if the run's health flag is not "healthy" or it diverged, False if
-    healthy, None if unknown (not run, or no flag recorded)."""
+def unhealthy_flags(ev: Evidence, key: str, high_error: float | None = None) -> list[bool | None]:
+    """Per seed of cell ``key``: True if the run's health flag is not "healthy", it diverged, or (with
+    ``high_error``) its final error (``ev.error[key]``) exceeds ``high_error`` (a seed at 37.5% error is unhealthy
+    at 0.25 whichever classes it predicts); False if healthy, None if unknown (not run, or no flag recorded)."""
     h = cell_health(ev, key)
     flags = list(h.get("health", []))
     div = list(h.get("diverged", []))
+    err = list((getattr(ev, "error", None) or {}).get(key) or []) if high_error is not None else []
     out: list[bool | None] = []
     for i, f in enumerate(flags):
         d = div[i] if i < len(div) else None
-        out.append(True if d else (None if f is None else f != "healthy"))
+        e = err[i] if i < len(err) else None
+        high = e is not None and math.isfinite(e) and e > high_error
+        out.append(True if d or high else (None if f is None else f != "healthy"))
     return out
 
 
 def healthy_base(cells: Callable[[Evidence], list[str]], remedy: str,
-                 name: str = "the base is healthy") -> Precondition:
+                 name: str = "the base is healthy", high_error: float | None = None) -> Precondition:
     """Met when, in every cell ``cells(evidence)`` names, at most a fraction TRIM of the seeds is unhealthy
-    (stalled, lost a class, diverged): what the trimmed estimator tolerates (testbed/util/stats.py); failed when
-    more are; unknown when a cell has no health flag at all."""
+    (stalled, lost a class, diverged, or above ``high_error`` final error where given, `unhealthy_flags`): what
+    the trimmed estimator tolerates (testbed/util/stats.py); failed when more are; unknown when a cell has no
+    health flag at all."""
 
     def check(ev: Evidence) -> tuple[str, str]:
         seen, failed, unknown = [], [], []
         for key in cells(ev):
-            known = [f for f in unhealthy_flags(ev, key) if f is not None]
+            known = [f for f in unhealthy_flags(ev, key, high_error) if f is not None]
             if not known:
                 unknown.append(key)
                 continue

@@ -2,9 +2,13 @@
 
 Other commands: ``recipes`` (the names a recipe spec may use), ``tasks``, ``scorecard RECIPE``,
 ``models`` (known pretrained models and whether they are in the model cache), ``models fetch NAME``
-(download and convert one once), ``fingerprint --model M --task T`` (the staleness fingerprint of a
-model on a task), ``budget --model M --task T`` (how the completion budget changes its rewards),
+(download and convert one once), ``models build NAME`` (build a pocket LM, task-pretrained on the CPU,
+once), ``fingerprint --model M --task T`` (the staleness fingerprint of a model on a task),
+``budget --model M --task T`` (how the completion budget changes its rewards),
 ``study ...`` (the promotion study; ``study --help``).
+Every command takes ``--import MODULE`` (repeatable): a module of your own stabilizer, imported first and by
+every trainer process the command starts (testbed/stabilizers/registry.py; docs/own_stabilizer.md); a recipe
+term ``module:ClassName`` works without it.
 The options of ``train`` are the fields of `llm_scale.config.TrainConfig`, derived by tyro
 (``--help`` lists them with their documentation). Exit codes: 0 finished (or stopped as asked),
 2 bad input (one line on stderr, nothing written), 1 an internal failure (short message; the
@@ -53,6 +57,18 @@ class FetchArgs:
 
 
 @dataclass
+class BuildArgs:
+    """Build a pocket LM (task-pretrained on a CPU, llm_scale/pocket.py) into the model cache, once."""
+
+    name: Positional[str]
+    """pocket model name (python -m llm_scale models)"""
+    cache_dir: str | None = None
+    """model cache (default: $STALENESS_TESTBED_MODELS, else ~/.cache/staleness-testbed/models)"""
+    progress: bool = True
+    """progress bar"""
+
+
+@dataclass
 class ModelsArgs:
     """List the known pretrained models and whether each is in the model cache."""
 
@@ -76,12 +92,31 @@ def _models(argv: list[str]) -> int:
             return 1
         print(model_dir(args.name, args.cache_dir))
         return 0
+    if argv and argv[0] == "build":
+        from .pocket import POCKET_MODELS, build_pocket
+
+        build = parse(BuildArgs, argv[1:], "python -m llm_scale models build")
+        if build.name not in POCKET_MODELS:
+            raise UsageError(f"unknown pocket model {build.name!r}; allowed: {', '.join(POCKET_MODELS)}")
+        try:
+            build_pocket(build.name, build.cache_dir, build.progress, log=lambda m: print(m, file=sys.stderr))
+        except ModelLoadError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        print(model_dir(build.name, build.cache_dir))
+        return 0
     args = parse(ModelsArgs, argv, "python -m llm_scale models")
     print(f"model cache: {cache_root(args.cache_dir)}")
     for name, spec in KNOWN_MODELS.items():
         state = f"present ({model_dir(name, args.cache_dir)})" if is_present(name, args.cache_dir) else \
             f"missing: python -m llm_scale models fetch {name}"
         print(f"{name}: {spec.summary}; {state}")
+    from .pocket import POCKET_MODELS
+
+    for name, pocket in POCKET_MODELS.items():
+        state = f"present ({model_dir(name, args.cache_dir)})" if is_present(name, args.cache_dir) else \
+            f"missing: python -m llm_scale models build {name}"
+        print(f"{name}: {pocket.summary}; {state}")
     return 0
 
 
@@ -160,6 +195,17 @@ def _train(argv: list[str]) -> int:
 
     trainer = Trainer(cfg)  # raises UsageError for bad input, before anything is written
     print(report(cfg.recipe, cfg.scorecard)[1], file=sys.stderr)
+    resumed = (trainer.step, trainer.resumed_from) if trainer.resumed_from is not None else None
+    if resumed:
+        print(f"resuming {str(trainer.out)!r} at update {resumed[0]} from {str(resumed[1])!r}", file=sys.stderr)
+    from testbed.util.files import DirectoryBusy, one_writer
+
+    trainer.out.mkdir(parents=True, exist_ok=True)
+    writer = contextlib.ExitStack()  # one writer per run directory, for the whole run
+    try:
+        writer.enter_context(one_writer(trainer.out, "give another --out"))
+    except DirectoryBusy as exc:
+        raise UsageError(str(exc)) from None
     try:
         summary = trainer.run()
     except KeyboardInterrupt:
@@ -175,7 +221,12 @@ def _train(argv: list[str]) -> int:
         print(f"error: training failed at update {trainer.step}: {type(exc).__name__}: {message[:300]} "
               f"(traceback: {log})", file=sys.stderr)  # fmt: skip
         return 1
+    finally:
+        writer.close()
     print(format_summary(summary))
+    if resumed:
+        print(f"  resumed    at update {resumed[0]} from {resumed[1]}: the time and throughput above "
+              f"are those of updates {resumed[0] + 1}-{summary['steps']} (this invocation)")
     return 0 if summary["status"] in ("finished", "stopped") else 3
 
 
@@ -188,6 +239,13 @@ def main(argv: list[str] | None = None) -> int:
         command, rest = argv[0], argv[1:]
         if command not in COMMANDS:
             raise UsageError(f"unknown command {command!r}; allowed: {', '.join(COMMANDS)}")
+        from testbed.stabilizers.registry import import_modules, split_import_flags
+
+        try:
+            rest, modules = split_import_flags(rest)
+            import_modules(modules)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
         if command == "train":
             return _train(rest)
         if command == "models":
@@ -207,7 +265,15 @@ def main(argv: list[str] | None = None) -> int:
                 if exc.name != f"{__package__}.study":
                     raise
                 raise UsageError("the study command is not part of this installation (llm_scale/study.py is missing)") from None
-            return study_main(rest)
+            from .processes import stop_trainers
+
+            try:
+                return study_main(rest)
+            except KeyboardInterrupt:
+                n = stop_trainers()
+                print(f"study interrupted: {n} trainer(s) stopped at their last checkpoint; rerun the same command to "
+                      "resume", file=sys.stderr)
+                return 130
         if command in ("recipes", "tasks"):
             if rest:
                 raise UsageError(f"{command} takes no arguments, got {' '.join(rest)!r}")

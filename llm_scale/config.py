@@ -33,6 +33,7 @@ INT_RANGES: dict[str, tuple[int, int]] = {
 FLOAT_RANGES: dict[str, tuple[float, bool, float]] = {
     "temperature": (0.0, False, math.inf), "top_p": (0.0, False, 1.0), "min_lr_ratio": (0.0, True, 1.0),
     "weight_decay": (0.0, True, math.inf), "kl_coef": (0.0, True, math.inf), "entropy_coef": (0.0, True, math.inf),
+    "max_grad_norm": (0.0, True, math.inf),
 }  # fmt: skip
 
 
@@ -101,6 +102,9 @@ class TrainConfig:
     """final lr / lr for the linear and cosine schedules"""
     weight_decay: float = 0.0
     """AdamW weight decay"""
+    max_grad_norm: float = 1.0
+    """clip the gradient's global norm to this before the recipe's transforms and each optimizer step, as TRL
+    (max_grad_norm) and verl (actor.grad_clip) do by default; 0: no clipping"""
     betas: tuple[float, float] = (0.9, 0.999)
     """AdamW betas"""
     agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"] = "token-mean"

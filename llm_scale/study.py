@@ -8,12 +8,24 @@ Two stages, both fixed by the sweep file before any run:
    accuracy on held-out problems at the end (the mean of its last ``last_evals`` evaluations). A
    cell *degrades* when the mean paired difference sync - stale (paired by seed: a seed fixes the
    prompts and the held-out problems) is >= ``min_drop`` and >= ``min_se`` standard errors of that
-   mean (`degrades`; the SE never below the evaluation's own binomial noise). The chosen cell
-   is the first degrading one in the file's order; if none degrades, the comparison is
+   mean (`degrades`; the SE never below the evaluation's own binomial noise) and its one-sided
+   paired t test of "drop > 0" rejects under Holm's step-down over all the grid's cells at
+   family-wise level ``[search] alpha`` (`holm_cells`): searching up to nine cells does not buy
+   nine chances to find a degradation by luck. The chosen cell is the first degrading one in the
+   file's order (once every cell before it is complete); if none degrades, the comparison is
    "not testable" in this grid and is not run (``--force-cell`` runs it anyway, labelled so).
 2. **Comparison.** In the chosen cell: sync, stale naive GRPO, and stale + each recipe, over the
-   comparison seeds. Each recipe gets the testbed's promotion score (`testbed.validate.cell_score`:
-   the part of the sync - stale gap it closes, in [0, 1]) from the seed means.
+   comparison seeds. Each recipe gets a promotion decision by the rule of ``[compare]``
+   (`promotion`), fixed before the runs: the fraction of the sync - stale gap it closes,
+   mean(recipe - stale) / mean(sync - stale) paired by seed, with Fieller's paired interval at
+   level 1 - 2 alpha (`testbed.util.stats.ratio_interval`); "promote" when the interval's lower
+   end exceeds ``threshold`` over at least ``min_seeds`` (>= 10) seeds; "do not promote" when its
+   upper end is below; else "undecided". The decision reads only the comparison seeds the search
+   did not use (fresh seeds: the cell was chosen because its search seeds showed a large gap, and
+   re-reading them would bias the gap). A gap below ``gap_tol`` leaves nothing to close: the
+   fraction is NaN and the verdict "no gap to close". A diverged run counts as accuracy 0. Each
+   recipe's decision is its own claim: a recipe that closes at most ``threshold`` of the gap is
+   promoted with probability at most alpha (tests/llm/test_llm_study.py simulates it).
 
 Every run is an ordinary ``python -m llm_scale train`` in its own directory named by a hash of its
 configuration, so the study is a set of cached, resumable runs: a run whose summary says finished
@@ -48,9 +60,18 @@ from typing import Any
 
 import tomllib
 
+import testbed.util.stats as stats
+from testbed.util.stats import ALPHA
+
 from .config import TrainConfig, UsageError, checkpoint_pointer, cpu_budget
 
 SYNC, STALE = "sync", "stale"
+MIN_SEEDS = 10  # the floor of [compare] min_seeds: fewer paired seeds never promote
+GAP_TOL = 0.02  # the testbed's tolerance on a gap (testbed.validate.TOL)
+PROMOTION_VERDICTS = ("promote", "do not promote", "undecided", "no gap to close", "too few seeds")
+# Settings left out of a run's key at these values: the behaviour of every run made before the setting existed
+# (so those runs keep their keys); any other value, the default included, is part of the key.
+KEY_NEUTRAL = {"max_grad_norm": 0.0}
 # TrainConfig fields the study sets itself, per run: the sweep's [train] table may not set them.
 STUDY_SET = ("recipe", "max_staleness", "lr", "seed", "out", "resume", "progress")
 
@@ -68,9 +89,19 @@ class Sweep:
     min_drop: float = 0.03
     min_se: float = 2.0
     last_evals: int = 1
+    alpha: float | None = None  # family-wise one-sided level of the search over its cells (Holm); None: size rule only
     recipes: tuple[str, ...] = ("tis(c=2)+ess_lr", "dg", "gac", "decoupled_ppo")
     compare_seeds: tuple[int, ...] = (0, 1, 2)
+    threshold: float = 0.5  # promote when the fraction of the gap closed is above this (interval's lower end)
+    promote_alpha: float = 0.05  # one-sided level of each recipe's promotion: interval at 1 - 2 alpha
+    min_seeds: int = MIN_SEEDS  # fresh paired seeds needed for a promotion verdict
+    gap_tol: float = GAP_TOL  # a sync - stale gap below this leaves nothing to close (fraction NaN)
     source: str = ""
+
+    @property
+    def fresh_seeds(self) -> tuple[int, ...]:
+        """The comparison seeds the promotion decision reads: those the search did not use."""
+        return tuple(s for s in self.compare_seeds if s not in self.search_seeds)
 
     @property
     def eval_problems(self) -> int:
@@ -101,8 +132,8 @@ def load_sweep(path: str | Path) -> Sweep:
     eval_every = int(train.pop("eval_every", 0))
     if eval_every < 1:
         raise UsageError(f"study: {path}: [train] eval_every must be >= 1 (the study scores greedy accuracy)")
-    allowed_search = {"base", "eta", "lr", "seeds", "min_drop", "min_se", "last_evals"}
-    allowed_compare = {"recipes", "seeds"}
+    allowed_search = {"base", "eta", "lr", "seeds", "min_drop", "min_se", "last_evals", "alpha"}
+    allowed_compare = {"recipes", "seeds", "threshold", "alpha", "min_seeds", "gap_tol"}
     for name, table, allowed in (("search", search, allowed_search), ("compare", compare, allowed_compare)):
         extra = sorted(set(table) - allowed)
         if extra:
@@ -112,10 +143,22 @@ def load_sweep(path: str | Path) -> Sweep:
         etas=tuple(int(e) for e in search.get("eta", (2, 4))), lrs=tuple(float(v) for v in search.get("lr", (1e-6,))),
         search_seeds=tuple(int(s) for s in search.get("seeds", (0, 1, 2))),
         min_drop=float(search.get("min_drop", 0.03)), min_se=float(search.get("min_se", 2.0)),
-        last_evals=int(search.get("last_evals", 1)),
+        last_evals=int(search.get("last_evals", 1)), alpha=float(search["alpha"]) if "alpha" in search else None,
         recipes=tuple(str(r) for r in compare.get("recipes", Sweep.recipes)),
-        compare_seeds=tuple(int(s) for s in compare.get("seeds", (0, 1, 2))), source=str(path),
+        compare_seeds=tuple(int(s) for s in compare.get("seeds", (0, 1, 2))),
+        threshold=float(compare.get("threshold", 0.5)), promote_alpha=float(compare.get("alpha", 0.05)),
+        min_seeds=int(compare.get("min_seeds", MIN_SEEDS)), gap_tol=float(compare.get("gap_tol", GAP_TOL)),
+        source=str(path),
     )  # fmt: skip
+    for name, value in (("[search] alpha", sweep.alpha), ("[compare] alpha", sweep.promote_alpha)):
+        if value is not None and not 0.0 < value < 0.5:
+            raise UsageError(f"study: {path}: {name} must lie in (0, 0.5) (a one-sided level), got {value}")
+    if not 0.0 <= sweep.threshold <= 1.0:
+        raise UsageError(f"study: {path}: [compare] threshold must lie in [0, 1] (a fraction of the gap), got {sweep.threshold}")
+    if sweep.min_seeds < MIN_SEEDS:
+        raise UsageError(f"study: {path}: [compare] min_seeds must be >= {MIN_SEEDS}, got {sweep.min_seeds}")
+    if not sweep.gap_tol > 0:
+        raise UsageError(f"study: {path}: [compare] gap_tol must be > 0, got {sweep.gap_tol}")
     if not sweep.etas or min(sweep.etas) < 1:
         raise UsageError(f"study: {path}: [search] eta must list staleness bounds >= 1, got {list(sweep.etas)}")
     if len(sweep.search_seeds) < 2 or len(sweep.compare_seeds) < 2:
@@ -150,7 +193,8 @@ class Run:
     @property
     def key(self) -> str:
         """Hash of the configuration: the run's directory name (same settings, same run, whatever the stage)."""
-        text = json.dumps(dict(self.options), sort_keys=True, default=str)
+        keyed = {k: v for k, v in self.options if k not in KEY_NEUTRAL or v != KEY_NEUTRAL[k]}
+        text = json.dumps(keyed, sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def argv(self, out: Path) -> list[str]:
@@ -176,6 +220,7 @@ def make_run(sweep: Sweep, stage: str, arm: str, eta: int, lr: float, seed: int)
     cfg = _cfg(sweep, recipe, mode, 0 if arm == SYNC else eta, lr, seed, "-")
     defaults = asdict(TrainConfig())
     options = {k: v for k, v in asdict(cfg).items() if k not in ("out", "tiny") and v != defaults.get(k)}
+    options.update({k: getattr(cfg, k) for k in KEY_NEUTRAL})  # always on the command line; in the key unless neutral
     options.update(recipe=recipe, mode=mode, max_staleness=cfg.max_staleness, lr=lr, seed=seed)
     return Run(stage, arm, eta, lr, seed, tuple(sorted(options.items())))
 
@@ -340,9 +385,8 @@ def execute(
 def mean_se(values: list[float]) -> tuple[float, float, int]:
     """(mean, standard error of the mean, n); SE NaN below 2 values; a diverged seed (NaN) makes both NaN.
 
-    A recipe arm with a diverged seed therefore gets promotion score 0 (`cell_score` of a non-finite
-    value), and a search cell with one never counts as degrading: the rule asks for accuracies.
-    """
+    A search cell with a diverged seed therefore never counts as degrading (the rule asks for accuracies);
+    the promotion decision reads a diverged run as accuracy 0 instead (`promotion`)."""
     n = len(values)
     if n == 0:
         return math.nan, math.nan, 0
@@ -354,7 +398,8 @@ def mean_se(values: list[float]) -> tuple[float, float, int]:
 
 
 def degrades(
-    sync: dict[int, float], stale: dict[int, float], min_drop: float, min_se: float, eval_problems: int = 0
+    sync: dict[int, float], stale: dict[int, float], min_drop: float, min_se: float, eval_problems: int = 0,
+    alpha: float | None = ALPHA,
 ) -> dict[str, Any]:  # fmt: skip
     """The search rule on one cell, paired by seed (same seed: same prompts and held-out problems in both arms).
 
@@ -362,7 +407,10 @@ def degrades(
     drop >= ``min_drop`` and drop >= ``min_se`` x SE(drop), SE = sd of the paired differences / sqrt(n),
     but never below the binomial floor of the evaluation itself, sqrt(p_1 (1 - p_1) / E + p_2 (1 - p_2) / E)
     / sqrt(n) with E = ``eval_problems`` scored per run: a few seeds whose differences happen to be equal
-    (accuracies on E problems move in steps of 1 / E) would otherwise give SE 0.
+    (accuracies on E problems move in steps of 1 / E) would otherwise give SE 0; and the one-sided p-value
+    of drop / SE on n - 1 degrees of freedom (``p_value``, `testbed.util.stats.p_greater`) is <= ``alpha``
+    (the cell's level; over a grid, `holm_cells` sets it). ``alpha=None``: the size rule alone (a sweep file
+    that fixes no ``[search] alpha``, as the studies run before the test was part of the rule).
     """
     ms, ss, ns = mean_se(list(sync.values()))
     mt, st, nt = mean_se(list(stale.values()))
@@ -371,9 +419,58 @@ def degrades(
     if eval_problems and n >= 2 and math.isfinite(ms + mt):
         floor = math.sqrt((ms * (1 - ms) + mt * (1 - mt)) / eval_problems / n)
         se = max(se, floor)
-    ok = n >= 2 and math.isfinite(se) and drop >= min_drop and drop >= min_se * se
+    size = n >= 2 and math.isfinite(se) and drop >= min_drop and drop >= min_se * se
+    p = stats.p_greater(drop, se, n - 1) if n >= 2 else math.nan
     return {"sync_acc": ms, "sync_se": ss, "stale_acc": mt, "stale_se": st, "drop": drop, "drop_se": se, "pairs": n,
-            "n_sync": ns, "n_stale": nt, "degrades": ok}  # fmt: skip
+            "n_sync": ns, "n_stale": nt, "size_ok": size, "p_value": p, "level": math.nan if alpha is None else alpha,
+            "degrades": bool(size and (alpha is None or p <= alpha))}  # fmt: skip
+
+
+def holm_cells(rows: list[dict[str, Any]], alpha: float) -> None:
+    """Spend the search's error ``alpha`` over its cells by Holm's step-down (`testbed.util.stats.holm`), in place.
+
+    Each row (a `degrades` record) gets ``level`` (the level of its rank) and ``degrades`` = its size rule
+    holds and Holm rejects "no drop" for it. A cell whose size rule fails, or that is not complete, enters
+    with p = 1 (it counts among the cells but cannot be rejected). Holm is monotone, so a cell rejected
+    while others are unfinished stays rejected when they finish.
+    """
+    ps = [r["p_value"] if r["size_ok"] and r.get("complete", True) else math.nan for r in rows]
+    for row, (rejected, level) in zip(rows, stats.holm(ps, alpha), strict=True):
+        row["level"], row["degrades"] = level, bool(rejected)
+
+
+def promotion(
+    sync: dict[int, float], stale: dict[int, float], recipe: dict[int, float], *, threshold: float, alpha: float,
+    min_seeds: int, gap_tol: float,
+) -> dict[str, Any]:  # fmt: skip
+    """The promotion rule for one recipe in the chosen cell (module docstring), paired by seed.
+
+    Over the seeds all three arms finished: gap = mean(sync - stale); fraction = mean(recipe - stale) / gap
+    with Fieller's paired interval at two-sided level 1 - 2 alpha (`testbed.util.stats.ratio_interval`).
+    Verdict: "no gap to close" (fraction NaN) when gap < ``gap_tol``; "too few seeds" below ``min_seeds``
+    pairs (fraction NaN when none pairs up); "promote" when the lower end > ``threshold``; "do not promote" when the
+    upper end < ``threshold``; else "undecided". Promotion is the one-sided t test of
+    mean(recipe - stale - threshold (sync - stale)) > 0 at alpha with the gap itself established.
+    """
+    seeds = sorted(set(sync) & set(stale) & set(recipe))
+    num = [recipe[k] - stale[k] for k in seeds]
+    den = [sync[k] - stale[k] for k in seeds]
+    gap = sum(den) / len(den) if den else math.nan
+    out = {"pairs": len(seeds), "gap": gap, "gap_tol": gap_tol, "threshold": threshold, "level": 1.0 - 2.0 * alpha,
+           "min_seeds": min_seeds}  # fmt: skip
+    if not seeds or gap < gap_tol:
+        return {**out, "fraction_closed": math.nan, "fraction_lo": math.nan, "fraction_hi": math.nan,
+                "verdict": "no gap to close" if seeds else "too few seeds"}  # fmt: skip
+    iv = stats.ratio_interval(num, den, level=1.0 - 2.0 * alpha)
+    if len(seeds) < min_seeds:
+        verdict = "too few seeds"
+    elif iv.lo > threshold:
+        verdict = "promote"
+    elif iv.hi < threshold:
+        verdict = "do not promote"
+    else:
+        verdict = "undecided"
+    return {**out, "fraction_closed": iv.estimate, "fraction_lo": iv.lo, "fraction_hi": iv.hi, "verdict": verdict}
 
 
 @dataclass
@@ -407,38 +504,42 @@ def collect(sweep: Sweep, root: Path, force: tuple[int, float] | None = None) ->
                     if r is not None:
                         accs[arm][seed] = r["accuracy"]
             row = {"eta": eta, "lr": lr, **degrades(accs[SYNC], accs[STALE], sweep.min_drop, sweep.min_se,
-                                                     sweep.eval_problems)}
+                                                     sweep.eval_problems, sweep.alpha)}
             row["complete"] = row["n_sync"] == row["n_stale"] == len(sweep.search_seeds)
             complete &= row["complete"]
             rep.search.append(row)
-            if rep.chosen is None and row["degrades"] and row["complete"]:
-                rep.chosen = {"eta": eta, "lr": lr}
-    if rep.chosen is not None and not complete:  # the first passing cell in order must not depend on unfinished ones
-        first = next(r for r in rep.search if r["degrades"] and r["complete"])
+    if sweep.alpha is not None:
+        holm_cells(rep.search, sweep.alpha)
+    first = next((r for r in rep.search if r["degrades"] and r["complete"]), None)
+    if first is not None:
+        rep.chosen = {"eta": first["eta"], "lr": first["lr"]}
+    if first is not None and not complete:  # the first passing cell in order must not depend on unfinished ones
         earlier = rep.search[: rep.search.index(first)]
         if not all(r["complete"] for r in earlier):
             rep.chosen = None
     if rep.chosen is None and force is not None:
         rep.chosen, rep.forced = {"eta": force[0], "lr": force[1]}, True
     if rep.chosen is not None:
-        from testbed.validate import TOL, cell_score
-
         eta, lr = rep.chosen["eta"], rep.chosen["lr"]
         per_arm: dict[str, list[float]] = {}
+        fresh: dict[str, dict[int, float]] = {}  # the decision's accuracies: fresh seeds, a diverged run = 0
         for run in compare_runs(sweep, eta, lr):
             r = result(run)
             if r is not None:
                 per_arm.setdefault(run.arm, []).append(r["accuracy"])
+                if run.seed in sweep.fresh_seeds:
+                    fresh.setdefault(run.arm, {})[run.seed] = 0.0 if r["diverged"] else r["accuracy"]
             rep.cell.append({"arm": run.arm, "seed": run.seed, "finished": r is not None,
                              "diverged": bool(r and r["diverged"]),
                              "accuracy": r["accuracy"] if r and math.isfinite(r["accuracy"]) else None})  # fmt: skip
-        sync, _, _ = mean_se(per_arm.get(SYNC, []))
-        stale, _, _ = mean_se(per_arm.get(STALE, []))
         for arm in (SYNC, STALE, *sweep.recipes):
             m, se, n = mean_se(per_arm.get(arm, []))
-            score = cell_score(m, stale, sync) if arm not in (SYNC, STALE) and n and math.isfinite(sync + stale) else math.nan
-            rep.compare.append({"arm": arm, "accuracy": m, "se": se, "n": n, "of": len(sweep.compare_seeds),
-                                "promotion_score": score, "gap": sync - stale, "gap_tol": TOL})  # fmt: skip
+            row = {"arm": arm, "accuracy": m, "se": se, "n": n, "of": len(sweep.compare_seeds)}
+            if arm not in (SYNC, STALE):
+                row.update(promotion(fresh.get(SYNC, {}), fresh.get(STALE, {}), fresh.get(arm, {}),
+                                     threshold=sweep.threshold, alpha=sweep.promote_alpha, min_seeds=sweep.min_seeds,
+                                     gap_tol=sweep.gap_tol))  # fmt: skip
+            rep.compare.append(row)
     runs = search_runs(sweep) + (compare_runs(sweep, rep.chosen["eta"], rep.chosen["lr"]) if rep.chosen else [])
     seen = set()
     for run in runs:
@@ -472,7 +573,17 @@ def write_report(sweep: Sweep, rep: Report, out: Path, command: str) -> None:
                    else "comparison at the first degrading cell")  # fmt: skip
     record = {
         "sweep": sweep.source, "rule": {"min_drop": sweep.min_drop, "min_se": sweep.min_se, "last_evals": sweep.last_evals,
+                                        "alpha": sweep.alpha, "multiplicity": (f"Holm over the {len(rep.search)} cells" if sweep.alpha is not None
+                                                                 else "none (the file fixes no [search] alpha)"),
                                         "order": "eta then lr, as listed; the first degrading cell"},
+        "promotion_rule": {"statistic": "mean(recipe - stale) / mean(sync - stale), paired by seed",
+                           "interval": "Fieller", "level": 1.0 - 2.0 * sweep.promote_alpha,
+                           "threshold": sweep.threshold, "alpha": sweep.promote_alpha, "min_seeds": sweep.min_seeds,
+                           "gap_tol": sweep.gap_tol, "seeds": list(sweep.fresh_seeds),
+                           "promote": "lower end > threshold", "do not promote": "upper end < threshold",
+                           "diverged run": "accuracy 0"},
+        "promotions": {r["arm"]: {k: r[k] for k in ("verdict", "fraction_closed", "fraction_lo", "fraction_hi", "gap", "pairs")}
+                       for r in rep.compare if "verdict" in r},
         "base": sweep.base, "recipes": list(sweep.recipes), "eval_problems": sweep.eval_problems,
         "chosen": rep.chosen, "forced": rep.forced, "verdict": verdict, "runs_finished": done, "runs_planned": len(rep.runs),
         "cell_runs": rep.cell, "command": command, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -530,17 +641,59 @@ def _finite(x: float) -> float:
 def format_report(rep: Report) -> str:
     lines = ["regime search (sync vs stale naive GRPO):"]
     for r in rep.search:
+        level = "" if math.isnan(r["level"]) else f" (Holm level {r['level']:.3g})"
         lines.append(f"  eta {r['eta']:<3} lr {r['lr']:<8g} sync {r['sync_acc']:.3f} (n={r['n_sync']})  stale "
                      f"{r['stale_acc']:.3f} (n={r['n_stale']})  drop {r['drop']:+.3f} +- {r['drop_se']:.3f}  "
+                     f"p {r['p_value']:.3g}{level}  "
                      f"{'DEGRADES' if r['degrades'] else 'no'}{'' if r['complete'] else ' (incomplete)'}")  # fmt: skip
     if rep.compare:
         lines.append("comparison" + (" at a FORCED cell (not a valid regime):" if rep.forced else ":"))
         for r in rep.compare:
-            lines.append(f"  {r['arm']:<18} acc {r['accuracy']:.3f} +- {r['se']:.3f} (n={r['n']}/{r['of']})  "
-                         f"promotion score {r['promotion_score']:.2f}")  # fmt: skip
+            line = f"  {r['arm']:<18} acc {r['accuracy']:.3f} +- {r['se']:.3f} (n={r['n']}/{r['of']})"
+            if "verdict" in r:
+                line += "  " + format_promotion(r)
+            lines.append(line)
     done = sum(r["finished"] for r in rep.runs)
     lines.append(f"runs finished: {done} of {len(rep.runs)} planned so far")
     return "\n".join(lines)
+
+
+def plan_cost(sweep: Sweep, reference: str | Path, parallel: int) -> str:
+    """The study's size and its device time estimated from another study's finished runs (``reference``: a runs.csv):
+    every planned run (the whole search and one cell's comparison) takes the median wall time of the reference's
+    finished runs, scaled by the ratio of updates (this sweep's ``steps`` over the reference sweep's, read from the
+    reference's study.json), ``parallel`` at a time. One line; the reference's device is named."""
+    import pandas as pd
+
+    reference = Path(reference)
+    try:
+        table = pd.read_csv(reference)
+        record = json.loads((reference.parent / "study.json").read_text())
+        ref_steps = int(load_sweep(record["sweep"]).train.get("steps", TrainConfig.steps))
+    except (OSError, ValueError, KeyError, UsageError) as exc:
+        raise UsageError(f"study: --cost-from {str(reference)!r}: not a study's runs.csv beside its study.json ({exc})") from None
+    done = table[table["finished"].astype(bool) & (table["wall_seconds"] > 0)]
+    if done.empty:
+        raise UsageError(f"study: --cost-from {str(reference)!r}: no finished run with a wall time")
+    n_search = len({r.key for r in search_runs(sweep)})
+    n_compare = len({r.key for r in compare_runs(sweep, sweep.etas[0], sweep.lrs[0])})
+    steps = int(sweep.train.get("steps", TrainConfig.steps))
+    per_run = float(done["wall_seconds"].median()) * steps / ref_steps
+    hours = math.ceil((n_search + n_compare) / parallel) * per_run / 3600.0
+    devices = ", ".join(sorted({str(d) for d in done.get("device_name", pd.Series(["?"])).dropna()}))
+    return (f"planned runs: {n_search} search + {n_compare} comparison = {n_search + n_compare}; at {per_run:.0f} s per run "
+            f"({len(done)} finished runs of {reference} on {devices}: median {done['wall_seconds'].median():.0f} s for "
+            f"{ref_steps} updates, scaled to {steps}), {parallel} at a time: about {hours:.1f} device hours")  # fmt: skip
+
+
+def format_promotion(r: dict[str, Any]) -> str:
+    """One recipe's promotion as printed: the fraction of the gap closed, its interval and rule, and the verdict."""
+    if r["verdict"] == "no gap to close":
+        return (f"fraction closed nan: no gap to close (gap sync - stale {r['gap']:+.3f} over {r['pairs']} fresh seeds, "
+                f"below {r['gap_tol']:g})")  # fmt: skip
+    return (f"fraction closed {r['fraction_closed']:.2f} [{r['level']:.0%}: {r['fraction_lo']:.2f}, {r['fraction_hi']:.2f}] "
+            f"of gap {r['gap']:+.3f} over {r['pairs']} fresh seeds -> {r['verdict'].upper()} (promote when the lower end "
+            f"> {r['threshold']:g} with >= {r['min_seeds']} seeds)")  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -558,6 +711,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="run only the regime search, never a comparison run (one that could not finish in the "
                              "budget, without checkpoints, would be lost)")
     parser.add_argument("--force-cell", default=None, help="ETA,LR: run the comparison there even if the rule chose none")
+    parser.add_argument("--cost-from", default=None,
+                        help="with --plan: a finished study's runs.csv; print this study's size and estimated device time")
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         try:
@@ -577,6 +732,14 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if args.cost_from is not None:
+        try:
+            print(plan_cost(sweep, args.cost_from, args.parallel))
+        except UsageError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        if args.plan:
+            return 0
     root, out = Path(args.runs), Path(args.out)
     command = "python -m llm_scale study " + " ".join(argv)
     t0 = time.monotonic()

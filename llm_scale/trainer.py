@@ -48,8 +48,10 @@ RESUME_KEYS = (
     "model", "task", "data", "recipe", "seed", "max_staleness", "lag_policy", "partial_chunk", "prompts_per_step",
     "group_size", "max_new_tokens", "temperature", "top_k", "top_p", "steps", "lr", "lr_schedule", "warmup_steps",
     "min_lr_ratio", "weight_decay", "agg", "epochs", "minibatches", "minibatch_split", "proximal", "kl_coef", "kl_estimator",
-    "entropy_coef", "dtype", "autocast", "prompt_style", "dynamic_sampling", "grad_cosine",
+    "entropy_coef", "dtype", "autocast", "prompt_style", "dynamic_sampling", "grad_cosine", "max_grad_norm",
 )  # fmt: skip
+# The value a checkpoint whose config lacks a resume key was trained with (the setting did not exist: no clipping).
+RESUME_ABSENT = {"max_grad_norm": 0.0}
 # Advantage estimators that need no groups (all others normalise within a prompt group).
 GROUPLESS_ADVANTAGES = ("raw", "mean")
 
@@ -140,7 +142,7 @@ class Trainer:
             micro_batch_size=cfg.micro_batch_size, proximal=cfg.proximal, nan_policy=cfg.nan_policy,
             kl_coef=cfg.kl_coef, kl_estimator=cfg.kl_estimator, entropy_coef=cfg.entropy_coef, autocast=cfg.autocast,
             grad_checkpointing=cfg.grad_checkpointing, grad_cosine=cfg.grad_cosine, seed=cfg.seed,
-            dynamic_sampling=cfg.dynamic_sampling,
+            dynamic_sampling=cfg.dynamic_sampling, max_grad_norm=cfg.max_grad_norm,
         )  # fmt: skip
         self.learner = Learner(self.model, self.recipe, optimizer, scheduler, settings, reference, self.sampler.eos_ids)
         self.out = Path(cfg.out).expanduser()
@@ -266,7 +268,7 @@ class Trainer:
 
         info = json.loads((path / "trainer.json").read_text())
         saved, now = info["config"], asdict(self.cfg)
-        diff = [f"{k}: checkpoint {saved.get(k)!r} vs now {now[k]!r}" for k in RESUME_KEYS if saved.get(k) != now[k]]
+        diff = [f"{k}: checkpoint {saved.get(k)!r} vs now {now[k]!r}" for k in RESUME_KEYS if saved.get(k, RESUME_ABSENT.get(k)) != now[k]]
         if diff:
             raise UsageError(f"cannot resume from {path}: settings differ ({'; '.join(diff)})")
         load_model(self.model, str(path / "model.safetensors"), device=str(self.device))

@@ -7,6 +7,13 @@
     python -m testbed list
     python -m testbed fingerprint --regime async_grpo  (the regime's staleness fingerprint: testbed/fingerprint.py)
     python -m testbed validate ...      (llm_scale's scorecard check: testbed/validate.py)
+    python -m testbed plot DIR [--to FILE]  (learning curves and the final-error table of a run or sweep)
+
+Your own stabilizer: ``--import MODULE`` (repeatable, any command; a dotted module name found from the
+working directory, or a path to a .py file) imports a module that registers components with
+`testbed.stabilizers.registry.register`; a recipe term ``module:ClassName`` does the same without the flag,
+and a sweep file's ``imports = ["MODULE"]`` too. Worker processes import the modules again
+(docs/own_stabilizer.md).
 
 Task options are flags too: after ``--task NAME`` every option of that task is accepted as
 ``--OPTION VALUE`` (e.g. ``--data-dir`` for mnist, ``--H``/``--M`` for token reversal), and always as
@@ -39,6 +46,8 @@ _OUT: list[Path] = []  # the output directory of the command being run (for the 
 
 
 def _parser_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
+                   help="import MODULE first: your own stabilizer (repeatable; docs/own_stabilizer.md)")
     p.add_argument("--out", type=directory, help="output directory (results.csv, summary.csv, config.json, runs/)")
     p.add_argument("--workers", type=integer(1), default=None, help="parallel worker processes (default 1)")
     p.add_argument("--format", choices=("csv", "parquet"), default=None, help="also write results.parquet")
@@ -157,6 +166,8 @@ def _execute(configs: list, out: str, args: argparse.Namespace, meta: dict[str, 
     if args.dry_run:
         for line in plan.warnings:
             print(f"warning: {line}", file=sys.stderr)
+        for line in plan.reuse_lines():
+            print(line, file=sys.stderr)
         print(f"dry run: {plan.describe()}; nothing written")
         return 0
     _OUT.append(Path(out))
@@ -271,7 +282,12 @@ def _cmd_list(argv: list[str]) -> int:
         except ValueError as exc:
             opts = f"(unavailable: {exc})"
         print(f"  {name}: {opts}")
-    print("recipes and components:", ", ".join(available()))
+    from testbed.stabilizers.registry import describe
+
+    print("recipes (named bundles) and components (each a recipe of its own name; compose with +):")
+    for name in available():
+        kind, doc = describe(name)
+        print(f"  {name} ({kind}): {doc if len(doc) <= 110 else doc[:107] + '...'}")
     print("staleness:", ", ".join(DELAY_FORMS))
     print("frictions:", " + ".join(FRICTION_FORMS))
     return 0
@@ -344,7 +360,22 @@ def _cmd_fingerprint(argv: list[str]) -> int:
     return 0
 
 
-COMMANDS = {"run": _cmd_run, "report": _cmd_report, "sweep": _cmd_sweep, "demo": _cmd_demo, "list": _cmd_list,
+def _cmd_plot(argv: list[str]) -> int:
+    from testbed.plot import plot
+
+    p = ArgumentParser(prog="python -m testbed plot",
+                       description="Learning curves and the final-value table of a run or sweep directory.")
+    p.add_argument("out", type=directory, help="the --out directory of a testbed run or sweep")
+    p.add_argument("--to", type=directory, default=None, metavar="FILE", help="the figure (default: DIR/plot.png)")
+    args = p.parse_args(argv)
+    path, finals = plot(Path(args.out), args.to)
+    with_values = finals.to_string(index=False, float_format=lambda v: f"{v:.4f}")
+    print(with_values)
+    print(f"wrote {path}, {path.with_suffix('.pdf')} and {path.with_suffix('.csv')}")
+    return 0
+
+
+COMMANDS = {"run": _cmd_run, "plot": _cmd_plot, "report": _cmd_report, "sweep": _cmd_sweep, "demo": _cmd_demo, "list": _cmd_list,
             "validate": _cmd_validate, "fingerprint": _cmd_fingerprint}
 
 
@@ -358,4 +389,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: unknown command {command!r}; allowed: {', '.join(COMMANDS)}", file=sys.stderr)
         return EXIT_USAGE
     _OUT.clear()
-    return guarded(lambda: COMMANDS[command](rest), lambda: _OUT[-1] if _OUT else None)
+
+    def body() -> int:
+        from testbed.stabilizers.registry import import_modules, split_import_flags
+
+        args, modules = split_import_flags(rest)
+        import_modules(modules)
+        return COMMANDS[command](args)
+
+    return guarded(body, lambda: _OUT[-1] if _OUT else None)

@@ -260,6 +260,11 @@ TOKEN_REVERSAL_LEVELS["G2"] = {**TOKEN_REVERSAL_LEVELS["L2"], "graded": True}
 # G0: weaker than G1 in staleness (lag 0 or 1) and rare discovery (7 of 10 right: 176/1024), added after
 # G1's all-four panel left every baseline at 96-100%.
 TOKEN_REVERSAL_LEVELS["G0"] = {**TOKEN_REVERSAL_LEVELS["G1"], "staleness": "uniform:1", "min_correct": 7}
+# F1: staleness as a *fraction* of lagged chunks instead of a larger lag (geometric:0.9,1: lag 1 with probability
+# 1/11, else 0) and rare discovery graded above 6 of 10 right (386/1024), L1's bugs and corruption; added after the
+# lag-1 finding (results/findings/token_lag.md): every uniform:D with D >= 1 lags half or more of the batch, and one
+# version of lag on half the batch already sends PG to its collapsed basin, so the lag's size cannot be the knob.
+TOKEN_REVERSAL_LEVELS["F1"] = {**TOKEN_REVERSAL_LEVELS["G0"], "staleness": "geometric:0.9,1", "min_correct": 6}
 
 
 def token_reversal_setting(level: dict[str, object], which: str) -> dict[str, object]:
@@ -282,13 +287,14 @@ def token_reversal_setting(level: dict[str, object], which: str) -> dict[str, ob
 # with its table in sweeps/calibration/TABLE.md (baselines only; DG never run). Final sampled sequence
 # error with all four frictions, 1,000 learner steps of 100 episodes (100k episodes), mean over seeds:
 #   level  PG      PPO     PMPO    D     seeds  admissible
+#   F1     84.3%   69.6%   90.8%   2.77  2      yes (each friction alone leaves some baseline below 50%)
 #   G0     91.0%   87.8%   91.0%   3.38  2      no (its rare discovery alone leaves every baseline >= 90.8%)
 #   G1     99.7%   98.5%   97.5%   5.72  3      no (its rare discovery alone leaves every baseline >= 97%)
 #   L3     99.9%   99.9%   99.9%   8.13  3      no (the definitions used before calibration)
-# Paper (secondary summary): PG ~60%, PPO ~10%, PMPO ~15%. Not reached: the nearest candidate is frozen.
-# At 10,000 steps (1M episodes, the other reading of the paper's budget) G0 ends at PG 94.0%, PPO 99.1%, PMPO 95.4%
-# (sweeps/calibration/budget_G0_all_1M.toml): more budget does not bring the baselines nearer.
-TOKEN_REVERSAL_PRESET = "G0"
+# Paper (secondary summary): PG ~60%, PPO ~10%, PMPO ~15%. Not reached: the nearest candidate, admissible, is frozen.
+# F1 comes from stage 4 (RULE.md, third amendment, fixed after the lag-1 finding). G0 at 10,000 steps (1M episodes, the
+# other reading of the paper's budget): PG 94.0%, PPO 99.1%, PMPO 95.4% (sweeps/calibration/budget_G0_all_1M.toml).
+TOKEN_REVERSAL_PRESET = "F1"
 
 
 def token_reversal_preset(which: str = "all") -> dict[str, object]:

@@ -97,6 +97,33 @@ class Plan:
     disk_free: int | None
     warnings: list[str] = field(default_factory=list)
     created: list[Path] = field(default_factory=list)
+    code: dict[str, dict[str, str]] = field(default_factory=dict)  # by run id: the code it runs (testbed/codeprint.py)
+    stale: dict[str, list[str]] = field(default_factory=dict)  # finished runs whose code changed: the parts that did
+    unchecked: int = 0  # finished runs reused whose records carry no code fingerprint
+    checkpoint_disk: int = 0  # of `disk`: the loops a stop would save at once
+    saved_loops: tuple[int, list[Path]] = (0, [])  # (saved loops this plan resumes, saved loops it cannot)
+
+    def reuse_lines(self) -> list[str]:
+        """What this plan reuses and what it retrains because its code changed, one line each ([] if neither)."""
+        lines = []
+        reused = len(self.configs) - len(self.todo)
+        if reused:
+            note = (f" ({self.unchecked} recorded without a code fingerprint, by older code, so not checked against "
+                    f"the current code; delete {str(self.out)!r} to retrain them)" if self.unchecked else "")
+            lines.append(f"{reused} of {len(self.configs)} run(s) reused from {str(self.out)!r}{note}")
+        if self.stale:
+            parts = list(dict.fromkeys(p for ps in self.stale.values() for p in ps))
+            lines.append(f"retraining {len(self.stale)} finished run(s) in {str(self.out)!r}: the code of "
+                         f"{', '.join(parts)} changed since they ran")
+        resumed, dropped = self.saved_loops
+        if resumed:
+            lines.append(f"{resumed} saved loop(s) in {str(self.out / 'checkpoints')!r} resume at their step")
+        if dropped:
+            lines.append(f"{len(dropped)} saved loop(s) in {str(self.out / 'checkpoints')!r} hold runs that this command "
+                         "groups otherwise (--workers or --loop-size changed since they were saved) or that are "
+                         "finished: their runs start over (rerun with the earlier --workers and --loop-size to resume "
+                         "them)")
+        return lines
 
     def describe(self) -> str:
         done = len(self.configs) - len(self.todo)
@@ -107,6 +134,8 @@ class Plan:
         if self.disk_free is not None:
             disk += f" ({limits.fmt_bytes(self.disk_free)} free)"
         where = "exists" if self.out.is_dir() else "would be created"
+        if self.checkpoint_disk:
+            disk += f", {limits.fmt_bytes(self.checkpoint_disk)} of it for the loops a stop saves"
         return (f"{len(self.configs)} run(s), {done} already finished in {str(self.out)!r} ({where}); "
                 f"{len(self.todo)} to train in {len(self.groups)} loop(s) on {self.workers} worker(s); "
                 f"needs {mem} and {disk}")
@@ -120,6 +149,9 @@ def _warnings(specs: list[RunSpec], tasks: dict[str, Any]) -> list[str]:
         if st.kind == "fixed" and st.max_lag >= cfg.steps - 1 and cfg.steps > 1:
             out[f"delay {cfg.delay!r} with {cfg.steps} steps: lags are clamped to the step, so every batch is "
                 f"sampled by the initial policy (version 0) and the actors never see an update"] = None
+        elif st.kind != "fixed" and st.max_lag >= cfg.steps and cfg.steps > 1:
+            out[f"delay {cfg.delay!r} with {cfg.steps} steps: its lags reach {st.max_lag:g}, past the run's length; "
+                f"lags are clamped to the step, so the model acts as a smaller bound would"] = None
         task = tasks[task_key(spec)]
         if st.mix > 0 and int(task.horizon) == 1:
             out[f"delay {cfg.delay!r}: +mixed has no effect on task {cfg.task!r} (one token per sample)"] = None
@@ -132,10 +164,14 @@ def _warnings(specs: list[RunSpec], tasks: dict[str, Any]) -> list[str]:
 def _names_group_advantage(text: str) -> bool:
     """True when the recipe spec names an advantage estimator itself (``group``, ``dr_grpo+...``), rather than
     the default or a bundled recipe's choice (``vcpo``'s baseline is per group, else per batch, by design)."""
-    from testbed.stabilizers.registry import ADVANTAGES
+    from testbed.stabilizers.registry import ADVANTAGES, NAMED_RECIPES, resolve_classes
     from testbed.stabilizers.spec import parse_spec
 
-    return any(name in ADVANTAGES and name != DEFAULT_ADVANTAGE for name, _ in parse_spec(text))
+    def names_group(name: str) -> bool:  # grpo names group advantages as its core; vcpo's opob is its design
+        return (name in ADVANTAGES and name != DEFAULT_ADVANTAGE) or any(
+            p.kind == "advantage" and p.core and p.name in ("group", "dr_grpo") for p in NAMED_RECIPES.get(name, ()))
+
+    return any(names_group(name) for name, _ in parse_spec(resolve_classes(text)))
 
 
 def _uses_groups(recipe: Any) -> bool:
@@ -189,13 +225,20 @@ def plan_sweep(configs: list[RunConfig], out: str | Path, *, workers: int = 1, f
         if spec.staleness.max_lag >= MAX_LAG:
             raise UsageError(f"delay {cfg.delay!r}: the lag must be below 2^62, got {spec.staleness.max_lag}")
         _check_float32(cfg.recipe, spec.recipe)
+        if spec.config.lr > MAX_PARAM:
+            raise UsageError(f"lr {spec.config.lr:g} is too large for float32 parameters (every update would "
+                             f"overflow them); lr must be at most {MAX_PARAM:g}")
         specs[run_id] = spec
     tasks = {task_key(s): build_task(s) for s in specs.values()}
     shapes = {k: limits.task_shape(t) for k, t in tasks.items()}
     store = ResultStore(out)
     if not shared:
         _check_other_runs(Path(out), set(run_ids.values()), what)
-    todo = [c for c in configs if not store.done(run_ids[id(c)])]
+    from testbed.codeprint import run_code
+
+    code = {rid: run_code(spec, tasks[task_key(spec)]) for rid, spec in specs.items()}
+    todo = [c for c in configs if not store.done(run_ids[id(c)], code[run_ids[id(c)]])]
+    stale, unchecked = _reuse_notes(store, configs, todo, run_ids, code)
     if loop_size is None:
         loop_size = default_loop_size(len(todo), workers)
     groups = group_runs(todo, loop_size, {id(c): specs[run_ids[id(c)]] for c in todo}, workers)
@@ -208,12 +251,53 @@ def plan_sweep(configs: list[RunConfig], out: str | Path, *, workers: int = 1, f
         est.why["runs"] = f"{len(group)} run(s) in one loop"
         loops.append(est)
     disk = sum(e.disk for e in loops) * 2 + 65536  # per-run files, then results.csv and summary.csv
+    # a stop saves every loop in progress whole (testbed/stopping.py): at most one loop per worker at once, each
+    # about its state in memory (parameters and optimizer moments, batches in flight, lag table, rows)
+    saved = sorted((sum(v for k, v in e.parts.items() if k != "runs") for e in loops), reverse=True)
+    checkpoints = sum(saved[:max(1, min(workers, len(loops)))])
+    disk += checkpoints
     n_workers = max(1, min(workers, len(groups)))
     need, avail, free = limits.check_fits(loops, n_workers, len(todo), disk, Path(out))
     plan = Plan(Path(out), configs, todo, groups, n_workers, fmt, specs, run_ids, need, avail, disk, free,
-                _warnings(list(specs.values()), tasks))
+                _warnings(list(specs.values()), tasks), code=code, stale=stale, unchecked=unchecked,
+                checkpoint_disk=checkpoints, saved_loops=_saved_loops(store, groups, run_ids, shared))
     plan.created = limits.check_output_dir(out, create, what)
     return plan
+
+
+def _saved_loops(store: ResultStore, groups: list[list[RunConfig]], run_ids: dict[int, str],
+                 shared: bool = False) -> tuple[int, list[Path]]:
+    """(how many of the planned loops have a saved checkpoint, the saved checkpoints no planned loop matches; in a
+    shared store those may be other commands', so none is listed)."""
+    folder = store.out / "checkpoints"
+    saved = set(folder.glob("loop-*.pt")) if folder.is_dir() else set()
+    if not saved:
+        return 0, []
+    mine = {store.checkpoint([run_ids[id(c)] for c in g]) for g in groups}
+    return len(saved & mine), [] if shared else sorted(saved - mine)
+
+
+def _reuse_notes(store: ResultStore, configs: list[RunConfig], todo: list[RunConfig], run_ids: dict[int, str],
+                 code: dict[str, dict[str, str]]) -> tuple[dict[str, list[str]], int]:
+    """(the finished runs retrained because their code changed, with the parts that did; how many reused runs
+    have no code fingerprint to check)."""
+    from testbed.codeprint import stale_parts
+
+    stale, unchecked = {}, 0
+    waiting = {id(c) for c in todo}
+    for cfg in configs:
+        rid = run_ids[id(cfg)]
+        if not store.has_record(rid):
+            continue
+        try:
+            record = store.record(rid)
+        except (OSError, ValueError):
+            continue
+        if id(cfg) not in waiting:
+            unchecked += "code" not in record
+        elif record.get("status") != "failed" and (parts := stale_parts(record.get("code"), code[rid])):
+            stale[rid] = parts
+    return stale, unchecked
 
 
 def _check_other_runs(out: Path, run_ids: set[str], what: str) -> None:

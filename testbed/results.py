@@ -5,9 +5,10 @@ Layout of an output directory::
     OUT/config.json        the sweep (or run command) and the resolved config of every run, by run id
     OUT/runs/<id>.csv      the logged rows of one finished run      (written first)
     OUT/runs/<id>.steps.csv  one row per optimizer step: cosine and its kind, cheap diagnostics (testbed/health.py)
-    OUT/runs/<id>.json     its config, status, timing and the machine that finished it (testbed/machine.py;
-                           ``trained_on`` too when a loop stopped on one machine was resumed on another;
-                           written last: the "done" marker)
+    OUT/runs/<id>.json     its config, status, timing, the machine that finished it (testbed/machine.py;
+                           ``trained_on`` too when a loop stopped on one machine was resumed on another) and
+                           the fingerprint of the code it ran (``code``, testbed/codeprint.py: a run is reused
+                           only by the same code); written last: the "done" marker
     OUT/runs/<id>.log      the traceback of a run that failed (status ``failed``)
     OUT/results.csv        all runs' rows, in the sweep's order     (+ results.parquet with --format parquet)
     OUT/summary.csv        one row per run: config, status, final metrics, wall time
@@ -40,6 +41,7 @@ from typing import Any
 
 import pandas as pd
 
+from testbed.codeprint import stale_parts
 from testbed.machine import machine
 from testbed.runner import RunConfig, RunResult
 from testbed.util.files import atomic_open, atomic_write_text
@@ -158,15 +160,18 @@ class ResultStore:
     def has_record(self, run_id: str) -> bool:
         return (self.runs / f"{run_id}.json").is_file()
 
-    def done(self, run_id: str) -> bool:
+    def done(self, run_id: str, code: dict[str, str] | None = None) -> bool:
         """True when the run finished (any status but ``failed``, which is retried) and its rows file is whole:
         it holds the number of rows its record counts (a rows file cut short, e.g. by a copy that ran out of
-        disk, makes the run count as not finished, so it is trained again)."""
+        disk, makes the run count as not finished, so it is trained again). With ``code`` (the current code's
+        fingerprint, testbed/codeprint.py), a run recorded with a different one is not finished either."""
         if not self.has_record(run_id):
             return False
         try:
             record = self.record(run_id)
             if record.get("status") == "failed":
+                return False
+            if code is not None and stale_parts(record.get("code"), code):
                 return False
             return "rows" not in record or self._row_count(run_id) == record["rows"]
         except (OSError, ValueError):
@@ -182,13 +187,14 @@ class ResultStore:
             return -1
         return data.count(b"\n") - 1
 
-    def save(self, result: RunResult) -> None:
+    def save(self, result: RunResult, code: dict[str, str] | None = None) -> None:
+        """Write a finished run (``code``: the fingerprint of the code that ran it, testbed/codeprint.py)."""
         run_id = result.config.run_id
         atomic_write_frame(result_frame(result), self.runs / f"{run_id}.csv")
         if result.steps:
             atomic_write_frame(pd.DataFrame(result.steps), self._steps_path(run_id))
         record = {"run_id": run_id, "config": result.config.to_dict(), "status": result.status, **result.info,
-                  "rows": len(result.rows), "machine": machine()}
+                  "rows": len(result.rows), "machine": machine(), **({"code": code} if code else {})}
         atomic_write_text(self.runs / f"{run_id}.json", json.dumps(record, indent=1, sort_keys=True, default=_scalar))
         (self.runs / f"{run_id}.log").unlink(missing_ok=True)  # from an earlier failed attempt
 

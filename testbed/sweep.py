@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import contextlib
+import errno
 import multiprocessing
 import os
 import shutil
@@ -27,7 +28,8 @@ from typing import Any
 
 import pandas as pd
 
-from testbed import outcomes
+from testbed import limits, outcomes
+from testbed.codeprint import run_code
 from testbed.plan import (  # noqa: F401  (re-exported: the sweep's public names)
     FORMATS,
     MAX_LAG,
@@ -77,9 +79,18 @@ def _train(configs: list[RunConfig], store: ResultStore, chance: dict[str, float
         if on_version is not None:
             runner.on_version = on_version
         results = runner.run(progress=progress, stop=stop)
+        code = [run_code(spec, task) for spec in specs]
     except Interrupted as stopped:
         assert runner is not None
-        runner.save(checkpoint)
+        try:
+            runner.save(checkpoint)
+        except (OSError, RuntimeError) as exc:  # torch reports a full disk as a RuntimeError of its zip writer
+            free = limits.fmt_bytes(shutil.disk_usage(checkpoint.parent).free) if checkpoint.parent.is_dir() else "?"
+            reason = "no space left on the disk" if isinstance(exc, RuntimeError) or exc.errno == errno.ENOSPC else \
+                (exc.strerror or str(exc))
+            raise RunFailed(f"cannot save the loop of {len(ids)} run(s) at step {stopped.step + 1} in "
+                            f"{str(checkpoint)!r}: {reason} ({free} free); finished runs are saved, this loop starts "
+                            "over when the command is rerun") from None
         print(f"saved {len(ids)} run(s) at step {stopped.step + 1} of {runner.cfg0.steps} in {str(checkpoint)!r}",
               file=sys.stderr, flush=True)
         raise
@@ -95,7 +106,7 @@ def _train(configs: list[RunConfig], store: ResultStore, chance: dict[str, float
     statuses = []
     for i, result in enumerate(results):
         result = outcomes.classify(result, chance.get(result.config.run_id), entropies.get(i))
-        store.save(result)
+        store.save(result, code[i])
         statuses.append(result.status)
     checkpoint.unlink(missing_ok=True)
     return statuses
@@ -142,29 +153,15 @@ def _execute(configs: list[dict[str, Any]], out: str, chance: dict[str, float | 
 @contextlib.contextmanager
 def _lock(out: Path) -> Iterator[None]:
     """Hold ``OUT/.lock`` while writing (one sweep per directory); the lock dies with the process."""
+    from testbed.util.files import DirectoryBusy, one_writer
+
     try:
-        import fcntl
-    except ImportError:  # not POSIX: no lock
-        yield
-        return
-    fh = open(out / ".lock", "a+")  # noqa: SIM115 (held for the duration)
-    try:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            fh.seek(0)
-            pid = fh.read().strip() or "?"
-            raise UsageError(f"another process (pid {pid}) is writing to {str(out)!r}; wait for it to finish or "
-                             "choose another --out") from None
-        fh.seek(0)
-        fh.truncate()
-        fh.write(str(os.getpid()))
-        fh.flush()
-        for tmp in [*out.glob(".*.tmp"), *(out / "runs").glob(".*.tmp"), *(out / "checkpoints").glob(".*.tmp")]:
-            tmp.unlink(missing_ok=True)
-        yield
-    finally:
-        fh.close()
+        with one_writer(out, "choose another --out"):
+            for tmp in [*out.glob(".*.tmp"), *(out / "runs").glob(".*.tmp"), *(out / "checkpoints").glob(".*.tmp")]:
+                tmp.unlink(missing_ok=True)
+            yield
+    except DirectoryBusy as exc:
+        raise UsageError(str(exc)) from None
 
 
 def chance_levels(plan: Plan) -> dict[str, float | None]:
@@ -209,6 +206,8 @@ def run_sweep(
     if warn:
         for line in plan.warnings:
             print(f"warning: {line}", file=sys.stderr)
+    for line in plan.reuse_lines():
+        print(line, file=sys.stderr, flush=True)
     out = Path(out)
     store = ResultStore(out)
     with _lock(out):

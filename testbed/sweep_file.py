@@ -5,6 +5,7 @@ File format (TOML shown; YAML with the same keys works too)::
     out = "runs/mnist_delay"      # optional (the CLI's --out wins)
     workers = 1                   # optional (the CLI's --workers wins)
     format = "csv"                # or "parquet" (results.parquet beside results.csv)
+    imports = ["mystab"]          # optional: modules holding your own stabilizers (as --import MODULE)
     loop_size = 8                 # optional: at most this many runs that share a model shape train in one
                                   # loop (testbed/runner.py; default: up to 8, fewer when that keeps every
                                   # worker busy; 1 = one run at a time). Results do not depend on it.
@@ -40,7 +41,7 @@ from testbed.runner import RunConfig, RunSpec
 from testbed.tasks import task_options
 from testbed.usage import UsageError
 
-TOP_KEYS = ("out", "workers", "format", "base", "grid", "name", "description", "loop_size")
+TOP_KEYS = ("out", "workers", "format", "base", "grid", "name", "description", "loop_size", "imports")
 
 
 def load_file(path: str | Path) -> dict[str, Any]:
@@ -107,13 +108,20 @@ def file_settings(spec: dict[str, Any]) -> dict[str, Any]:
     for key in ("name", "description"):
         if key in spec and not isinstance(spec[key], str):
             raise UsageError(f"{key} must be a string, got {spec[key]!r}")
-    return {"out": out, "workers": workers, "format": fmt, "loop_size": parse_loop_size(spec.get("loop_size"))}
+    imports = spec.get("imports", [])
+    if not isinstance(imports, list) or not all(isinstance(m, str) and m.strip() for m in imports):
+        raise UsageError(f"imports must be a list of module names, e.g. imports = [\"mystab\"], got {imports!r}")
+    return {"out": out, "workers": workers, "format": fmt, "loop_size": parse_loop_size(spec.get("loop_size")),
+            "imports": imports}
 
 
 def expand(spec: dict[str, Any], specs: dict[str, RunSpec] | None = None) -> list[RunConfig]:
-    """The run configs of a sweep spec (dict as read from a file), validated, duplicates dropped. ``specs``, if
-    given, receives each config's parsed `RunSpec` by run id (for `plan_sweep`, which then parses nothing again)."""
-    file_settings(spec)
+    """The run configs of a sweep spec (dict as read from a file), validated, duplicates dropped (the file's
+    ``imports`` imported first). ``specs``, if given, receives each config's parsed `RunSpec` by run id (for
+    `plan_sweep`, which then parses nothing again)."""
+    from testbed.stabilizers.registry import import_modules
+
+    import_modules(file_settings(spec)["imports"])
     base, grid = spec.get("base"), spec.get("grid")
     for name, table in (("base", base), ("grid", grid)):
         if table is not None and not isinstance(table, dict):

@@ -221,7 +221,10 @@ def validate(
 
 
 def format_card(card: dict[str, Any]) -> str:
-    lines = [f"{'cell':<26} {'staleness':<10} {'recipe':>7} {'pg':>7} {'sync':>7} {'score':>6}"]
+    metrics = ", ".join(dict.fromkeys(c.get("metric", "test_reward") for c in card["cells"]))
+    lines = [f"recipe, pg, sync: final held-out {metrics} (mean of the last two evaluations); score: the share of "
+             "the stale-PG-to-sync gap the recipe closes",
+             f"{'cell':<26} {'staleness':<10} {'recipe':>7} {'pg':>7} {'sync':>7} {'score':>6}"]
     for c in card["cells"]:
         note = "" if c["status"] == "ok" else f"  ({c['status']})"
         lines.append(f"{c['task']:<26} {c['staleness']:<10} {c['recipe_value']:7.3f} {c['pg_value']:7.3f} "

@@ -21,13 +21,27 @@ says so on every claim of this experiment.
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 
+from figures import prereg
 from figures.budgets import Budget, lag_of
-from figures.common import Context, arr, diverged, values
+from figures.common import Context, arr, diverged, seed_curves, values
+from figures.confirm import (
+    accumulation,
+    cosine_cap,
+    endpoint_per_seed,
+    fingerprint_gap,
+    learning_window,
+    resolution_margin,
+    stability_parts,
+)
 from figures.evidence import Evidence as ExperimentEvidence
 from figures.experiments.mnist_delay import resolution_floor
 from figures.records import (
@@ -134,7 +148,7 @@ class Evidence(ExperimentEvidence):
     rates per seed (``rates``); the threshold-sensitivity table (``sensitivity``: per variant and level, error
     and action rates per seed); the regime's settings and whether it is the registered one."""
 
-    PER_SEED: ClassVar[tuple[str, ...]] = ("error", "cos", "cos_across", "health")
+    PER_SEED: ClassVar[tuple[str, ...]] = ("error", "cos", "cos_across", "health", "curves")
 
     registered: bool = True
     regime: dict[str, Any] = field(default_factory=dict)
@@ -147,6 +161,11 @@ class Evidence(ExperimentEvidence):
     health: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
     rates: dict[str, dict[str, list[float | None]]] = field(default_factory=dict)
     sensitivity: dict[str, dict[str, list[float | None]]] = field(default_factory=dict)
+    # the learning curves (per cell, per seed: test error at each of ``versions``; chance after a divergence) and
+    # whether the budget is the pre-registered confirmatory one (its claims then read the learning phase)
+    versions: list[float] = field(default_factory=list)
+    curves: dict[str, list[list[float | None]]] = field(default_factory=dict)
+    confirmatory: bool = False
 
 
 def describe(b: Budget) -> str:
@@ -178,7 +197,7 @@ def _evidence(ctx: Context, seeds: tuple[int, ...]) -> Evidence:
     table = ctx.rows(configs(b, seeds))
     reg, registered = regime()
     ev = Evidence(grid=describe(b), seeds=list(seeds), registered=registered, regime=reg.for_task("mnist"),
-                  levels=list(levels()), floor=resolution_floor())
+                  levels=list(levels()), floor=resolution_floor(), confirmatory=b.name == "confirmatory")
     for r in RECIPES:
         for d in levels():
             c = cell(b, r, d, seeds)
@@ -187,6 +206,7 @@ def _evidence(ctx: Context, seeds: tuple[int, ...]) -> Evidence:
             ev.cos_across[f"{r}|{d}"] = values(table, c, "grad_cos_across", start=0.5)
             ev.diverged[f"{r}|{d}"] = diverged(table, c)
             ev.health[f"{r}|{d}"] = cell_health(ctx, c)
+            ev.versions, ev.curves[f"{r}|{d}"] = seed_curves(table, c, ev.versions, CHANCE)
             if r == "gac":  # how often the projection acts (per seed, second half of training)
                 ev.rates[f"gac|{d}"] = {k: values(table, c, f"gac_{k}_frac", start=0.5).tolist()
                                            for k in ("projected", "skipped")}
@@ -295,6 +315,78 @@ def rescue_parts(error: dict[str, Any], levels: list[str], method: str, floor: f
     return parts
 
 
+# -- the pre-registered design (figures/preregistration.toml): the learning phase, the tail, own margins --------
+
+
+def phase_endpoints(ev: Evidence) -> tuple[tuple[float, float], dict[str, np.ndarray]]:
+    """The learning window (`figures.confirm.learning_window` on grpo at sync, the base only) and per cell the
+    per-seed mean error over it (`figures.confirm.endpoint_per_seed`)."""
+    ph = prereg.load().section("phase")
+    base = np.array(ev.curves["grpo|sync"], dtype=float)
+    window = learning_window(ev.versions, base, ph["progress_lo"], ph["progress_hi"])
+    return window, {k: endpoint_per_seed(ev.versions, np.array(v, dtype=float), window) for k, v in ev.curves.items()}
+
+
+def phase_margin(ev: Evidence, base: np.ndarray) -> Margin:
+    """The registered "tol": the testbed's resolution at the base's learning-phase error (`resolution_margin`)."""
+    reg = prereg.load()
+    return resolution_margin("tol", base, round(0.5 / ev.floor), int(reg.section("designs")["async"]["cap"]),
+                             float(reg.section("margins")["z"]), ev.floor)
+
+
+def phase_rescue_parts(ev: Evidence, method: str, same_level: bool) -> tuple[list[Outcome], list[Outcome], str]:
+    """(parts, parts shown beside, note) of a rescue claim under the pre-registered design: learning-phase
+    endpoints, plain paired means and staleness-caused collapses (`figures.confirm.stability_parts`), the margin
+    from the testbed's resolution. ``same_level`` (AREAL-1 as its paper states it): naive grpo worse than
+    ``method`` at the same staleness, and ``method`` there matches grpo at sync. Else (GAC-2): where grpo
+    degrades at a level (judged the same way), ``method`` there matches grpo at sync."""
+    st = prereg.load().section("stability")
+    window, end = phase_endpoints(ev)
+    if not all(map(np.isfinite, window)):
+        return [], [], "the base (grpo at sync) does not learn: no learning window"
+    tol = phase_margin(ev, end["grpo|sync"])
+    kw = {"margin": tol.value, "floor": ev.floor, "multiple": st["collapse_multiple"],
+          "collapse_floor": st["collapse_floor"]}
+    sync = end["grpo|sync"]
+    parts: list[Outcome] = []
+    beside: list[Outcome] = []
+    for s in ev.levels[1:]:
+        cand = end[f"{method}|{s}"]
+        if same_level:
+            first, c1 = stability_parts(f"naive grpo worse than {method} at {s}", cand, end[f"grpo|{s}"],
+                                        end[f"{method}|sync"], sync, "superiority", **kw)
+        else:
+            first, c1 = stability_parts(f"grpo degrades at {s}", sync, end[f"grpo|{s}"], sync, sync, "superiority",
+                                        **kw)
+        beside.append(c1)
+        if not same_level and first.status not in ("holds", "undecided"):
+            beside.append(first)
+            continue
+        match, c2 = stability_parts(f"{method} at {s} matches grpo sync", sync, cand, sync, end[f"{method}|sync"],
+                                    "equivalence", **kw)
+        parts += [first, match]
+        beside.append(c2)
+    note = (f"learning phase: versions {window[0]:g} to {window[1]:g} (grpo at sync's "
+            f"{prereg.load().section('phase')['progress_lo']:.0%}-{prereg.load().section('phase')['progress_hi']:.0%} "
+            f"of its error drop), mean error over it; tol factor {math.exp(tol.value):.3f}: {tol.derivation}")
+    return parts, beside, note
+
+
+def _secondary(parts: list[Outcome]) -> list[Outcome]:
+    """The plateau (final-error) parts, shown beside the learning-phase verdict, not part of it."""
+    return [dataclasses.replace(p, name=f"secondary, final error: {p.name}", status="n/a") for p in parts]
+
+
+def _phase_judgement(ev: Evidence, method: str, same_level: bool, final: list[Outcome]) -> Judgement:
+    parts, beside, note = phase_rescue_parts(ev, method, same_level)
+    _, end = phase_endpoints(ev)
+    ours = "; ".join(f"{k.replace('|', ' at ')} {fmt(v, 3, pct=True)}" for k, v in end.items()
+                     if k.split("|")[0] in ("grpo", method)) + " (learning-phase mean error)" + _tag(ev)
+    j = Judgement(ours, parts, note=note) if parts else Judgement(ours, [], verdict="inconclusive", note=note)
+    j.other_parts.extend(beside + _secondary(final))
+    return j
+
+
 def _rescue_ours(ev: Evidence, method: str) -> str:
     e = ev.error
     return "; ".join(f"{s}: grpo {fmt(arr(e[f'grpo|{s}']), 3, pct=True)}"
@@ -306,6 +398,11 @@ def _rescue_ours(ev: Evidence, method: str) -> str:
 def judge_gac2(ev: Evidence) -> Judgement:
     low = [s for s in ev.levels[1:] if lag_of(s) < 8]
     note = f"levels below the paper's s >= 8: {', '.join(low)}" if low else ""
+    if ev.confirmatory:
+        j = _phase_judgement(ev, "gac", False, rescue_parts(ev.error, ev.levels, "gac", ev.floor))
+        j.note = "; ".join(x for x in (j.note, note) if x)
+        j.other_parts.extend(_gac_rates(ev))
+        return j
     j = Judgement(_rescue_ours(ev, "gac"), rescue_parts(ev.error, ev.levels, "gac", ev.floor), note=note)
     j.other_parts.extend(_gac_rates(ev) + sensitivity_rows(ev))
     return j
@@ -325,10 +422,14 @@ def _gac_rates(ev: Evidence) -> list[Outcome]:
 
 @judged_on(NAME)
 def judge_areal1(ev: Evidence) -> Judgement:
+    if ev.confirmatory:
+        return _phase_judgement(ev, "decoupled_ppo", True, rescue_parts(ev.error, ev.levels, "decoupled_ppo", ev.floor))
     return Judgement(_rescue_ours(ev, "decoupled_ppo"), rescue_parts(ev.error, ev.levels, "decoupled_ppo", ev.floor))
 
 
 def _degrades(ev: Evidence) -> tuple[str, str]:
+    if ev.confirmatory:
+        return "met", "the registered design judges grpo's degradation in the parts, level by level"
     e = ev.error
     found = []
     for s in ev.levels[1:]:
@@ -341,6 +442,8 @@ def _degrades(ev: Evidence) -> tuple[str, str]:
 
 def _stale_aligned(ev: Evidence) -> tuple[str, str]:
     """grpo's across-batch gradient cosine under staleness above its sync value (GAC's signal)."""
+    if ev.confirmatory:
+        return "met", "not a precondition of the registered design (GAC-1 reads the signal where it is not capped)"
     ca = ev.cos_across or {}
     sync = arr(ca.get("grpo|sync"))
     if not np.isfinite(sync).any():
@@ -355,12 +458,72 @@ def _stale_aligned(ev: Evidence) -> tuple[str, str]:
         seen) + ")"
 
 
+FINGERPRINT = Path("results/fingerprint/async_grpo.json")  # the regime's fingerprint: its gradient noise scale
+
+
+def _uncapped(ev: Evidence) -> tuple[str, str]:
+    """GAC-1's registered precondition: the cosine is read where the noise does not cap it, r = m / B_noise >=
+    gac.r_min (m the minibatch in samples, B_noise the regime's noise scale from its fingerprint); else its
+    expected value sits near r / (1 + r) whatever staleness does (`figures.confirm.cosine_cap`)."""
+    r_min = float(prereg.load().section("gac")["r_min"])
+    try:
+        m = float(ev.regime["batch_size"]) / float(ev.regime["minibatches"])
+        b_noise = float(json.loads(FINGERPRINT.read_text())["noise_scale"])
+    except (KeyError, TypeError, ValueError, ZeroDivisionError, OSError) as exc:
+        return "unknown", f"the minibatch or the noise scale is not recorded ({exc!r}; {FINGERPRINT})"
+    r = m / b_noise
+    shown = (f"consecutive minibatches of m = {m:g} samples, B_noise = {b_noise:.0f} ({FINGERPRINT}): r = {r:.3f}, "
+             f"cap r / (1 + r) = {cosine_cap(r):.3f}")
+    if r >= r_min:
+        return "met", shown
+    return "failed", (f"{shown}: the cosine cannot exceed about {cosine_cap(r):.3f} whatever staleness does; "
+                      f"r >= {r_min:g} needs {accumulation(b_noise, int(m), r_min)} consecutive minibatches summed")
+
+
+REAL_FINGERPRINTS = Path("results/llm/fingerprint")  # the real model's fingerprints (llm_scale's schema)
+
+
+def _fingerprint_matches(ev: Evidence) -> tuple[str, str]:
+    """The registered design's precondition: the base's fingerprint, taken at the registered version, matches the
+    real model's token level for token level (`figures.confirm.fingerprint_gap`; the newest SmolLM2 file)."""
+    if not ev.confirmatory:
+        return "met", "a precondition of the registered design only"
+    from testbed.stabilizers.fingerprint import newest_files
+
+    ph = prereg.load().section("phase")
+    try:
+        mine = json.loads(FINGERPRINT.read_text())
+        real_files = [f for f, _ in newest_files(REAL_FINGERPRINTS) if "smollm2" in f.name.lower()]
+        real = json.loads(real_files[0].read_text())
+    except (OSError, ValueError, IndexError) as exc:
+        return "unknown", f"no testbed or real-model fingerprint to compare ({exc!r})"
+    version = (mine.get("extra") or {}).get("version")
+    if version != ph["fingerprint_version"]:
+        return "failed", (f"{FINGERPRINT} was taken at version {version}, the registered phase is version "
+                          f"{ph['fingerprint_version']}: remake it (python -m testbed fingerprint --regime async_grpo "
+                          f"--steps {ph['fingerprint_steps']} --at {ph['fingerprint_version'] / ph['fingerprint_steps']:g})")
+    gap = fingerprint_gap(mine["staleness"], real["staleness"], ph["fingerprint_lags"], ph["ess_tol"], ph["clip_tol"])
+    shown = "; ".join(f"lag {r['lag']}: token ESS {r['ess_diff']:+.3f}, clip {r['clip_diff']:+.3f}"
+                      if r["ess_diff"] is not None else f"lag {r['lag']}: missing" for r in gap["rows"])
+    return gap["status"], (f"testbed minus {real_files[0].name} at version {version}: {shown} (tolerances "
+                           f"{ph['ess_tol']:g}, {ph['clip_tol']:g})")
+
+
 _HEALTHY = healthy_base(lambda ev: ["grpo|sync"],
-                        "grpo at sync healthy (at most one seed in five stalled or missing a class) in runs that "
-                        "record health; else a regime with a healthy synchronous base",
-                        "the base (grpo at sync) is healthy")
+                        "grpo at sync healthy (at most one seed in five stalled, missing a class or above the "
+                        "registered high error) in runs that record health; else a regime with a healthy synchronous "
+                        "base", "the base (grpo at sync) is healthy",
+                        high_error=float(prereg.load().section("stability")["high_error"]))
 _DEGRADING = Precondition("the base (grpo) degrades under staleness", _degrades,
                           "a regime in which grpo's error rises by at least 2 points at some staleness level")
+_UNCAPPED = Precondition(
+    "the cosine is read where the gradient noise does not cap it (r = m / B_noise >= gac.r_min)", _uncapped,
+    "log the consecutive-update cosine of gradients accumulated over >= r_min x B_noise samples "
+    "(figures.confirm.accumulated_cosines) and of exact expected gradients, at sync and each stale level, with the "
+    "cap r / (1 + r) beside it: one extra gradient per accumulated block on the runs the design already trains")
+_FINGERPRINT = Precondition(
+    "the base's token-level fingerprint at the registered version matches the real model's", _fingerprint_matches,
+    "a regime whose base matches the real model's token-level ESS and clip fraction by lag in its learning phase")
 _ALIGNED = Precondition("the base shows the stale-aligned signal (across-batch cosine above sync's)", _stale_aligned,
                         "a regime where consecutive batches' gradients align under staleness and not at sync "
                         "(minibatches of whole prompt groups, m well below the gradient noise scale)")
@@ -383,7 +546,8 @@ CLAIMS = (
           "Per base: the sync cosine's 90% interval lies inside (-0.2, 0.2), and at every staleness level the "
           "cosine's 90% interval lies above 0.2 ('direction only' where it is significantly above sync but not "
           "above 0.2). The verdict is grpo's; pg and tis are reported beside it.",
-          judge_gac1, ("grad_cosine", "stability_map", "quadratic_gac"), preconditions=(_HEALTHY,),
+          judge_gac1, ("grad_cosine", "stability_map", "quadratic_gac"),
+          preconditions=(_HEALTHY, _UNCAPPED, _FINGERPRINT),
           cells=_recipe_cells(("grpo",)),
           seed_values=("cos", "mean consecutive-step gradient cosine over the second half of training"),
           mechanism="delayed SGD on a noisy quadratic: without delay the lag-1 autocorrelation of applied gradients "
@@ -397,7 +561,7 @@ CLAIMS = (
     Claim("GAC-2", "GAC matches synchronous GRPO at high staleness (s >= 8)", "2603.01501", "qualitative (s)", NAME,
           "async-GRPO regime: gac (grpo + projection) at each staleness level vs grpo at sync, paired by seed",
           (DEGRADE, MATCH), _RESCUE_RULE.format(m="gac"), judge_gac2, ("async_grpo", "quadratic_gac"),
-          preconditions=(_HEALTHY, _DEGRADING, _ALIGNED), cells=_recipe_cells(("grpo", "gac")),
+          preconditions=(_HEALTHY, _DEGRADING, _ALIGNED, _FINGERPRINT), cells=_recipe_cells(("grpo", "gac")),
           mechanism="in the healthy regime grpo hardly degrades under staleness (+1.0 +- 0.4 points at eta = 32 in "
           "the regime search, sweeps/regime/search_groups.md; every searched setting that degrades is unhealthy), so "
           "the premise GAC corrects is absent here",
@@ -408,7 +572,7 @@ CLAIMS = (
           "AIME24 at eta = 4: 23.3 naive vs 42.2 decoupled, sync 42.0 (s)", NAME,
           "async-GRPO regime: decoupled_ppo at each staleness level vs naive grpo at sync, paired by seed",
           (DEGRADE, MATCH), _RESCUE_RULE.format(m="decoupled_ppo"), judge_areal1, ("async_grpo",),
-          preconditions=(_HEALTHY, _DEGRADING), cells=_recipe_cells(("grpo", "decoupled_ppo")),
+          preconditions=(_HEALTHY, _DEGRADING, _FINGERPRINT), cells=_recipe_cells(("grpo", "decoupled_ppo")),
           decide="a regime in which naive grpo degrades (if not applicable)",
           sensitivity=(REGIME_SENSITIVITY,)),
 )

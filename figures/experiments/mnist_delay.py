@@ -20,14 +20,18 @@ evaluation intervals up to it.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
 
+from figures import prereg
 from figures.budgets import Budget, lag_of
-from figures.common import Context, arr, diverged, values
+from figures.common import Context, arr, diverged, seed_curves, values
+from figures.confirm import calibrate_factor, endpoint_per_seed, learning_window, local_spikes, resolution_margin
 from figures.evidence import Evidence as ExperimentEvidence
 from figures.records import (
     DATA_SIZE_SENSITIVITY,
@@ -65,9 +69,10 @@ class CollapseRule:
     window: int = WINDOW
     ess_drop: float = ESS_DROP
     grad_spike: float = GRAD_SPIKE
+    spike_window: int | None = None  # the registered local rule: the median of this many steps before (None: all)
 
     def label(self) -> str:
-        changed = [f"{f} {getattr(self, f):g}" for f in ("rise", "window", "ess_drop", "grad_spike")
+        changed = [f"{f} {getattr(self, f):g}" for f in ("rise", "window", "ess_drop", "grad_spike", "spike_window")
                    if getattr(self, f) != getattr(CollapseRule(), f)]
         return ", ".join(changed) or "the rule judged"
 
@@ -131,7 +136,7 @@ class Evidence(ExperimentEvidence):
     per `CollapseRule` of `VCPO1_RULES` (by its label), the counts its judge reads (``sensitivity``: n, ess, grad
     among collapses with enough history; nq, ess_q, grad_q at the ends of the other runs)."""
 
-    PER_SEED: ClassVar[tuple[str, ...]] = ("error", "health")
+    PER_SEED: ClassVar[tuple[str, ...]] = ("error", "health", "curves")
     SEEDED_EVENTS: ClassVar[tuple[str, ...]] = ("events", "quiet")
 
     delays: list[str] = field(default_factory=list)
@@ -143,6 +148,14 @@ class Evidence(ExperimentEvidence):
     events: list[dict[str, Any]] = field(default_factory=list)
     quiet: list[dict[str, Any]] = field(default_factory=list)
     sensitivity: dict[str, dict[str, int]] = field(default_factory=dict)
+    # the registered design (figures/preregistration.toml [spike]): the local spike rule's window, its factor
+    # calibrated on the quiet runs and that factor's false-alarm rate there; empty outside that design
+    spike: dict[str, Any] = field(default_factory=dict)
+    # the learning curves (per cell, per seed: test error at each of ``versions``) and whether the budget is the
+    # pre-registered one (VCPO-2 and VCPO-3 then read the learning phase)
+    versions: list[float] = field(default_factory=list)
+    curves: dict[str, list[list[float | None]]] = field(default_factory=dict)
+    confirmatory: bool = False
 
     @property
     def precursor_flags(self) -> dict[str, list[float | None]]:
@@ -188,13 +201,15 @@ def collapse_index(run, rise: float = RISE) -> int | None:
 
 
 def precursors(steps, end: float, span: float, ess_drop: float = ESS_DROP,
-               grad_spike: float = GRAD_SPIKE) -> dict[str, Any]:
+               grad_spike: float = GRAD_SPIKE, spike_window: int | None = None) -> dict[str, Any]:
     """Per-step precursors of an event at learner step ``end``: among the optimizer steps in the window
     (end - span, end], did ESS drop below ``ess_drop`` times the median of every earlier step's ESS, and did
     the gradient norm exceed ``grad_spike`` times the earlier steps' median? ``steps``: the run's per-step
     records (None: not recorded).
     ``lead_*``: learner steps from the first step that shows the precursor to ``end`` (None when it does not).
-    ``enough_history``: the records exist and at least ``span`` learner steps come before the window."""
+    ``enough_history``: the records exist and at least ``span`` learner steps come before the window.
+    ``spike_window``: the spike is judged locally instead, against the median of that many steps before it
+    (`figures.confirm.local_spikes`), so that a slow upward drift of the norm is not a spike."""
     none = {"ess_drop": False, "grad_spike": False, "lead_ess": None, "lead_grad": None, "enough_history": False}
     if steps is None or not len(steps):
         return none
@@ -208,6 +223,8 @@ def precursors(steps, end: float, span: float, ess_drop: float = ESS_DROP,
                                    ("grad_spike", "lead_grad", gn, lambda x, m: x > grad_spike * m)):
         ref = np.nanmedian(series[before]) if np.isfinite(series[before]).any() else float("nan")
         shown = window & np.isfinite(series) & (hit(series, ref) if math.isfinite(ref) else False)
+        if key == "grad_spike" and spike_window is not None:
+            shown = window & local_spikes(np.nan_to_num(series, nan=0.0), spike_window, grad_spike)
         out[key] = bool(shown.any())
         out[lead] = float(end - t[shown].min()) if shown.any() else None
     return out
@@ -228,11 +245,53 @@ def collapses(table, step_records: dict[str, Any], log_every: int,
         if idx is not None:
             end = float(run["step"].iloc[idx])
             events.append({"recipe": recipe, "delay": delay, "seed": int(seed), "step": end,
-                           **precursors(steps, end, span, rule.ess_drop, rule.grad_spike)})
+                           **precursors(steps, end, span, rule.ess_drop, rule.grad_spike, rule.spike_window)})
         elif len(run) > rule.window + 3:
             quiet.append({"recipe": recipe, "delay": delay, "seed": int(seed),
-                          **precursors(steps, float(run["step"].iloc[-1]), span, rule.ess_drop, rule.grad_spike)})
+                          **precursors(steps, float(run["step"].iloc[-1]), span, rule.ess_drop, rule.grad_spike,
+                                       rule.spike_window)})
     return events, quiet
+
+
+def quiet_norms(table, step_records: dict[str, Any], rise: float = RISE) -> list[np.ndarray]:
+    """The per-step gradient norms of the runs that do not collapse (`collapse_index` None), up to their last
+    evaluation: what the registered spike rule is calibrated on."""
+    out = []
+    if not len(table):
+        return out
+    for run_id, run in table.groupby("run_id", sort=False):
+        steps = step_records.get(run_id)
+        run = run.sort_values("step")
+        if steps is None or collapse_index(run, rise) is not None:
+            continue
+        gn = steps.loc[steps["step"] <= float(run["step"].iloc[-1]), "grad_norm"].to_numpy(dtype=float)
+        if gn.size:
+            out.append(np.nan_to_num(gn, nan=0.0))
+    return out
+
+
+def registered_rule(table, step_records: dict[str, Any], log_every: int) -> tuple[CollapseRule, dict[str, Any]]:
+    """The registered collapse rule: the local spike rule (figures/preregistration.toml [spike]) with the smallest
+    factor of its grid whose false-alarm rate at the quiet runs' ends is at most the registered rate
+    (`figures.confirm.calibrate_factor`), and that calibration's record."""
+    sp = prereg.load().section("spike")
+    quiet = quiet_norms(table, step_records)
+    span = WINDOW * log_every
+    factor, rate = calibrate_factor(quiet, int(sp["window"]), sp["factor_grid"], float(sp["false_alarm"]), span)
+    rule = CollapseRule(grad_spike=factor if math.isfinite(factor) else max(sp["factor_grid"]),
+                        spike_window=int(sp["window"]))
+    return rule, {"window": int(sp["window"]), "factor": factor, "false_alarm": rate, "target": sp["false_alarm"],
+                  "quiet_runs": len(quiet)}
+
+
+def staleness_caused(found: list[dict]) -> list[dict]:
+    """The events of stale runs whose paired sync run (same recipe and seed) has no event of its own: a collapse
+    counts as caused by staleness only where the synchronous run does not collapse (used on the collapse list;
+    the quiet list passes through whole, since a quiet stale run is quiet whatever its sync run did)."""
+    if not found or "step" not in found[0]:
+        return found
+    at_sync = {(x["recipe"], x["seed"]) for x in found if x["delay"] == "sync"}
+    return [x for x in found if x["delay"] != "sync" and (x["recipe"], x["seed"]) not in at_sync]
 
 
 def precursor_counts(events: list[dict], quiet: list[dict]) -> dict[str, int]:
@@ -265,11 +324,14 @@ def _evidence(ctx: Context, seeds: tuple[int, ...]) -> Evidence:
     b = ctx.budget
     table = ctx.rows(configs(b, seeds))
     ev = Evidence(grid=describe(b), seeds=list(seeds), delays=list(b.mnist_delays),
-                  ablation_delays=list(b.ablation_delays), floor=resolution_floor())
+                  ablation_delays=list(b.ablation_delays), floor=resolution_floor(),
+                  confirmatory=b.name == "confirmatory")
     for r in RECIPES:
         for d in b.mnist_delays:
             c = cell(b, r, d, seeds=seeds)
             ev.error[f"{r}|{d}"] = values(table, c, "test_error", CHANCE)
+            if ev.confirmatory:
+                ev.versions, ev.curves[f"{r}|{d}"] = seed_curves(table, c, ev.versions, CHANCE)
             ev.diverged[f"{r}|{d}"] = diverged(table, c)
             ev.health[f"{r}|{d}"] = cell_health(ctx, c)
     for name, spec in ABLATIONS.items():
@@ -277,10 +339,17 @@ def _evidence(ctx: Context, seeds: tuple[int, ...]) -> Evidence:
             c = cell(b, spec, d, seeds=seeds)
             ev.error[f"{name}|{d}"] = values(table, c, "test_error", CHANCE)
             ev.health[f"{name}|{d}"] = cell_health(ctx, c)
+            if ev.confirmatory:
+                ev.versions, ev.curves[f"{name}|{d}"] = seed_curves(table, c, ev.versions, CHANCE)
     first = sweep(b)  # VCPO-1 reads the first look's sweep (not staged)
     ids = {cfg.run_id for cfg in first}
     sweep_rows = table[table["run_id"].isin(ids)] if len(table) else table
     records = ctx.step_records(first)
+    if b.name == "confirmatory":
+        rule, ev.spike = registered_rule(sweep_rows, records, b.mnist_log)
+        ev.events, ev.quiet = (staleness_caused(x) for x in collapses(sweep_rows, records, b.mnist_log, rule))
+        ev.sensitivity[rule.label()] = precursor_counts(ev.events, ev.quiet)
+        return ev
     for rule in VCPO1_RULES:
         events, quiet = collapses(sweep_rows, records, b.mnist_log, rule)
         if rule == CollapseRule():
@@ -333,17 +402,61 @@ def _n_diverged(ev: Evidence, key: str) -> int:
     return int(ev.diverged.get(key, 0))
 
 
+def phase_view(ev: Any, base_cell: str = "") -> tuple[Any, str]:
+    """The evidence (any with ``versions``, ``curves`` and ``error``) with each cell's errors replaced by its
+    learning-phase endpoint (the registered design): the mean error over the window in which the registered base
+    (``base_cell``, default ``phase.mnist_base`` at sync) makes its registered share of its error drop, chosen
+    from the base's curves only; and that window in words."""
+    ph = prereg.load().section("phase")
+    base_cell = base_cell or f"{ph['mnist_base']}|sync"
+    base = np.array(ev.curves[base_cell], dtype=float)
+    window = learning_window(ev.versions, base, ph["progress_lo"], ph["progress_hi"])
+    error = {k: endpoint_per_seed(ev.versions, np.array(v, dtype=float), window).tolist() for k, v in ev.curves.items()}
+    return dataclasses.replace(ev, error=error), (
+        f"learning phase: versions {window[0]:g} to {window[1]:g} ({base_cell.replace('|', ' at ')}'s "
+        f"{ph['progress_lo']:.0%}-{ph['progress_hi']:.0%} of its error drop), mean error over it")
+
+
+def registered_margin(name: str, view: Any, base: str) -> Margin:
+    """A margin from the testbed's resolution at the ``base`` cell of a learning-phase view (`resolution_margin`,
+    the MNIST design's cap)."""
+    reg = prereg.load()
+    return resolution_margin(name, arr(view.error[base]), round(0.5 / view.floor),
+                             int(reg.section("designs")["mnist"]["cap"]), float(reg.section("margins")["z"]), view.floor)
+
+
+def registered(ev: Any, judge: Callable[[Any, float], Judgement], base: str, margin: Margin | None,
+               base_cell: str = "") -> Judgement:
+    """A typical-performance claim under the registered design: ``judge`` on the learning-phase view
+    (`phase_view` from ``base_cell``), with the margin computed from the testbed's resolution at the ``base`` cell
+    (``margin`` None, `registered_margin`) or the paper's; the plateau verdict's parts beside it."""
+    view, window = phase_view(ev, base_cell)
+    margin = margin or registered_margin("tol", view, base)
+    j = judge(view, margin.value)
+    final = judge(ev, margin.value)
+    j.note = "; ".join(x for x in (j.note, window, f"margin factor {math.exp(margin.value):.3f}: {margin.derivation}")
+                       if x)
+    j.other_parts.extend(dataclasses.replace(p, name=f"secondary, final error: {p.name}", status="n/a")
+                         for p in final.parts)
+    return j
+
+
 @judged_on(NAME)
 def judge_vcpo2(ev: Evidence) -> Judgement:
+    if ev.confirmatory:
+        return registered(ev, _vcpo2, "vcpo|sync", None)
+    return _vcpo2(ev, VCPO2_TOL.value)
+
+
+def _vcpo2(ev: Evidence, tol: float) -> Judgement:
     e, floor, delays = ev.error, ev.floor, ev.delays
     sync = arr(e["vcpo|sync"])
     lags = [d for d in delays if d != "sync" and lag_of(d) <= 128]
     parts = []
     for d in lags:
-        match = equivalence(f"vcpo at D={lag_of(d)} matches vcpo sync", sync, arr(e[f"vcpo|{d}"]), VCPO2_TOL.value,
-                            "log", floor)
-        rescue = superiority(f"vcpo below pg at D={lag_of(d)}", arr(e[f"pg|{d}"]), arr(e[f"vcpo|{d}"]),
-                             VCPO2_TOL.value, "log", floor)
+        match = equivalence(f"vcpo at D={lag_of(d)} matches vcpo sync", sync, arr(e[f"vcpo|{d}"]), tol, "log", floor)
+        rescue = superiority(f"vcpo below pg at D={lag_of(d)}", arr(e[f"pg|{d}"]), arr(e[f"vcpo|{d}"]), tol, "log",
+                             floor)
         parts.append(with_direction(match, rescue))
     n_div = sum(_n_diverged(ev, f"vcpo|{d}") for d in lags)
     parts.append(exact(f"vcpo never diverges at D <= 128 ({', '.join(str(lag_of(d)) for d in lags)})", n_div == 0,
@@ -363,12 +476,18 @@ VCPO3_DELTA = Margin(
 
 @judged_on(NAME)
 def judge_vcpo3(ev: Evidence) -> Judgement:
+    if ev.confirmatory:
+        return registered(ev, _vcpo3, "vcpo|sync", VCPO3_DELTA)
+    return _vcpo3(ev, VCPO3_DELTA.value)
+
+
+def _vcpo3(ev: Evidence, delta: float) -> Judgement:
     e, floor = ev.error, ev.floor
     d = _largest_at_most(ev.ablation_delays, 128) or ev.ablation_delays[0]
     full = arr(e[f"vcpo|{d}"])
     # the candidate is the full recipe: its error must be lower than each ablation's
     parts = [superiority(f"removing {name.split()[1]} hurts at D={lag_of(d)} (ratio ablation / vcpo)",
-                         arr(e[f"{name}|{d}"]), full, VCPO3_DELTA.value, "log", floor)
+                         arr(e[f"{name}|{d}"]), full, delta, "log", floor)
              for name in ("no ess_lr", "no opob")]
     ours = "; ".join(f"D={lag_of(x)}: vcpo {fmt(arr(e[f'vcpo|{x}']), 3, pct=True)}, no ess_lr "
                      f"{fmt(arr(e[f'no ess_lr|{x}']), 3, pct=True)}, no opob {fmt(arr(e[f'no opob|{x}']), 3, pct=True)}"
@@ -426,6 +545,18 @@ def _healthy_sync(recipes: tuple[str, ...]) -> Precondition:
                         f"the base is healthy at sync ({', '.join(recipes)})")
 
 
+def _calibrated(ev: Evidence) -> tuple[str, str]:
+    """The registered design's precondition: a spike factor whose false-alarm rate on quiet runs meets the target."""
+    if not ev.spike:
+        return "met", "a precondition of the registered design only"
+    sp = ev.spike
+    if sp.get("factor") is None or not math.isfinite(float(sp["factor"])):
+        return "failed", (f"no factor of the grid keeps false alarms at the ends of {sp['quiet_runs']} quiet runs at "
+                          f"or below {sp['target']:.0%}")
+    return "met", (f"local spike rule: above {sp['factor']:g} x the median of the {sp['window']} steps before; "
+                   f"{sp['false_alarm']:.1%} false alarms at the ends of {sp['quiet_runs']} quiet runs")
+
+
 def _collapsed(ev: Evidence) -> tuple[str, str]:
     events = [x for x in ev.events if x.get("enough_history")]
     if events:
@@ -452,7 +583,9 @@ CLAIMS = (
           judge_vcpo1, ("vcpo_traces",),
           decide="collapses in a setting where they are common (more delays or recipes that collapse)",
           preconditions=(Precondition("some run collapses (with logged history before it)", _collapsed,
-                                      "a setting where runs collapse after a stretch of stable training"),),
+                                      "a setting where runs collapse after a stretch of stable training"),
+                         Precondition("the spike rule's false-alarm rate on quiet runs is at most the registered rate",
+                                      _calibrated, "a wider factor grid or a longer local window")),
           cells=lambda ev: list(ev.precursor_flags),
           seed_values=("precursor_flags", "per run that collapsed after enough history: 1 if the precursor showed in "
                                           "the window before the collapse, 0 if not; - where the run did not collapse"),

@@ -16,6 +16,7 @@ import numpy as np
 
 from figures.budgets import Budget
 from figures.common import Context, arr, values
+from figures.confirm import exceeds_by, grid_covers, longest_solved
 from figures.evidence import Evidence as ExperimentEvidence
 from figures.experiments import token_frictions as tf
 from figures.records import FRICTION_SENSITIVITY, Claim, Judgement, Margin, Precondition, judged_on
@@ -48,6 +49,7 @@ class Evidence(ExperimentEvidence):
     threshold: float = SOLVED
     error: dict[str, list[float | None]] = field(default_factory=dict)
     longest: dict[str, list[float | None]] = field(default_factory=dict)
+    confirmatory: bool = False  # the pre-registered design: per-seed exact comparisons on a unit grid
 
 
 def describe(b: Budget) -> str:
@@ -58,14 +60,8 @@ def describe(b: Budget) -> str:
 
 def longest(errors: np.ndarray, hs: list[int]) -> list[float]:
     """Per seed (row of ``errors`` [seeds, H]): the largest H with error <= SOLVED (0 if none; NaN if a row has
-    no value at all)."""
-    out = []
-    for row in errors:
-        if not np.isfinite(row).any():
-            out.append(float("nan"))
-            continue
-        out.append(float(max([0] + [h for h, e in zip(hs, row, strict=True) if np.isfinite(e) and e <= SOLVED])))
-    return out
+    no value at all): `figures.confirm.longest_solved` at SOLVED."""
+    return longest_solved(errors, hs, SOLVED)
 
 
 def evidence(ctx: Context) -> Evidence:
@@ -85,7 +81,7 @@ def _evidence(ctx: Context, seeds: tuple[int, ...]) -> Evidence:
     b = ctx.budget
     table = ctx.rows(configs(b, seeds))
     hs = list(b.tr_horizons)
-    ev = Evidence(grid=describe(b), seeds=list(seeds), H=hs, threshold=SOLVED)
+    ev = Evidence(grid=describe(b), seeds=list(seeds), H=hs, threshold=SOLVED, confirmatory=b.name == "confirmatory")
     for r in METHODS:
         rows = np.stack([values(table, cell(b, r, h, seeds), "test_error", tf.FAILED) for h in hs], axis=1)
         for j, h in enumerate(hs):
@@ -116,9 +112,29 @@ MARGINS = {"pmpo": _diff_margin("pmpo", 8.5, "about 8"), "ppo": _diff_margin("pp
            "pg": _diff_margin("pg", 3.75, "about 3.5 (given to a half)")}
 
 
+def registered_parts(ev: Evidence) -> tuple[list[Outcome], bool, str]:
+    """DDG-3 under the pre-registered design: per baseline, the seeds on which DG's longest solved H exceeds the
+    baseline's by its margin, with the exact binomial interval (`figures.confirm.exceeds_by`); whether the grid is
+    unit-step and reaches every longest + 2 (`figures.confirm.grid_covers`), and that check in words."""
+    lg = {r: arr(v) for r, v in ev.longest.items()}
+    parts = [exceeds_by(f"DG's longest solved H exceeds {o.upper()}'s by {MARGINS[o].value:g} (per seed)", lg["dg"],
+                        lg[o], MARGINS[o].value) for o in ("pmpo", "ppo", "pg")]
+    covered, text = grid_covers(np.concatenate([v for v in lg.values()]), ev.H)
+    return parts, covered, text
+
+
 @judged_on(NAME)
 def judge_ddg3(ev: Evidence) -> Judgement:
     lg = {r: arr(v) for r, v in ev.longest.items()}
+    if ev.confirmatory:
+        parts, covered, text = registered_parts(ev)
+        ours = f"H grid {min(ev.H)}..{max(ev.H)}: longest solved " + ", ".join(f"{r.upper()} {fmt(lg[r], 3)}"
+                                                                             for r in METHODS)
+        if not covered:
+            parts.append(Outcome("the unit H grid reaches the longest solved length + 2", "exact", "undecided",
+                                 max(ev.H), "diff", None, None, text))
+            return Judgement(ours, parts, verdict="inconclusive", settled=text)
+        return Judgement(ours, parts, note=text)
     parts: list[Outcome] = [superiority(f"DG's longest solved H exceeds {o.upper()}'s", lg[o], lg["dg"],
                                         MARGINS[o].value, higher=True) for o in ("pmpo", "ppo", "pg")]
     top = max((float(np.nanmax(v)) for v in lg.values() if np.isfinite(v).any()), default=0.0)

@@ -6,6 +6,10 @@ with those statistics (hence ESS) and multiplies every param group's lr by the t
 `after_step` restores the lr, so the scale lasts for that step only (as ``Recipe.step`` does). A
 scale of exactly 0 (gac's skip) makes the step a no-op, as ``Recipe.step`` skips it: the gradients
 are set to None, and torch optimizers leave parameters without a gradient (and their state) alone.
+
+Before its first step on an optimizer, `before_step` reads what the ranks hold of the gradients
+(`sharding.layout`: DTensor shards, FSDP1 flat shards, ZeRO partitions, replicated) and makes the
+recipe's transforms reduce over it, or refuses with one line (`sharding.configure`).
 """
 
 from __future__ import annotations
@@ -20,12 +24,22 @@ from torch import Tensor
 from testbed.stabilizers import BatchStats, Recipe
 from testbed.stabilizers.numerics import sequence_log_ratio
 
+from . import sharding
+
+
+def needs_batch_stats(recipe: Recipe) -> list[str]:
+    """The names of ``recipe``'s gradient transforms that read the batch's sequence log-ratios (ess_lr's ESS)."""
+    from testbed.stabilizers.gradient import ESSLR
+
+    return [t.name for t in recipe.transforms if isinstance(t, ESSLR)]
+
 
 class TransformStep:
     def __init__(self) -> None:
         self.pending: list[tuple[Tensor, Tensor]] = []
         self.saved_lr: dict[int, list[float]] = {}
         self.history: list[dict[str, float]] = []
+        self.layouts: dict[int, str] = {}  # per optimizer id: the gradient layout the recipe was configured for
 
     def collect(self, logp: Tensor, behavior_logp: Tensor, mask: Tensor) -> None:
         """Record the sequence log-ratios of one loss call (detached)."""
@@ -45,6 +59,9 @@ class TransformStep:
         """Transform the gradients of ``params`` (default: the optimizer's) and scale lr; return the metrics."""
         if params is None:
             params = [p for group in optimizer.param_groups for p in group["params"]]
+        if id(optimizer) not in self.layouts:
+            self.layouts[id(optimizer)] = kind = sharding.layout(params, optimizer)
+            sharding.configure(recipe, kind)
         scale, raw = recipe.transform_gradients(params, self.batch_stats())
         scale = float(scale)
         metrics = {key: float(value) for key, value in raw.items()}

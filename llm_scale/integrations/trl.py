@@ -66,6 +66,7 @@ import hashlib
 import inspect
 import math
 import os
+import sys
 import textwrap
 import time
 import warnings
@@ -80,12 +81,13 @@ try:
     import trl
     from transformers import TrainerCallback
     from trl import GRPOTrainer
+    from trl.trainer.utils import nanmax, nanmin
 except ImportError as exc:  # pragma: no cover - exercised only without trl
     raise ImportError(f"llm_scale.integrations.trl needs trl (the 'trl' extra: pip install -e '.[trl]'): {exc}") from exc
 
 from testbed.stabilizers import NAMED_RECIPES, SURROGATES, PolicyTerms, Recipe, build, parse_spec
 
-from .hooks import TransformStep, load_recipe_state, missing_state_warning, save_recipe_state
+from .hooks import TransformStep, load_recipe_state, missing_state_warning, needs_batch_stats, save_recipe_state
 
 # The TRL releases whose loss this module mirrors, as [lowest, first unsupported), and the sha256 of the
 # source of each upstream function it copies (inspect.getsource, dedented) in those releases.
@@ -226,6 +228,10 @@ GRPO_SETTINGS: dict[str, str] = {
     ),
 }
 
+# Surrogates that clip the ratio current / behaviour with (eps_low, eps_high) as TRL's loss does: for them TRL's
+# clip_ratio/* (low_mean, high_mean, region_mean, low_min, high_max) measure the same thing and are logged too.
+HOST_CLIP_SURROGATES = ("ppo",)
+
 # The TrainingArguments fields that touch the gradient or the step.
 TRAINING_ARGS_SETTINGS: dict[str, str] = {
     "gradient_accumulation_steps": "honoured: TRL's normaliser for every loss_type (see loss_type)",
@@ -255,7 +261,14 @@ class GradientTransformCallback(TrainerCallback):
     ``restore_callback_states_from_checkpoint``), neither of which suits a gradient-sized tensor.
     """
 
-    def __init__(self, recipe: Recipe, sink: dict[str, list[float]] | None = None) -> None:
+    def __init__(self, recipe: Recipe, sink: dict[str, list[float]] | None = None, batch_stats: bool = False) -> None:
+        """``batch_stats``: whether the trainer hands each loss call's log-ratios to `collect` (the plugin's trainers
+        do; TRL's own GRPOTrainer does not, so a transform that needs them, ess_lr, is refused here)."""
+        needs = needs_batch_stats(recipe)
+        if needs and not batch_stats:
+            raise ValueError(f"gradient transform {needs[0]} of recipe {recipe.spec!r} needs each batch's sequence "
+                             "log-ratios, which TRL's GRPOTrainer does not hand to callbacks: use "
+                             "llm_scale.integrations.trl.StabilizerGRPOTrainer(recipe=...), which collects them")  # fmt: skip
         self.recipe = recipe
         self.sink = sink
         self.step = TransformStep()
@@ -279,8 +292,12 @@ class GradientTransformCallback(TrainerCallback):
         return found
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        if self.active and uses_deepspeed(args):
+            raise ValueError(f"gradient transforms of recipe {self.recipe.spec!r} cannot run under DeepSpeed: it steps "
+                             "the optimizer inside backward, before TRL's on_pre_optimizer_step; train with FSDP "
+                             "(accelerate config fsdp_version: 2) or without deepspeed")  # fmt: skip
         if state.global_step > 0 and self.restored_from is None:  # resumed by a trainer that did not call restore
-            self.restore(os.path.join(args.output_dir, f"checkpoint-{state.global_step}"))
+            self.restore(resumed_checkpoint(args, state))
 
     def on_save(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
         if args.should_save:
@@ -297,6 +314,27 @@ class GradientTransformCallback(TrainerCallback):
     def on_optimizer_step(self, args: Any, state: Any, control: Any, optimizer: Any = None, **kw: Any) -> None:
         if optimizer is not None:
             self.step.after_step(optimizer)
+
+
+def uses_deepspeed(args: Any) -> bool:
+    """Whether the run trains under DeepSpeed: TrainingArguments.deepspeed, or ``accelerate launch`` with a DeepSpeed
+    config (ACCELERATE_USE_DEEPSPEED)."""
+    return bool(getattr(args, "deepspeed", None)) or os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() == "true"
+
+
+def resumed_checkpoint(args: Any, state: Any, depth: int = 8) -> str:
+    """The checkpoint a resumed run loaded. Callbacks are not told it: transformers' training loop holds it as its
+    local ``resume_from_checkpoint``, read here from the calling frames (up to ``depth``); where no frame holds a
+    directory by that name, ``output_dir/checkpoint-<global_step>``."""
+    frame = sys._getframe(1)
+    for _ in range(depth):
+        if frame is None:
+            break
+        path = frame.f_locals.get("resume_from_checkpoint")
+        if isinstance(path, str | os.PathLike) and os.path.isdir(path):
+            return str(path)
+        frame = frame.f_back
+    return os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
 
 
 # -- composing a recipe with TRL's settings ---------------------------------------------------------
@@ -471,7 +509,7 @@ class StabilizerGRPOTrainer(GRPOTrainer):
         super().__init__(*args, **kwargs)
         if self.recipe is None:
             self.recipe = compose_recipe(recipe, self.args, behavior)
-        self.stabilizer_callback = GradientTransformCallback(self.recipe, sink=self._metrics["train"])
+        self.stabilizer_callback = GradientTransformCallback(self.recipe, sink=self._metrics["train"], batch_stats=True)
         self.add_callback(self.stabilizer_callback)  # it saves the recipe's state even without transforms
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None:
@@ -554,6 +592,15 @@ class StabilizerGRPOTrainer(GRPOTrainer):
         if self.beta != 0.0:
             self._metrics[mode]["kl"].append(global_masked_mean(per_token_kl.expand_as(logp)))
         self._metrics[mode]["entropy"].append(global_masked_mean(entropies))
+        if self.recipe.surrogate.name in HOST_CLIP_SURROGATES:  # TRL's clip_ratio/*: where the surrogate's clip binds
+            ratio, adv = torch.exp(logp.detach() - behavior), advantages.expand_as(logp)
+            low = (ratio < 1 - self.recipe.surrogate.lo_eps) & (adv < 0)
+            high = (ratio > 1 + self.recipe.surrogate.hi_eps) & (adv > 0)
+            for key, flags in (("low_mean", low), ("high_mean", high), ("region_mean", low | high)):
+                self._metrics[mode][f"clip_ratio/{key}"].append(global_masked_mean(flags.float()))
+            per_seq = [(f.float() * mask).sum(-1) / mask.sum(-1) for f in (low, high)]  # NaN for an empty sequence, as TRL
+            self._metrics[mode]["clip_ratio/low_min"].append(nanmin(self.accelerator.gather(per_seq[0])).item())
+            self._metrics[mode]["clip_ratio/high_max"].append(nanmax(self.accelerator.gather(per_seq[1])).item())
         if mode == "train":
             self.stabilizer_callback.collect(logp, behavior, terms.mask)
         for key, value in metrics.items():
@@ -651,7 +698,7 @@ def _make_async_trainer() -> type:
             super().__init__(*args, **kwargs)
             if self.recipe is None:
                 self.recipe = compose_recipe(recipe, self.args)
-            self.stabilizer_callback = GradientTransformCallback(self.recipe, sink=self._metrics["train"])
+            self.stabilizer_callback = GradientTransformCallback(self.recipe, sink=self._metrics["train"], batch_stats=True)
             self.add_callback(self.stabilizer_callback)
 
         def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None:

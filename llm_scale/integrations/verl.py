@@ -92,7 +92,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without verl
 from testbed.stabilizers import SURROGATES, PolicyTerms, Recipe, build
 from testbed.stabilizers.base import Surrogate
 
-from .hooks import TransformStep, missing_state_warning, read_state, write_state
+from .hooks import TransformStep, missing_state_warning, needs_batch_stats, read_state, write_state
 
 LOGGER = logging.getLogger(__name__)
 
@@ -127,7 +127,11 @@ class StabilizerPolicyLossConfig(PolicyLossConfig):
         elif self.stabilizer_params:
             raise ValueError(f"policy_loss.stabilizer_params={dict(self.stabilizer_params)!r} needs a tb_* loss_mode, got {mode!r}")
         if self.gradient_transforms:
-            _HOOKS.recipe(str(self.gradient_transforms))
+            recipe = _HOOKS.recipe(str(self.gradient_transforms))
+            needs = needs_batch_stats(recipe)
+            if needs and not mode.startswith(PREFIX):
+                raise ValueError(f"policy_loss.gradient_transforms={self.gradient_transforms!r}: {needs[0]} needs the "
+                                 f"batch's sequence log-ratios, which only a tb_* loss collects; loss_mode is {mode!r}")  # fmt: skip
 
 
 def _get(config: Any, key: str, default: Any = None) -> Any:
@@ -239,6 +243,7 @@ def make_policy_loss(name: str) -> Any:
         if transforms:
             _HOOKS.collect(transforms, terms)
         out = {f"actor/{PREFIX}{k}": float(v) for k, v in metrics.items()}
+        out.update(host_metrics(name, metrics, terms))
         out[f"actor/{PREFIX}nonfinite_masked"] = float(n_bad)
         out[f"actor/{PREFIX}surrogate_loss"] = float(own)
         return loss, out
@@ -246,6 +251,25 @@ def make_policy_loss(name: str) -> Any:
     policy_loss.__name__ = f"compute_policy_loss_{PREFIX}{name}"
     policy_loss.__doc__ = f"verl policy loss running the stabilizer surrogate {name!r}.\n\n{SURROGATES[name].__doc__ or ''}"
     return policy_loss
+
+
+# Surrogates whose clip is verl's vanilla PPO clip (same ratio, same eps, dual clip): their clip_frac and dual_clip_frac
+# are verl's actor/pg_clipfrac and actor/pg_clipfrac_lower.
+HOST_CLIP_SURROGATES = ("ppo", "decoupled_ppo")
+
+
+def host_metrics(name: str, metrics: dict[str, Any], terms: PolicyTerms) -> dict[str, float]:
+    """verl's standard metric names, where the quantity is the same, so that dashboards keyed on them keep working:
+    ``actor/ppo_kl`` = masked mean of old_log_prob - log_prob (every loss), and for `HOST_CLIP_SURROGATES`
+    ``actor/pg_clipfrac`` (clipped branch active) and ``actor/pg_clipfrac_lower`` (dual clip active)."""
+    with torch.no_grad():
+        m = terms.mask.to(torch.float32)
+        kl = float(((terms.behavior_logp - terms.logp.detach()) * m).sum() / m.sum().clamp(min=1.0))
+    out = {"actor/ppo_kl": kl}
+    if name in HOST_CLIP_SURROGATES:
+        out["actor/pg_clipfrac"] = float(metrics["clip_frac"])
+        out["actor/pg_clipfrac_lower"] = float(metrics["dual_clip_frac"])
+    return out
 
 
 def register(prefix: str = PREFIX) -> list[str]:
@@ -468,12 +492,72 @@ def wire_checkpoints() -> list[str]:
     for module, name in CHECKPOINTING:
         try:
             cls = getattr(importlib.import_module(module), name)
-        except Exception:  # e.g. Megatron or torchtitan not installed: that backend cannot be used either
+        except ModuleNotFoundError as exc:
+            if exc.name and not exc.name.startswith("verl"):  # the backend's own package (Megatron, torchtitan) is
+                LOGGER.debug("verl %s not wired: %s is not installed", name, exc.name)  # absent: unusable anyway
+                continue
+            WIRING_FAILURES[name] = _wiring_failure(module, name, exc)
+            continue
+        except Exception as exc:  # the module is there but does not import, or the class moved
+            WIRING_FAILURES[name] = _wiring_failure(module, name, exc)
             continue
         wrap_checkpointing(cls)
         wired.append(name)
     return wired
 
 
+WIRING_FAILURES: dict[str, str] = {}  # checkpointer -> the line logged when it could not be wired
+
+
+def _wiring_failure(module: str, name: str, exc: Exception) -> str:
+    line = (f"llm_scale.integrations.verl: stabilizer state will NOT be saved with verl's {name} checkpoints: "
+            f"{module}.{name} failed to import ({type(exc).__name__}: {' '.join(str(exc).split())[:200]})")  # fmt: skip
+    LOGGER.warning(line)
+    return line
+
+
+# -- verl's rollout-correction bypass mode --------------------------------------------------------
+
+def bypass_refusal(loss_mode: str) -> str:
+    """The one line that refuses a ``tb_*`` loss under ``algorithm.rollout_correction.bypass_mode=true``."""
+    return (f"policy_loss.loss_mode={loss_mode!r} cannot run with algorithm.rollout_correction.bypass_mode=true: verl "
+            "then replaces the loss by its own 'bypass_mode' loss (and old_log_probs by the rollout's); set "
+            "algorithm.rollout_correction.bypass_mode=false (the trainer recomputes old_log_probs, the proximal "
+            "policy; rollout_is=token brings in the rollout's log-probs), as configs/tb_async/fully_async_decoupled_ppo.yaml does")  # fmt: skip
+
+
+def check_bypass(config: Any) -> None:
+    """ValueError (`bypass_refusal`) when a full verl config asks for a ``tb_*`` actor loss under bypass mode."""
+    mode = str(_get(_get(_get(_get(config, "actor_rollout_ref"), "actor"), "policy_loss"), "loss_mode", ""))
+    bypass = bool(_get(_get(_get(config, "algorithm"), "rollout_correction"), "bypass_mode", False))
+    if bypass and mode.startswith(PREFIX):
+        raise ValueError(bypass_refusal(mode))
+
+
+def guard_bypass_mode() -> bool:
+    """Wrap verl's ``apply_bypass_mode`` (where verl rewrites the actor's loss_mode) so that it refuses a ``tb_*`` loss
+    instead of silently replacing it; False where verl has no such function."""
+    try:
+        from verl.trainer.ppo import rollout_corr_helper as helper
+    except ImportError as exc:
+        WIRING_FAILURES["apply_bypass_mode"] = _wiring_failure("verl.trainer.ppo.rollout_corr_helper", "apply_bypass_mode", exc)
+        return False
+    original = getattr(helper, "apply_bypass_mode", None)
+    if original is None or getattr(original, "_stabilizer_guard", False):
+        return original is not None
+
+    @functools.wraps(original)
+    def apply_bypass_mode(batch: Any, rollout_corr_config: Any = None, policy_loss_config: Any = None) -> Any:
+        mode = str(_get(policy_loss_config, "loss_mode", ""))
+        if mode.startswith(PREFIX):
+            raise ValueError(bypass_refusal(mode))
+        return original(batch, rollout_corr_config, policy_loss_config)
+
+    apply_bypass_mode._stabilizer_guard = True  # type: ignore[attr-defined]
+    helper.apply_bypass_mode = apply_bypass_mode
+    return True
+
+
 REGISTERED = register()
 WIRED_CHECKPOINTS = wire_checkpoints()
+GUARDED_BYPASS = guard_bypass_mode()

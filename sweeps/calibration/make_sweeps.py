@@ -8,6 +8,7 @@ Stage 2 as planned (``stage_files``): all four at L1 and L2, 1,000 steps, 3 seed
 steps (10k episodes). Stage 2 as run (``graded``, amended after stage 1): the same with rare discovery
 graded above its threshold (G1, G2), and each G level's rare discovery alone (500 steps, seed 0).
 Stage 3 (``weaker``): level G0 (weaker staleness and rare discovery than G1).
+Stage 4 (``fraction``, added after the lag-1 finding): level F1 (a fraction of the chunks lagged, rare discovery at 6).
 Stage 2b: the neighbours of a level (one friction moved to the other level), 1,000 steps, 2 seeds.
 Baselines only: pg, ppo, pmpo.
 """
@@ -70,6 +71,17 @@ def weaker_files() -> dict[str, str]:
     return out
 
 
+def fraction_files() -> dict[str, str]:
+    """Stage 4 (added after the lag-1 finding, results/findings/token_lag.md): level F1's new single frictions
+    (staleness as a fraction of lagged chunks, rare discovery at 6 of 10; 500 steps, seed 0) and its all four
+    (1,000 steps, 2 seeds). Its bugs and corruption are L1's (screened in stage 1)."""
+    lv = TOKEN_REVERSAL_LEVELS["F1"]
+    out = {f"stage4_F1_{w}": sweep_text(f"stage4_F1_{w}", token_reversal_setting(lv, w), 500, 1,
+                                        f"stage 4, F1 {w} alone") for w in ("staleness", "rare")}
+    out["stage4_F1_all"] = sweep_text("stage4_F1_all", token_reversal_setting(lv, "all"), 1000, 2, "stage 4, F1 all four")
+    return out
+
+
 def stage_files() -> dict[str, str]:
     out = {"stage1_none": sweep_text("stage1_none", token_reversal_setting(TOKEN_REVERSAL_LEVELS["L1"], "none"),
                                      500, 1, "stage 1, friction-free")}
@@ -99,7 +111,7 @@ def neighbours(level: str) -> dict[str, str]:
 
 
 def main(argv: list[str]) -> None:
-    stages = {"graded": graded_files, "weaker": weaker_files, "": stage_files}
+    stages = {"graded": graded_files, "weaker": weaker_files, "fraction": fraction_files, "": stage_files}
     files = stages[argv[0]]() if argv and argv[0] in stages else neighbours(argv[0]) if argv else stage_files()
     for name, text in files.items():
         (HERE / f"{name}.toml").write_text(text)

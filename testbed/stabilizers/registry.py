@@ -8,10 +8,22 @@ name is about) or *defaults* (used only if no other term provides that kind): ``
 dg surrogate with the gac projection, while ``"gac"`` alone falls back to the default advantage and
 the pg surrogate. Two core surrogates (or advantages) in one spec is an error. Inside a bundled
 recipe a parameter goes to the one component that has it; ``component.key=value`` disambiguates.
+
+A user's own component lives in the user's module: `import_modules` imports it (the CLIs' ``--import
+MODULE``) and lists it in the environment variable ``TESTBED_IMPORTS`` (os.pathsep-separated), so every
+process started from this one (spawned sweep workers, a study's trainers, a plugin's workers) imports it
+again when it meets a name it does not know. A spec term may also name the class itself,
+``module:Name`` (``mystab:SoftIS(c=2)+gac``): the module is imported and the term resolved to the
+class's registered name (the class is registered if it was not). docs/own_stabilizer.md shows both.
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
+import os
+import re
+import sys
 import typing
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
@@ -25,6 +37,9 @@ SURROGATES: dict[str, type[Surrogate]] = {}
 TRANSFORMS: dict[str, type[GradientTransform]] = {}
 _KINDS: dict[str, dict[str, Any]] = {"advantage": ADVANTAGES, "surrogate": SURROGATES, "transform": TRANSFORMS}
 
+IMPORTS_ENV = "TESTBED_IMPORTS"
+OWN_HINT = ("your own component: --import MODULE (a module that registers it with "
+            "testbed.stabilizers.registry.register) or a 'module:ClassName' term; see docs/own_stabilizer.md")
 DEFAULT_ADVANTAGE = "auto"
 DEFAULT_SURROGATE = "pg"
 
@@ -48,6 +63,10 @@ def register(cls: type) -> type:
     for kind, base in (("advantage", Advantage), ("surrogate", Surrogate), ("transform", GradientTransform)):
         if issubclass(cls, base):
             table = _KINDS[kind]
+            old = table.get(cls.name)
+            if old is not None and (old.__module__, old.__qualname__) == (cls.__module__, cls.__qualname__):
+                table[cls.name] = cls  # the same class imported again (a module reloaded, or by path and by name)
+                return cls
             if cls.name in table or cls.name in NAMED_RECIPES:
                 raise ValueError(f"name {cls.name!r} is already registered")
             table[cls.name] = cls
@@ -63,10 +82,133 @@ def register_recipe(name: str, parts: tuple[Part, ...], doc: str) -> None:
     RECIPE_DOCS[name] = doc
 
 
+def _import_one(name: str, how: str = "") -> None:
+    """Import a user's module by dotted name (the working directory first on the path) or by ``.py`` path;
+    ``how`` names the request in errors (default ``--import NAME``)."""
+    how = how or f"--import {name!r}"
+    try:
+        if name.endswith(".py") or os.sep in name:
+            path = os.path.abspath(name)
+            if not os.path.isfile(path):
+                raise SpecError(f"{how}: no such file")
+            stem = os.path.splitext(os.path.basename(path))[0]
+            if getattr(sys.modules.get(stem), "__file__", None) == path:
+                return
+            spec = importlib.util.spec_from_file_location(stem, path)
+            assert spec is not None and spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[stem] = module
+            spec.loader.exec_module(module)
+            return
+        if not re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", name):
+            raise SpecError(f"{how}: not a module name (a.b.c) or a path to a .py file")
+        if os.getcwd() not in sys.path and "" not in sys.path:
+            sys.path.insert(0, os.getcwd())
+        importlib.import_module(name)
+    except SpecError:
+        raise
+    except ModuleNotFoundError as exc:
+        if exc.name and (name == exc.name or name.startswith(exc.name + ".")):
+            raise SpecError(f"{how}: no module named {exc.name!r} in the working directory "
+                            f"{os.getcwd()!r} or on the Python path") from None
+        raise SpecError(f"{how}: importing it failed: ModuleNotFoundError: {exc}") from None
+    except Exception as exc:  # the user's module raised while importing
+        message = " ".join(str(exc).split())
+        raise SpecError(f"{how}: importing it failed: {type(exc).__name__}: {message}") from None
+
+
+def split_import_flags(argv: list[str]) -> tuple[list[str], list[str]]:
+    """A command line without its ``--import MODULE`` / ``--import=MODULE`` options, and the modules they name
+    (the CLIs' one way to take a user's module)."""
+    rest, modules = [], []
+    it = iter(argv)
+    for arg in it:
+        if arg == "--import" or arg.startswith("--import="):
+            module = arg.partition("=")[2] if "=" in arg else next(it, None)
+            if module is None or not module.strip() or module.startswith("-"):
+                raise SpecError("--import needs a module name or a path to a .py file, e.g. --import mystab")
+            modules.append(module)
+        else:
+            rest.append(arg)
+    return rest, modules
+
+
+_ENV_DONE: set[str] = set()  # the modules of TESTBED_IMPORTS this process imported
+
+
+def imported_modules() -> list[str]:
+    """The user modules this process (or the process that started it) imported, from ``TESTBED_IMPORTS``."""
+    return [n for n in os.environ.get(IMPORTS_ENV, "").split(os.pathsep) if n]
+
+
+def import_modules(names: list[str] | tuple[str, ...]) -> None:
+    """Import the user's modules (registering their components) and list them in ``TESTBED_IMPORTS`` so that
+    processes started from this one import them too. A module that cannot be imported -> SpecError, one line."""
+    for name in names:
+        _import_one(name)
+        _ENV_DONE.add(name)
+    known = imported_modules()
+    os.environ[IMPORTS_ENV] = os.pathsep.join(dict.fromkeys([*known, *names]))
+
+
+def _import_from_env() -> bool:
+    """Import the modules ``TESTBED_IMPORTS`` lists that this process has not imported; True if it did any."""
+    todo = [n for n in imported_modules() if n not in _ENV_DONE]
+    for name in todo:
+        _ENV_DONE.add(name)
+        _import_one(name)
+    return bool(todo)
+
+
+_CLASS_TERM = re.compile(r"(?<![\w.'\"])([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*):([A-Za-z_]\w*)")
+
+
+def _class_term(module: str, attr: str) -> str:
+    """The registered name of class ``attr`` of module ``module`` (imported, and registered if it is not)."""
+    _import_one(module, f"'{module}:{attr}'")
+    cls = getattr(sys.modules[module], attr, None)
+    if not isinstance(cls, type) or not issubclass(cls, Advantage | Surrogate | GradientTransform):
+        raise SpecError(f"'{module}:{attr}': module {module!r} has no Advantage, Surrogate or GradientTransform "
+                        f"class {attr!r}")
+    if not isinstance(getattr(cls, "name", None), str):
+        raise SpecError(f"'{module}:{attr}': the class has no name (set name = \"...\" in its body)")
+    register(cls)
+    known = imported_modules()
+    if module not in known:  # processes started from this one resolve the name too
+        os.environ[IMPORTS_ENV] = os.pathsep.join([*known, module])
+    return cls.name
+
+
+def resolve_classes(spec: str) -> str:
+    """``spec`` with every ``module:ClassName`` term replaced by the class's registered name (module
+    docstring); a ``name:value`` shorthand of a registered name (``tis:4``) is left as it is."""
+    def swap(match: re.Match[str]) -> str:
+        module, attr = match.groups()
+        registered = module in NAMED_RECIPES or any(module in t for t in _KINDS.values())
+        if registered and not isinstance(getattr(sys.modules.get(module), attr, None), type):
+            return match.group(0)
+        return _class_term(module, attr)
+
+    return _CLASS_TERM.sub(swap, spec) if ":" in spec else spec
+
+
 def available() -> list[str]:
     """All names a spec term may use: named recipes, surrogates, advantages and transforms."""
+    _import_from_env()
     names = set(NAMED_RECIPES) | set(SURROGATES) | set(ADVANTAGES) | set(TRANSFORMS)
     return sorted(names)
+
+
+def describe(name: str) -> tuple[str, str]:
+    """(kind: ``recipe``, ``surrogate``, ``advantage`` or ``transform``; the first line of its documentation)."""
+    _import_from_env()
+    if name in NAMED_RECIPES:
+        return "recipe", RECIPE_DOCS[name].split(". ")[0].rstrip(".")
+    for kind, table in _KINDS.items():
+        if name in table:
+            doc = (table[name].__doc__ or "").strip()
+            return kind, (doc.splitlines()[0].rstrip(".") if doc else "")
+    raise SpecError(f"unknown recipe or component {name!r}; allowed: {', '.join(available())}; {OWN_HINT}")
 
 
 def _parts_of(name: str) -> tuple[Part, ...]:
@@ -75,7 +217,9 @@ def _parts_of(name: str) -> tuple[Part, ...]:
     for kind, table in _KINDS.items():
         if name in table:
             return (Part(kind, name),)
-    raise SpecError(f"unknown recipe or component {name!r}; allowed: {', '.join(available())}")
+    if _import_from_env():
+        return _parts_of(name)
+    raise SpecError(f"unknown recipe or component {name!r}; allowed: {', '.join(available())}; {OWN_HINT}")
 
 
 def _allowed_params(cls: type) -> list[str]:
@@ -122,6 +266,7 @@ def build(spec: str) -> Recipe:
     chosen: dict[str, list[Part]] = {"advantage": [], "surrogate": []}
     defaults: dict[str, Part] = {}
     transforms: list[Part] = []
+    spec = resolve_classes(spec)  # module:ClassName terms -> registered names (the Recipe keeps these)
     for name, params in parse_spec(spec):
         for part in _route(name, _parts_of(name), params):
             if part.kind == "transform":

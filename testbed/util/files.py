@@ -48,3 +48,36 @@ def atomic_open(path: str | Path, mode: str = "w") -> Iterator[IO[Any]]:
 def atomic_write_text(path: str | Path, text: str) -> None:
     with atomic_open(path) as fh:
         fh.write(text)
+
+
+class DirectoryBusy(ValueError):
+    """Another process holds the directory's writer lock (`one_writer`); the message is one line naming its pid."""
+
+
+@contextlib.contextmanager
+def one_writer(directory: str | Path, hint: str = "choose another --out") -> Iterator[None]:
+    """Hold ``DIRECTORY/.lock`` (an exclusive ``flock``) while writing to ``directory``: one writer per directory.
+    The lock dies with the process (a killed writer frees it); the file holds the writer's pid. A second writer
+    gets `DirectoryBusy`. Without ``fcntl`` (not POSIX) nothing is locked."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    directory = Path(directory)
+    fh = open(directory / ".lock", "a+")  # noqa: SIM115 (held for the duration)
+    try:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            fh.seek(0)
+            pid = fh.read().strip() or "?"
+            raise DirectoryBusy(f"another process (pid {pid}) is writing to {str(directory)!r}; wait for it to finish "
+                                f"or {hint}") from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(str(os.getpid()))
+        fh.flush()
+        yield
+    finally:
+        fh.close()

@@ -598,3 +598,68 @@ def fmt_margin(o: Outcome) -> str:
     if o.unit == "%":
         return f"{o.margin * 100:.3g} pts"
     return f"{o.margin:.3g}"
+
+
+# -- ratios and several hypotheses ---------------------------------------------------------------------
+
+
+def ratio_interval(num: Any, den: Any, level: float | None = None) -> Interval:
+    """mean(num) / mean(den) over the positions (seeds) where both are finite, with Fieller's paired interval.
+
+    Fieller (1954, J. R. Stat. Soc. B 16:175): the interval is the set of theta whose paired mean
+    mean(num_i - theta den_i) the two-sided ``level`` t interval does not exclude from 0, i.e.
+    (x - theta y)^2 <= t^2 (s_xx - 2 theta s_xy + theta^2 s_yy) / n with x, y the means, s the
+    (ddof 1) (co)variances and t = t_{(1+level)/2, n-1}. It is a finite interval when mean(den) is
+    itself different from 0 at that level (y^2 > t^2 s_yy / n); otherwise it is unbounded and reported
+    as (-inf, inf). So ``lo > theta0`` exactly when the one-sided t test of mean(num - theta0 den) > 0
+    rejects at (1 - level) / 2 and the denominator is established. ``se`` is the delta method's.
+    Fewer than two pairs, or mean(den) = 0: NaN estimate, interval (-inf, inf)."""
+    level = _lv(level)
+    x, y = (np.asarray([np.nan if v is None else v for v in np.atleast_1d(np.asarray(a, dtype=object))], dtype=float)
+            for a in (num, den))  # fmt: skip
+    ok = np.isfinite(x) & np.isfinite(y)
+    x, y = x[ok], y[ok]
+    n = int(x.size)
+    if n < 2 or y.mean() == 0:
+        est = float(x.mean() / y.mean()) if n and y.mean() != 0 else float("nan")
+        return Interval(est, -math.inf, math.inf, n, float("nan"), float("inf"), float(max(n - 1, 0)), level=level)
+    mx, my = float(x.mean()), float(y.mean())
+    cov = np.cov(np.stack([x, y]), ddof=1)
+    sxx, syy, sxy = float(cov[0, 0]), float(cov[1, 1]), float(cov[0, 1])
+    t2 = t_quantile(0.5 + level / 2.0, n - 1) ** 2
+    a, b, c = my * my - t2 * syy / n, mx * my - t2 * sxy / n, mx * mx - t2 * sxx / n
+    est = mx / my
+    se = math.sqrt(max(sxx - 2 * est * sxy + est * est * syy, 0.0) / n) / abs(my)
+    if a <= 0:
+        return Interval(est, -math.inf, math.inf, n, se * math.sqrt(n), se, float(n - 1), level=level)
+    half = math.sqrt(max(b * b - a * c, 0.0))
+    return Interval(est, (b - half) / a, (b + half) / a, n, se * math.sqrt(n), se, float(n - 1), level=level)
+
+
+def p_greater(estimate: float, se: float, df: float) -> float:
+    """One-sided p-value of H0: effect <= 0 against effect > 0 from a t statistic estimate / se with ``df``
+    degrees of freedom; NaN when undefined (no standard error, df < 1)."""
+    if not (math.isfinite(estimate) and math.isfinite(se)) or df < 1 or se < 0:
+        return float("nan")
+    if se == 0:
+        return 0.0 if estimate > 0 else 1.0
+    return float(st.t.sf(estimate / se, df))
+
+
+def holm(p_values: Sequence[float], alpha: float = ALPHA) -> list[tuple[bool, float]]:
+    """Holm's (1979, Scand. J. Stat. 6:65) step-down test of m hypotheses at family-wise level ``alpha``.
+
+    Order the p-values p_(1) <= ... <= p_(m); reject H_(k) when p_(j) <= alpha / (m - j + 1) for every
+    j <= k. A NaN p-value (a hypothesis that cannot be tested yet) counts in m and is never rejected.
+    Returns per hypothesis, in the given order, (rejected, the level alpha / (m - k + 1) of its rank k).
+    Decreasing any p-value never undoes a rejection (the procedure is monotone)."""
+    m = len(p_values)
+    key = [p if math.isfinite(p) else math.inf for p in p_values]
+    order = sorted(range(m), key=lambda i: key[i])
+    out: list[tuple[bool, float]] = [(False, math.nan)] * m
+    going = True
+    for k, i in enumerate(order):
+        level = alpha / (m - k)
+        going = going and key[i] <= level
+        out[i] = (going, level)
+    return out

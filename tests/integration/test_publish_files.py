@@ -41,7 +41,11 @@ def test_each_figure_is_embedded_once_with_its_caption_once(report_dir):
     for name in embedded:
         caption = (report_dir / f"{name}.caption.txt").read_text().strip()
         words = caption[:60].replace("'", "&#x27;")
-        assert page.count(words) == 1, name  # the caption is drawn in the PNG; on the page only as its alt text
+        assert page.count(words) == 1, name  # once, as HTML text under the figure
+        assert re.search(rf"<figure id='fig-{name}'><h3 class='figtitle'>Figure {name}: [A-Za-z_0-9-]+ ", page), name
+        assert re.search(rf"<img alt='Figure {name}, the evidence for claim [A-Za-z_0-9-]+ ", page), name
+    toc = page[page.index("<nav id='toc'>"):page.index("</nav>")]
+    assert set(re.findall(r"href='#fig-([^']+)'", toc)) == set(embedded)  # the contents reach every figure
     repeats = sum(n - 1 for n in Counter(f for f in re.findall(r"\[([a-z_0-9]+)\]\(\1\.png\)",
                                                               (report_dir / "claims.md").read_text())).values())
     assert page.count("class='seefig'") == repeats  # a later claim citing a shown figure links back to it

@@ -54,16 +54,18 @@ def test_vcpo1s_second_look_differs_from_the_first_only_where_its_header_says():
 
 
 def test_the_gpu_sized_study_differs_from_the_full_one_only_where_its_header_says():
-    """One search cell (the full grid's largest eta and lr), half the updates, no checkpoints, the two recipes the
-    real-LLM column reads; every other training setting, the rule and the seeds as in promotion.toml."""
+    """One search cell (the full grid's largest eta and lr), half the updates, no checkpoints, no gradient clipping,
+    the two recipes the real-LLM column reads; every other training setting, the size rule and the search seeds as
+    in promotion.toml."""
     gpu, full = (study.load_sweep(ROOT / "sweeps" / "llm" / n) for n in ("promotion_gpu.toml", "promotion.toml"))
     assert (gpu.etas, gpu.lrs) == ((max(full.etas),), (max(full.lrs),)) and gpu.recipes == ("decoupled_ppo", "gac")
     assert gpu.train["steps"] * 2 == full.train["steps"] and gpu.train["checkpoint_every"] == 0
-    fixed = ("steps", "checkpoint_every", "keep_checkpoints")
+    fixed = ("steps", "checkpoint_every", "keep_checkpoints", "max_grad_norm")  # its runs are unclipped (pinned 0)
+    assert gpu.train["max_grad_norm"] == 0.0 and "max_grad_norm" not in full.train  # the full study clips (default)
     assert {k: v for k, v in gpu.train.items() if k not in fixed} == {k: v for k, v in full.train.items() if k not in fixed}
     assert (gpu.base, gpu.min_drop, gpu.min_se, gpu.last_evals, gpu.eval_every) == (
         full.base, full.min_drop, full.min_se, full.last_evals, full.eval_every)
-    assert gpu.search_seeds == full.search_seeds and gpu.compare_seeds == full.compare_seeds
+    assert gpu.search_seeds == full.search_seeds
 
 
 def test_the_gpu_studys_second_look_adds_seeds_to_the_first_and_reads_the_spending_boundary():
@@ -98,8 +100,10 @@ def test_the_cpu_study_searches_vcpo1s_runs_by_the_full_studys_rule():
 
 def test_the_full_study_has_three_seeds_and_the_rule_of_the_design():
     sweep = study.load_sweep(ROOT / "sweeps" / "llm" / "promotion.toml")
-    assert len(sweep.search_seeds) >= 3 and len(sweep.compare_seeds) >= 3
-    assert (sweep.min_drop, sweep.min_se) == (0.03, 2.0)
+    assert len(sweep.search_seeds) >= 3 and len(sweep.etas) * len(sweep.lrs) == 9
+    assert (sweep.min_drop, sweep.min_se, sweep.alpha) == (0.03, 2.0, 0.05)  # Holm over the 9 cells
+    assert len(sweep.fresh_seeds) == len(sweep.compare_seeds) >= sweep.min_seeds >= 10  # fresh seeds only
+    assert (sweep.threshold, sweep.promote_alpha, sweep.gap_tol) == (0.5, 0.05, 0.02)
     assert sweep.train["epochs"] * sweep.train["minibatches"] > 1  # K x N steps per batch
 
 
@@ -148,7 +152,9 @@ def test_runs_are_keyed_by_their_configuration():
     keys = {r.key for r in search}
     assert len(keys) == len(search)  # every run distinct
     shared = [r for r in compare if r.arm in (study.SYNC, study.STALE)]
-    assert {r.key for r in shared} <= keys  # sync and stale naive GRPO of the chosen cell are the search's own runs
+    assert not {r.key for r in shared} & keys  # fresh seeds: the comparison's sync and stale runs are its own
+    again = study.make_run(sweep, "compare", study.SYNC, sweep.etas[0], sweep.lrs[0], sweep.search_seeds[0])
+    assert again.key in keys  # a comparison seed that the search used is the search's run (never rerun)
     sync = next(r for r in search if r.arm == study.SYNC)
     argv = sync.argv(Path("OUT"))
     assert argv[:1] == ["train"] and "--mode" in argv and argv[argv.index("--mode") + 1] == "sync"
@@ -195,9 +201,9 @@ def test_dry_study_is_cached_and_resumes_across_invocations(tmp_path):
         record = json.loads((tmp_path / "out" / "study.json").read_text())
         if record["runs_finished"] == record["runs_planned"]:
             break
-    assert first < record["runs_finished"] == record["runs_planned"] == 12
+    assert first < record["runs_finished"] == record["runs_planned"] == 16
     runs = (tmp_path / "out" / "runs.csv").read_text()
-    assert runs.count(",cpu,") == 12  # each run records its device
+    assert runs.count(",cpu,") == 16  # each run records its device
     mtimes = {p: p.stat().st_mtime for p in (tmp_path / "runs").glob("*/summary.json")}
     assert study.main([*args, "--budget-s", "60"]) == 0
     assert {p: p.stat().st_mtime for p in (tmp_path / "runs").glob("*/summary.json")} == mtimes
@@ -227,3 +233,132 @@ def test_search_only_runs_the_search_and_no_comparison_even_where_a_cell_is_chos
     searched = {run.key for run in study.search_runs(study.load_sweep(DRY))}
     assert record["runs_finished"] == len(searched) == 4 < record["runs_planned"]
     assert {p.name for p in (tmp_path / "runs").iterdir() if p.is_dir()} == searched
+
+
+# -- the promotion rule -------------------------------------------------------------------------------
+RULE = {"threshold": 0.5, "alpha": 0.05, "min_seeds": 10, "gap_tol": 0.02}
+
+
+def _arms(rng, n, gap, fraction, sd=0.05):
+    """Paired accuracies of sync, stale and a recipe closing ``fraction`` of ``gap``: a shared seed effect plus noise."""
+    base = 0.5 + 0.1 * rng.standard_normal(n)
+    sync, stale = base + sd * rng.standard_normal(n), base - gap + sd * rng.standard_normal(n)
+    recipe = base - gap + fraction * gap + sd * rng.standard_normal(n)
+    return (dict(enumerate(a.tolist())) for a in (sync, stale, recipe))
+
+
+def _rate(verdict, reps, **kw):
+    import numpy as np
+
+    rng = np.random.default_rng(12345)
+    return sum(study.promotion(*_arms(rng, **kw), **RULE)["verdict"] == verdict for _ in range(reps)) / reps
+
+
+def test_a_recipe_on_the_threshold_is_promoted_at_most_at_the_rules_level():
+    """Simulated null: the recipe closes exactly the threshold's half of a real gap, 10 seeds. The rule promotes it
+    at most alpha = 5% of the time (+3 Monte Carlo SE); and it does use its level (>= 3%), so the bound is not
+    met by never promoting."""
+    reps = 3000
+    rate = _rate("promote", reps, n=10, gap=0.1, fraction=0.5)
+    slack = 3 * math.sqrt(0.05 * 0.95 / reps)
+    assert 0.03 <= rate <= 0.05 + slack
+
+
+def test_no_gap_is_never_a_promotion_and_a_real_rescue_is():
+    reps = 1000
+    assert _rate("promote", reps, n=10, gap=0.0, fraction=1.0) <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / reps)
+    assert _rate("promote", 300, n=10, gap=0.2, fraction=1.0) >= 0.9  # power where the recipe closes the whole gap
+    assert _rate("do not promote", 300, n=10, gap=0.2, fraction=0.0) >= 0.9
+
+
+def test_the_search_spends_its_error_over_its_cells():
+    """Nine null cells (no drop), three seeds each: with Holm the chance that any cell degrades stays within
+    alpha; the same cells judged each at alpha would find one about a third of the time."""
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    reps, any_holm, any_raw = 2000, 0, 0
+    for _ in range(reps):
+        rows = []
+        for _cell in range(9):
+            sync, stale = rng.normal(0.5, 0.05, 3), rng.normal(0.5, 0.05, 3)
+            row = study.degrades(dict(enumerate(sync)), dict(enumerate(stale)), 0.0, 0.0, alpha=0.05)
+            rows.append({**row, "complete": True})
+        any_raw += any(r["degrades"] for r in rows)
+        study.holm_cells(rows, 0.05)
+        any_holm += any(r["degrades"] for r in rows)
+    assert any_holm / reps <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / reps)
+    assert any_raw / reps >= 0.25
+
+
+def test_promotion_verdicts_follow_the_rule():
+    seeds = range(10)
+    sync, stale = {k: 0.6 + 0.01 * (k % 3) for k in seeds}, {k: 0.4 + 0.01 * (k % 2) for k in seeds}
+    full = study.promotion(sync, stale, {k: sync[k] - 0.005 * (k % 2) for k in seeds}, **RULE)
+    assert full["verdict"] == "promote" and full["fraction_lo"] > 0.5 and full["pairs"] == 10
+    none = study.promotion(sync, stale, {k: stale[k] + 0.005 * (k % 2) for k in seeds}, **RULE)
+    assert none["verdict"] == "do not promote" and none["fraction_hi"] < 0.5
+    few = study.promotion({k: sync[k] for k in range(5)}, stale, sync, **RULE)
+    assert few["verdict"] == "too few seeds" and few["pairs"] == 5 and few["fraction_closed"] == pytest.approx(1.0)
+    flat = study.promotion(stale, stale, sync, **RULE)  # sync = stale: nothing to close
+    assert flat["verdict"] == "no gap to close" and math.isnan(flat["fraction_closed"]) and flat["gap"] == 0.0
+    assert study.promotion({}, {}, {}, **RULE)["verdict"] == "too few seeds"
+    assert "no gap to close" in study.format_promotion(flat) and "nan" in study.format_promotion(flat)
+
+
+@pytest.mark.parametrize("table, message", [("[compare]\nmin_seeds = 3\n", "min_seeds must be >= 10"),
+                                            ("[compare]\nthreshold = 1.5\n", "threshold must lie in [0, 1]"),
+                                            ("[search]\nalpha = 0.5\n", "alpha must lie in (0, 0.5)"),
+                                            ("[compare]\ngap_tol = 0\n", "gap_tol must be > 0")])
+def test_a_bad_promotion_rule_is_a_one_line_error(tmp_path, capsys, table, message):
+    path = tmp_path / "s.toml"
+    path.write_text("[train]\neval_every = 1\n" + table)
+    assert study.main([str(path), "--plan", "--runs", str(tmp_path / "r"), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err
+
+
+def test_a_forced_cell_without_a_gap_prints_nan_and_no_gap(tmp_path, capsys):
+    """The comparison's table on finished runs where sync = stale: every recipe's fraction is NaN, "no gap to close"."""
+    sweep = study.load_sweep(DRY)
+    root = tmp_path / "runs"
+    for run in study.search_runs(sweep) + study.compare_runs(sweep, 1, 1e-3):
+        d = root / run.key
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "summary.json").write_text(json.dumps({"status": "finished", "of_steps": 4, "device": "cpu"}))
+        acc = 0.25 if run.arm == "dg" else 0.125
+        (d / "eval.csv").write_text(f"version,eval_reward\n0,0.0\n4,{acc}\n")
+    rep = study.collect(sweep, root, force=(1, 1e-3))
+    text = study.format_report(rep)
+    recipes = [r for r in rep.compare if "verdict" in r]
+    assert len(recipes) == 4 and all(r["verdict"] == "no gap to close" and math.isnan(r["fraction_closed"]) for r in recipes)
+    assert text.count("fraction closed nan: no gap to close") == 4 and "1.00" not in text
+
+
+def test_the_plan_costs_the_unique_runs_at_the_references_median_scaled_by_updates(tmp_path):
+    ref = tmp_path / "ref"
+    ref.mkdir()
+    (ref / "study.json").write_text(json.dumps({"sweep": str(DRY)}))  # 4 updates per run
+    (ref / "runs.csv").write_text("key,finished,wall_seconds,device_name\na,True,100,GPU X\nb,True,300,GPU X\n"
+                                  "c,True,200,GPU X\nd,False,,GPU X\n")
+    sweep = study.load_sweep(DRY)
+    line = study.plan_cost(sweep, ref / "runs.csv", parallel=4)
+    # dry_tiny: 2 sync + 2 stale search runs, 6 arms x 2 fresh seeds; 16 runs, 4 at a time, 200 s each
+    assert line.startswith("planned runs: 4 search + 12 comparison = 16; at 200 s per run (3 finished runs")
+    assert "on GPU X" in line and line.endswith(f"about {4 * 200 / 3600:.1f} device hours")
+
+
+@pytest.mark.parametrize("name, keys", [("vcpo1_cpu", "results/llm/vcpo1_cpu"), ("gac1_cpu", "results/llm/gac1_cpu"),
+                                        ("promotion_gpu_look2", "results/llm/study/promotion_gpu_look2"),
+                                        ("promotion_cpu", "results/llm/study/promotion_cpu")])
+def test_studies_already_run_keep_their_run_keys(name, keys):
+    """Their sweep files pin max_grad_norm = 0 (how their runs were made): every search run's key is one that the
+    committed runs.csv holds, so no run is redone or mixed with a clipped one."""
+    import pandas as pd
+
+    sweep = study.load_sweep(ROOT / "sweeps" / "llm" / f"{name}.toml")
+    assert sweep.train["max_grad_norm"] == 0.0
+    committed = set(pd.read_csv(ROOT / keys / "runs.csv")["key"])
+    assert {r.key for r in study.search_runs(sweep)} <= committed
+    clipped = study.make_run(study.load_sweep(DRY), "search", study.SYNC, 1, 1e-3, 0)
+    assert dict(clipped.options)["max_grad_norm"] == 1.0 and "--max-grad-norm" in clipped.argv(Path("o"))

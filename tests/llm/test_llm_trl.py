@@ -561,3 +561,69 @@ def test_recipe_loss_matches_surrogate_on_hand_terms():
     w = torch.sigmoid(torch.tensor([1.0, 2.0]) / 0.5)
     assert torch.allclose(mat, -(w * logp.detach()), atol=1e-6)
     assert build("dg(eta=0.5)").surrogate == s
+
+
+# -- resume from elsewhere, refusals, the host's metric names -------------------------------------
+
+
+def test_plain_grpo_trainer_resumed_from_a_checkpoint_outside_output_dir_keeps_the_state(tmp_path):
+    """The callback on TRL's own trainer, resumed with train(resume_from_checkpoint=<a copy elsewhere>) into an
+    output_dir holding no checkpoint: the state comes from the path given to train(), with no warning."""
+    recipe = build(GAC_SPEC)
+    first, _ = fx.trainer(tmp_path / "a", GRPOTrainer, **SAVING)
+    first.add_callback(plugin.GradientTransformCallback(recipe))
+    first.train()
+    elsewhere = tmp_path / "moved" / "ckpt"
+    shutil.copytree(tmp_path / "a" / "checkpoint-2", elsewhere)
+    saved = torch.load(elsewhere / hooks.STATE_FILE, weights_only=True)["recipe"]["transforms"][0]
+
+    class Spy(plugin.GradientTransformCallback):
+        def restore(self, checkpoint):
+            found = super().restore(checkpoint)
+            self.at_restore = self.recipe.state_dict()["transforms"][0]  # before any later step moves it on
+            return found
+
+    again, _ = fx.trainer(tmp_path / "b", GRPOTrainer, max_steps=3, save_strategy="no")
+    callback = Spy(build(GAC_SPEC))
+    again.add_callback(callback)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        again.train(resume_from_checkpoint=str(elsewhere))
+    assert not [w for w in caught if "stabilizer state" in str(w.message)]
+    assert callback.restored_from == str(elsewhere)
+    restored = callback.at_restore
+    assert restored["history"] == saved["history"] and all(
+        torch.equal(a, b) for a, b in zip(restored["prev"], saved["prev"], strict=True))
+
+
+def test_a_transform_that_needs_batch_statistics_is_refused_on_a_plain_trainer_at_construction():
+    with pytest.raises(ValueError) as info:
+        plugin.GradientTransformCallback(build("gac+ess_lr"))
+    assert "ess_lr" in str(info.value) and "StabilizerGRPOTrainer" in str(info.value) and "\n" not in str(info.value)
+    assert plugin.GradientTransformCallback(build("gac+ess_lr"), batch_stats=True).active
+
+
+def test_deepspeed_is_refused_in_one_line_at_train_begin(monkeypatch):
+    callback = plugin.GradientTransformCallback(build("gac"))
+    state = SimpleNamespace(global_step=0)
+    with pytest.raises(ValueError) as info:
+        callback.on_train_begin(SimpleNamespace(deepspeed="ds_zero2.json", output_dir="."), state, None)
+    assert "DeepSpeed" in str(info.value) and "fsdp_version: 2" in str(info.value) and "\n" not in str(info.value)
+    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
+    with pytest.raises(ValueError, match="DeepSpeed"):
+        callback.on_train_begin(SimpleNamespace(deepspeed=None, output_dir="."), state, None)
+    monkeypatch.delenv("ACCELERATE_USE_DEEPSPEED")
+    callback.on_train_begin(SimpleNamespace(deepspeed=None, output_dir="."), state, None)  # no DeepSpeed: fine
+
+
+def test_ppo_recipe_logs_trls_clip_ratios_with_trls_values(tmp_path):
+    """tb ppo off-policy: TRL's clip_ratio/* (low_mean, high_mean, region_mean, low_min, high_max) are logged, equal
+    to GRPOTrainer's."""
+    plain, _ = fx.trainer(tmp_path / "plain", **OFF_POLICY)
+    plain.train()
+    ours, _ = fx.trainer(tmp_path / "ours", StabilizerGRPOTrainer, recipe="ppo", **OFF_POLICY)
+    ours.train()
+    for key in ("clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean", "clip_ratio/low_min",
+                "clip_ratio/high_max"):
+        assert _logged(ours, key) and _logged(ours, key) == pytest.approx(_logged(plain, key), abs=1e-7), key
+    assert max(_logged(plain, "clip_ratio/region_mean")) > 0  # the clip binds in this setup

@@ -62,7 +62,7 @@ def test_panel_entries_by_hand():
 
 def test_calibration_files_are_generated_from_the_levels():
     make = load_script("make_sweeps")
-    for name, text in {**make.stage_files(), **make.graded_files(), **make.weaker_files()}.items():
+    for name, text in {**make.stage_files(), **make.graded_files(), **make.weaker_files(), **make.fraction_files()}.items():
         if name.startswith("stage2_L"):  # planned, not run (RULE.md, amendment): not kept as files
             continue
         assert (CALIBRATION / f"{name}.toml").read_text() == text, name

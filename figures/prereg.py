@@ -1,0 +1,331 @@
+"""The pre-registration of the confirmatory claims report: load, check, stamp and label.
+
+    python -m figures.prereg check [--file F]     validate the file (one line per problem, exit 2)
+    python -m figures.prereg seeds                the seeds every exploratory record names, and the block
+    python -m figures.prereg stamp                the stamp a confirmatory run records (JSON)
+
+The file (figures/preregistration.toml, `PATH`) states per claim its endpoint, estimator, margins with
+their source, preconditions and design, the confirmatory seed block and the sequential designs
+(docs/claims_protocol.md). A confirmatory run reads only it. `stamp` is what the run records: the
+file's SHA-256, the commit that last changed it (None when it is not committed as it is) and the block.
+
+`label` decides whether a report may call itself "confirmatory" (Nosek et al. 2018, "The preregistration
+revolution", PNAS 115: a prediction is confirmatory only when the analysis was fixed before the data):
+the file is registered, committed and unmodified, byte-identical to the one stamped on the first
+confirmatory run, every judged seed lies in the block and none appears in any exploratory record
+(`used_seeds`: every seed named under sweeps/, figures/ and results/, outside the confirmatory report).
+Otherwise the report is "exploratory", with the reasons.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from testbed.usage import EXIT_USAGE, UsageError
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+PATH = Path(__file__).with_name("preregistration.toml")
+# the confirmatory report and its run cache (python -m figures all --confirmatory): not exploratory records
+CONFIRMATORY_DIRS = ("results/confirmatory", "results/figures/confirmatory_runs")
+SCANNED = ("sweeps", "figures", "results")
+KINDS = ("typical", "stability", "exact", "system")
+ESTIMATORS = ("trimmed", "mean+collapse", "binomial", "exact", "none")
+SOURCES = ("paper", "resolution", "project")
+SCALES = ("diff", "factor")
+DESIGNS = ("mnist", "async", "tr", "horizon")
+CLAIM_KEYS = ("kind", "design", "endpoint", "estimator", "rule", "preconditions", "margins")
+SECTIONS = ("registration", "seeds", "designs", "phase", "stability", "gac", "spike", "ddg", "margins", "claims")
+TEXT_SUFFIXES = (".py", ".md", ".toml", ".json", ".jsonl", ".csv", ".txt", ".sh", ".cfg", ".yaml", ".yml")
+
+
+@dataclass(frozen=True)
+class Prereg:
+    """The parsed, checked file: its sections as read, and its SHA-256."""
+
+    data: dict[str, Any]
+    sha256: str
+
+    def section(self, name: str) -> dict[str, Any]:
+        return self.data[name]
+
+    @property
+    def claims(self) -> dict[str, dict[str, Any]]:
+        return self.data["claims"]
+
+    def seeds(self, design: str) -> tuple[int, ...]:
+        """The confirmatory seeds of ``design``, first look first: block_start + 0 .. block_start + cap - 1."""
+        start = int(self.data["seeds"]["block_start"])
+        return tuple(range(start, start + int(self.data["designs"][design]["cap"])))
+
+    def block(self) -> range:
+        s = self.data["seeds"]
+        return range(int(s["block_start"]), int(s["block_start"]) + int(s["block_size"]))
+
+
+def _fail(where: str, what: str) -> None:
+    raise UsageError(f"{where}: {what}")
+
+
+def check(data: dict[str, Any], where: str = "preregistration") -> None:
+    """Raise `UsageError` (one line naming the bad value and what is allowed) at the first problem."""
+    missing = [s for s in SECTIONS if s not in data]
+    if missing:
+        _fail(where, f"missing section(s) {', '.join(missing)}; a registration has {', '.join(SECTIONS)}")
+    if data["registration"].get("status") != "registered":
+        _fail(where, f"registration.status must be 'registered', got {data['registration'].get('status')!r}")
+    s = data["seeds"]
+    for k in ("exploratory_below", "block_start", "block_size"):
+        if not isinstance(s.get(k), int) or isinstance(s.get(k), bool) or s[k] < 0:
+            _fail(where, f"seeds.{k} must be a non-negative integer, got {s.get(k)!r}")
+    if s["block_start"] < s["exploratory_below"]:
+        _fail(where, f"seeds.block_start = {s['block_start']} lies among the exploratory seeds "
+                     f"(below {s['exploratory_below']}); allowed: >= seeds.exploratory_below")
+    for name in DESIGNS:
+        d = data["designs"].get(name)
+        if not isinstance(d, dict) or not all(isinstance(d.get(k), int) and d[k] >= 1 for k in ("n0", "step", "cap")):
+            _fail(where, f"designs.{name} must have integers n0, step, cap >= 1, got {d!r}")
+        if not d["n0"] <= d["cap"] <= s["block_size"]:
+            _fail(where, f"designs.{name}: need n0 <= cap <= seeds.block_size, got n0 {d['n0']}, cap {d['cap']}, "
+                         f"block {s['block_size']}")
+    ph = data["phase"]
+    if not 0 <= ph.get("progress_lo", -1) < ph.get("progress_hi", -1) <= 1:
+        _fail(where, f"phase: need 0 <= progress_lo < progress_hi <= 1, got {ph.get('progress_lo')!r}, "
+                     f"{ph.get('progress_hi')!r}")
+    for cid, c in data["claims"].items():
+        at = f"claims.{cid}"
+        absent = [k for k in CLAIM_KEYS if k not in c]
+        if absent:
+            _fail(where, f"{at} lacks {', '.join(absent)}; every claim states {', '.join(CLAIM_KEYS)}")
+        if c["kind"] not in KINDS:
+            _fail(where, f"{at}.kind {c['kind']!r} is not one of {', '.join(KINDS)}")
+        if c["estimator"] not in ESTIMATORS:
+            _fail(where, f"{at}.estimator {c['estimator']!r} is not one of {', '.join(ESTIMATORS)}")
+        if c["design"] not in (*DESIGNS, "none"):
+            _fail(where, f"{at}.design {c['design']!r} is not one of {', '.join(DESIGNS)}, none")
+        if c["kind"] == "stability" and c["estimator"] not in ("mean+collapse", "binomial"):
+            _fail(where, f"{at}: a stability claim is judged on its tail (mean+collapse or binomial), got "
+                         f"{c['estimator']!r}")
+        for m in c["margins"]:
+            if m.get("source") not in SOURCES:
+                _fail(where, f"{at} margin {m.get('name')!r}: source {m.get('source')!r} is not one of "
+                             f"{', '.join(SOURCES)}")
+            if m["source"] == "resolution" and "value" in m:
+                _fail(where, f"{at} margin {m['name']!r}: a resolution margin is computed, not typed; drop value")
+            if m["source"] != "resolution" and not isinstance(m.get("value"), int | float):
+                _fail(where, f"{at} margin {m['name']!r}: a {m['source']} margin needs a number value")
+            if m["source"] != "resolution" and m.get("scale") not in SCALES:
+                _fail(where, f"{at} margin {m['name']!r}: scale {m.get('scale')!r} is not one of {', '.join(SCALES)}")
+
+
+def load(path: Path | str = PATH) -> Prereg:
+    """The checked pre-registration (`UsageError`, one line, when it cannot be read or is not valid)."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+        data = tomllib.loads(raw.decode())
+    except OSError as exc:
+        raise UsageError(f"cannot read the pre-registration {str(path)!r}: {exc.strerror}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path}: not valid TOML ({exc})") from None
+    check(data, str(path))
+    return Prereg(data, hashlib.sha256(raw).hexdigest())
+
+
+def _git(*args: str, cwd: Path) -> str | None:
+    try:
+        r = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return r.stdout.strip() if r.returncode == 0 else None
+
+
+def committed_at(path: Path = PATH) -> str | None:
+    """The commit that last changed ``path``, or None when the file differs from it (or is not in git)."""
+    path = Path(path).resolve()
+    if _git("diff", "--quiet", "HEAD", "--", path.name, cwd=path.parent) is None:
+        return None
+    return _git("log", "-1", "--format=%H", "--", path.name, cwd=path.parent) or None
+
+
+def stamp(path: Path = PATH) -> dict[str, Any]:
+    """What a confirmatory run record and the report carry: digest, commit, status and the seed block."""
+    p = load(path)
+    b = p.block()
+    return {"sha256": p.sha256, "commit": committed_at(path), "status": p.data["registration"]["status"],
+            "seed_block": [b.start, b.stop - 1], "file": "figures/preregistration.toml"}
+
+
+# --- seeds named by exploratory records -------------------------------------------------------------------
+
+_SEED_KEY = re.compile(r"^(\w+_)?seeds?$|^seed_\w+$", re.I)
+_NOT_SEEDS = re.compile(r"needed|used|count|_n$|^n_", re.I)
+_LITERAL = re.compile(r"\b(?:\w+_)?seeds?\"?\s*[:=]\s*(\[[^\]]*\]|\([^)]*\)|range\([^)]*\)|\d+)", re.I)
+_PROSE_RANGE = re.compile(r"\bseeds?\s+(\d+)\s*(?:-|–|to|\.\.)\s*(\d+)", re.I)
+
+
+def _ints(value: Any) -> Iterator[int]:
+    if isinstance(value, bool):
+        return
+    if isinstance(value, int):
+        yield value
+    elif isinstance(value, list | tuple):
+        for v in value:
+            yield from _ints(v)
+
+
+def _from_structure(obj: Any, count_means_range: bool) -> Iterator[int]:
+    """Ints under seed-like keys of parsed JSON/TOML (a bare count under ``seeds`` also as range(count))."""
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            if isinstance(k, str) and _SEED_KEY.match(k) and not _NOT_SEEDS.search(k):
+                vals = list(_ints(v))
+                yield from vals
+                if count_means_range and isinstance(v, int) and k.lower().endswith("seeds"):
+                    yield from range(v)
+            else:
+                yield from _from_structure(v, count_means_range)
+    elif isinstance(obj, list):
+        for v in obj:
+            yield from _from_structure(v, count_means_range)
+
+
+def _from_text(text: str) -> Iterator[int]:
+    """Seeds written in code or prose: ``seed = 3``, ``seeds=[0, 1]``, ``seed=range(2, 5)``, "seeds 0-14";
+    a bare count (``seeds = 5``) also as range(count)."""
+    for m in _LITERAL.finditer(text):
+        lit = m.group(1)
+        if lit.startswith("range("):
+            args = [int(x) for x in re.findall(r"-?\d+", lit)]
+            if 1 <= len(args) <= 3 and len(args) == lit.count(",") + 1:
+                yield from range(*args)
+            continue
+        nums = [int(x) for x in re.findall(r"\d+", lit)]
+        yield from nums
+        if len(nums) == 1 and lit.isdigit():
+            yield from range(nums[0])
+    for m in _PROSE_RANGE.finditer(text):
+        lo, hi = int(m.group(1)), int(m.group(2))
+        if lo <= hi:
+            yield from range(lo, hi + 1)
+
+
+def seeds_in_file(path: Path) -> set[int]:
+    """Every seed ``path`` names (JSON and TOML by their keys, every text file by its literals and prose)."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return set()
+    out = set(_from_text(text))
+    try:
+        if path.suffix == ".json":
+            out |= set(_from_structure(json.loads(text), False))
+        elif path.suffix == ".jsonl":
+            for line in text.splitlines():
+                if line.strip():
+                    out |= set(_from_structure(json.loads(line), False))
+        elif path.suffix == ".toml":
+            out |= set(_from_structure(tomllib.loads(text), True))
+    except ValueError:
+        pass
+    return out
+
+
+def record_files(root: Path, dirs: Iterable[str] = SCANNED) -> Iterator[Path]:
+    """The text files of the exploratory records: under ``dirs`` of ``root``, outside `CONFIRMATORY_DIRS` and
+    the pre-registration itself."""
+    skip = {(root / d).resolve() for d in CONFIRMATORY_DIRS}
+    for d in dirs:
+        for p in sorted((root / d).rglob("*")):
+            if (p.is_file() and p.suffix in TEXT_SUFFIXES and p.name != PATH.name
+                    and not skip & set(p.resolve().parents)):
+                yield p
+
+
+def used_seeds(root: Path | str = ".", dirs: Iterable[str] = SCANNED) -> dict[int, str]:
+    """{seed: the first file naming it} over the exploratory records, plus every seed the exploratory
+    budgets' designs may use (figures/budgets.py ``all_seeds``)."""
+    from figures.budgets import FULL, QUICK
+
+    root = Path(root)
+    out: dict[int, str] = {}
+    for b in (FULL, QUICK):
+        for kind in DESIGNS:
+            for s in b.all_seeds(kind):
+                out.setdefault(int(s), f"figures/budgets.py ({b.name} {kind} design)")
+    for p in record_files(root, dirs):
+        for s in seeds_in_file(p):
+            out.setdefault(s, str(p.relative_to(root)))
+    return out
+
+
+def label(p: Prereg, commit: str | None, first_sha256: str | None, judged_seeds: Iterable[int],
+          exploratory: dict[int, str], unwired: Iterable[str] = ()) -> tuple[str, list[str]]:
+    """("confirmatory", []) when the report keeps the protocol, else ("exploratory", the reasons): the file is
+    registered and committed as it is (``commit``), equal to the one stamped on the first confirmatory run
+    (``first_sha256``; None: this is the first), every judged seed is in the block, none is in
+    ``exploratory`` ({seed: where it was used}), and no claim is judged by code that does not read its
+    registered endpoint and estimator (``unwired``: those claims' ids)."""
+    why = []
+    unwired = sorted(unwired)
+    if unwired:
+        why.append(f"the judges of {', '.join(unwired)} do not read their pre-registered endpoint and estimator")
+    if p.data["registration"].get("status") != "registered":
+        why.append(f"the pre-registration's status is {p.data['registration'].get('status')!r}, not 'registered'")
+    if commit is None:
+        why.append("the pre-registration is not committed as it is (edited or untracked)")
+    if first_sha256 is not None and first_sha256 != p.sha256:
+        why.append(f"the rules changed after the first confirmatory run (sha256 {first_sha256[:12]} then, "
+                   f"{p.sha256[:12]} now)")
+    seeds = sorted(set(int(s) for s in judged_seeds))
+    block = p.block()
+    outside = [s for s in seeds if s not in block]
+    if outside:
+        why.append(f"seed(s) {', '.join(map(str, outside[:5]))} lie outside the block {block.start}..{block.stop - 1}")
+    seen = [s for s in seeds if s in exploratory]
+    if seen:
+        why.append(f"seed(s) {', '.join(map(str, seen[:5]))} appear in earlier records ({exploratory[seen[0]]})")
+    if not seeds:
+        why.append("no judged seeds")
+    return ("exploratory", why) if why else ("confirmatory", [])
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    cmd = argv[0] if argv else "check"
+    path = Path(argv[argv.index("--file") + 1]) if "--file" in argv[:-1] else PATH
+    try:
+        if cmd not in ("check", "seeds", "stamp"):
+            raise UsageError(f"unknown command {cmd!r}; allowed: check, seeds, stamp")
+        p = load(path)
+        if cmd == "check":
+            print(f"{path}: registered, {len(p.claims)} claims, block {p.block().start}..{p.block().stop - 1}, "
+                  f"sha256 {p.sha256}")
+        elif cmd == "seeds":
+            used = used_seeds(Path("."))
+            clash = sorted(set(used) & set(p.block()))
+            print(f"exploratory seeds named: {len(used)}, largest {max(used)} ({used[max(used)]}); "
+                  f"block {p.block().start}..{p.block().stop - 1}: "
+                  + ("disjoint" if not clash else f"CLASHES at {clash[:5]} ({used[clash[0]]})"))
+            return 0 if not clash else 1
+        else:
+            print(json.dumps(stamp(path), indent=1))
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

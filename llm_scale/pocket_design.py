@@ -1,0 +1,255 @@
+"""``python -m llm_scale.pocket_design PILOT_DIR``: the learning rate and the power of the pocket LM's designs.
+
+Reads a pilot in the promotion study's tables (``runs.csv``, ``updates.csv``: synchronous and, where run,
+naive-stale GRPO over learning rates and seeds), written by ``python -m llm_scale study SWEEP --search-only`` or
+by ``python -m llm_scale.pocket_design pilot SWEEP RUNS OUT [sync|sync,stale]`` (`run_pilot`: the study's own
+runs of those arms alone, seed by seed across the learning rates), and writes ``PILOT_DIR/design.json``:
+
+1. **The learning rate, by synchronous GRPO's health alone** (`choose_lr`). A sync run is *healthy* when it
+   finished, did not diverge and never collapsed (no greedy evaluation more than `COLLAPSE` below its running
+   best, the testbed's collapse rule). Its *gain* is its score (the study's: the mean of its last evaluations)
+   minus its version-0 accuracy. A learning rate *learns* when all its sync seeds are healthy and the mean gain
+   exceeds `Z_LEARN` binomial standard errors of a seed's gain over the seeds (``sqrt((p0 (1 - p0) / n0 + p1
+   (1 - p1) / n1) / seeds)``). The chosen rate is the largest that learns; if none does, the healthy rate with
+   the largest mean gain, marked ``learns: false``. Neither the stale arm nor any method enters the choice.
+2. **Power** (`testbed.util.stats.seeds_needed`: one-sided alpha 0.05, power 0.8, Student t), from the pilot's
+   spread, pooled over learning rates (paired by seed):
+   * AREAL-1 / GAC-2: the paired drop sync - stale in score, to resolve `MARGIN` (3 points);
+   * GAC-1: the per-seed late within-batch gradient cosine of each arm (sync against the band +-0.2, stale
+     above it), at the pilot's minibatch (the design's is at least B_noise);
+   * VCPO-1: staleness-caused collapses (a stale run's collapse whose paired sync run has none) per stale run
+     at the chosen rate; runs needed for `MIN_COLLAPSES` such collapses (with none observed: the bound from
+     the exact 95% upper limit of the rate).
+   Each with its cost in CPU-hours from the pilot's own wall time per update.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+COLLAPSE = 0.2  # an evaluation this far below the run's running best is a collapse (the testbed's rule)
+Z_LEARN = 2.0
+MARGIN = 0.03  # the few points AREAL-1 / GAC-2 must resolve
+BAND = 0.2  # GAC-1's near-orthogonal band
+MIN_COLLAPSES = 5  # staleness-caused collapses VCPO-1's precursor test needs
+
+
+def _runs(pilot: Path) -> tuple[Any, Any]:
+    import pandas as pd
+
+    runs = pd.read_csv(pilot / "runs.csv")
+    updates = pd.read_csv(pilot / "updates.csv")
+    return runs[runs["stage"] == "search"], updates
+
+
+def collapsed(evals: list[float]) -> bool:
+    """Whether any evaluation lies more than `COLLAPSE` below the running best before it."""
+    best = -math.inf
+    for e in evals:
+        if math.isfinite(e):
+            if e < best - COLLAPSE:
+                return True
+            best = max(best, e)
+    return False
+
+
+def _evals(updates: Any, key: str) -> list[float]:
+    rows = updates[(updates["key"] == key) & updates["eval_reward"].notna()].sort_values("version")
+    return [float(v) for v in rows["eval_reward"]]
+
+
+def sync_health(runs: Any, updates: Any, eval_problems: int, last_problems: int) -> list[dict[str, Any]]:
+    """Per learning rate: the sync seeds' health, gains and whether the rate learns (module docstring, 1)."""
+    out = []
+    sync = runs[(runs["arm"] == "sync") & runs["finished"].astype(bool)]  # a run not finished is no evidence
+    for lr, rows in sync.groupby("lr"):
+        gains, healthy, ses = [], [], []
+        for r in rows.itertuples():
+            ev = _evals(updates, r.key)
+            ok = bool(r.finished) and not bool(r.diverged) and not collapsed(ev)
+            healthy.append(ok)
+            p0, p1 = float(r.accuracy_v0), float(r.accuracy)
+            gains.append(p1 - p0)
+            ses.append(p0 * (1 - p0) / eval_problems + p1 * (1 - p1) / last_problems)
+        n = len(gains)
+        mean = sum(gains) / n
+        se = math.sqrt(sum(ses) / n / n)
+        out.append({"lr": float(lr), "seeds": n, "healthy": healthy, "gains": gains, "mean_gain": mean,
+                    "gain_se": se, "learns": all(healthy) and mean > Z_LEARN * se})  # fmt: skip
+    return out
+
+
+def choose_lr(health: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The largest rate that learns, else the healthy one with the largest mean gain (module docstring, 1)."""
+    learning = [h for h in health if h["learns"]]
+    if learning:
+        return max(learning, key=lambda h: h["lr"])
+    healthy = [h for h in health if all(h["healthy"])]
+    return max(healthy, key=lambda h: h["mean_gain"]) if healthy else None
+
+
+def _pooled_sd(groups: list[list[float]]) -> tuple[float, int]:
+    """Pooled within-group SD and its degrees of freedom."""
+    ss, df = 0.0, 0
+    for g in groups:
+        g = [x for x in g if math.isfinite(x)]
+        if len(g) >= 2:
+            m = sum(g) / len(g)
+            ss += sum((x - m) ** 2 for x in g)
+            df += len(g) - 1
+    return (math.sqrt(ss / df) if df else math.nan), df
+
+
+def design(pilot: Path) -> dict[str, Any]:
+    """The chosen learning rate and every design's power and cost (module docstring)."""
+    from testbed.util.stats import clopper_pearson, seeds_needed
+
+    runs, updates = _runs(pilot)
+    study = json.loads((pilot / "study.json").read_text())
+    eval_size = int(study.get("eval_problems", 256)) // max(1, int(study.get("rule", {}).get("last_evals", 1)))
+    last = int(study.get("eval_problems", eval_size))
+    health = sync_health(runs, updates, eval_size, last)
+    chosen = choose_lr(health)
+    versions = updates.groupby("key")["version"].max()
+    per = [float(r.wall_seconds) / versions[r.key] for r in runs[runs["finished"].astype(bool)].itertuples()
+           if r.key in versions and versions[r.key] > 0]  # fmt: skip
+    per_update_s = sum(per) / len(per) if per else math.nan
+    steps = int(versions.max()) if len(versions) else 0
+    pair = runs.pivot_table(index=["lr", "seed"], columns="arm", values=["accuracy", "late_grad_cos_within"], dropna=False)
+    arms = [a for a in ("sync", "stale") if ("accuracy", a) in pair]
+
+    def by_lr(column: str, arm: str) -> list[list[float]]:
+        return [[float(v) for v in g[(column, arm)]] for _, g in pair.groupby(level="lr")] if arm in arms else []
+
+    if "stale" in arms:
+        drop_sd, drop_df = _pooled_sd([[a - b for a, b in zip(x, y, strict=True)]
+                                       for x, y in zip(by_lr("accuracy", "sync"), by_lr("accuracy", "stale"), strict=True)])
+        drop_basis = "paired drops sync - stale, pooled over learning rates"
+    else:  # sync alone: a paired drop of two independent arms with sync's spread has sqrt(2) times that spread
+        sd, drop_df = _pooled_sd(by_lr("accuracy", "sync"))
+        drop_sd = math.sqrt(2) * sd
+        drop_basis = "sqrt(2) x the sync score's between-seed SD, pooled over learning rates (no stale arm in the pilot)"
+    cos = {arm: by_lr("late_grad_cos_within", arm) for arm in ("sync", "stale")}
+    out: dict[str, Any] = {"pilot": str(pilot), "health": health, "chosen_lr": None if chosen is None else chosen["lr"],
+                           "chosen_learns": None if chosen is None else chosen["learns"],
+                           "seconds_per_update": per_update_s, "updates_per_run": steps, "rule": __doc__.split("1. ")[1].split("2. ")[0].strip()}  # fmt: skip
+
+    def cost(seeds: int | None, arms: int, updates_: int) -> float | None:
+        return None if seeds is None else seeds * arms * updates_ * per_update_s / 3600
+
+    n_drop = seeds_needed(drop_sd, MARGIN)
+    out["AREAL-1/GAC-2"] = {"quantity": "paired drop sync - stale in score (greedy accuracy, 256 problems x 2 evals)",
+                            "sd": drop_sd, "df": drop_df, "sd_basis": drop_basis, "margin": MARGIN, "seeds": n_drop,
+                            "arms": "sync, stale, stale + decoupled_ppo, stale + gac",
+                            "cpu_hours": cost(n_drop, 4, steps)}  # fmt: skip
+    sync_sd, sync_df = _pooled_sd(cos["sync"])
+    stale_sd, stale_df = _pooled_sd(cos["stale"])
+    mean = {arm: float(pair[("late_grad_cos_within", arm)].mean()) if arm in arms else math.nan for arm in ("sync", "stale")}
+    n_sync = seeds_needed(sync_sd, BAND - abs(mean["sync"]))
+    n_stale = seeds_needed(stale_sd, mean["stale"] - BAND)
+    n_gac = None if n_sync is None or n_stale is None else max(n_sync, n_stale)
+    out["GAC-1"] = {"quantity": "late within-batch gradient cosine per seed", "mean": mean,
+                    "sd": {"sync": sync_sd, "stale": stale_sd}, "df": {"sync": sync_df, "stale": stale_df},
+                    "seeds": {"sync": n_sync, "stale": n_stale}, "cpu_hours": cost(n_gac, 2, steps),
+                    "note": "planning spread at the pilot's minibatch of 32 sequences",
+                    "why": "no stale arm in the pilot" if "stale" not in arms else "a spread or margin is undefined"}  # fmt: skip
+    at = runs[runs["lr"] == out["chosen_lr"]] if chosen is not None else runs.iloc[:0]
+    events, stale_runs = 0, 0
+    for _, g in at.groupby("seed"):
+        arms = {r.arm: collapsed(_evals(updates, r.key)) or bool(r.diverged) for r in g.itertuples()}
+        if "stale" in arms:
+            stale_runs += 1
+            events += int(arms["stale"] and not arms.get("sync", False))
+    if stale_runs:
+        rate = events / stale_runs
+        bound = clopper_pearson(events, stale_runs, 0.90)[1]  # one-sided 95% upper limit
+        runs_needed = math.ceil(MIN_COLLAPSES / rate) if events else math.ceil(MIN_COLLAPSES / bound)
+    else:
+        rate, bound, runs_needed = math.nan, math.nan, None
+    out["VCPO-1"] = {"quantity": "staleness-caused collapses per stale run (paired sync run without collapse)",
+                     "events": events, "stale_runs": stale_runs, "rate": rate, "rate_upper_95": bound,
+                     "min_collapses": MIN_COLLAPSES, "stale_runs_needed": runs_needed,
+                     "needed_is_lower_bound": events == 0, "cpu_hours": cost(runs_needed, 2, steps),
+                     "why": "no stale arm in the pilot" if not stale_runs else ""}  # fmt: skip
+    return out
+
+
+def _late_cos(directory: Path) -> float:
+    """NaN-aware mean of ``grad_cos_within`` over the second half of a run's updates (the study's quantity)."""
+    import pandas as pd
+
+    try:
+        m = pd.read_csv(directory / "metrics.csv")
+    except (OSError, ValueError):
+        return math.nan
+    late = m["grad_cos_within"].iloc[len(m) // 2 :] if "grad_cos_within" in m else []
+    return float(late.mean()) if len(late) and late.notna().any() else math.nan
+
+
+def run_pilot(sweep_file: str, runs: Path, out: Path, arms: tuple[str, ...], log: Any = print, start: bool = True) -> None:
+    """Run the pilot's ``arms`` (the study's runs of ``sweep_file``, same keys and directories; finished ones are
+    kept) seed by seed across the learning rates, then write ``out``/runs.csv, updates.csv and study.json in the
+    study's columns. ``start`` False: tabulate what has finished, start nothing (a run not finished is a row
+    with ``finished`` False)."""
+    import os
+    import subprocess
+
+    import pandas as pd
+
+    from .study import load_sweep, make_run, run_updates
+
+    sweep = load_sweep(sweep_file)
+    rows, ups = [], []
+    for seed in sweep.search_seeds:
+        for lr in sweep.lrs:
+            for arm in arms:
+                run = make_run(sweep, "search", arm, sweep.etas[0], lr, seed)
+                d = runs / run.key
+                summary = json.loads((d / "summary.json").read_text()) if (d / "summary.json").is_file() else {}
+                if start and summary.get("status") not in ("finished", "diverged"):
+                    log(f"pilot: {arm} lr={lr:g} seed={seed} -> {d}")
+                    subprocess.run([sys.executable, "-m", "llm_scale", *run.argv(d)], check=False, env=dict(os.environ),
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+                    summary = json.loads((d / "summary.json").read_text()) if (d / "summary.json").is_file() else {}
+                trajectory = run_updates(d) if summary.get("status") in ("finished", "diverged") else []
+                evals = [r["eval_reward"] for r in trajectory if math.isfinite(r["eval_reward"])]
+                rows.append({"key": run.key, "stage": "search", "arm": arm, "eta": sweep.etas[0], "lr": lr, "seed": seed,
+                             "finished": summary.get("status") in ("finished", "diverged"),
+                             "accuracy": sum(evals[-sweep.last_evals :]) / sweep.last_evals if len(evals) > sweep.last_evals else math.nan,
+                             "diverged": summary.get("status") == "diverged", "accuracy_v0": evals[0] if evals else math.nan,
+                             "wall_seconds": summary.get("wall_seconds", math.nan), "late_grad_cos_within": _late_cos(d)})  # fmt: skip
+                ups += [{"key": run.key, **r} for r in trajectory]
+    out.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows).to_csv(out / "runs.csv", index=False)
+    pd.DataFrame(ups).to_csv(out / "updates.csv", index=False)
+    (out / "study.json").write_text(json.dumps({"sweep": sweep_file, "arms": list(arms), "eval_problems": sweep.eval_problems,
+                                                "rule": {"last_evals": sweep.last_evals}}, indent=1) + "\n")  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["pilot"] and len(argv) in (4, 5, 6):
+        arms = tuple(argv[4].split(",")) if len(argv) >= 5 else ("sync",)
+        if not set(arms) <= {"sync", "stale"} or argv[5:] not in ([], ["collect"]):
+            print(f"error: pilot SWEEP RUNS OUT [sync|sync,stale] [collect], got {' '.join(argv[1:])!r}", file=sys.stderr)
+            return 2
+        run_pilot(argv[1], Path(argv[2]), Path(argv[3]), arms, start=argv[5:] != ["collect"])
+        argv = [argv[3]]
+    if len(argv) != 1 or not (Path(argv[0]) / "runs.csv").is_file():
+        print(f"error: give one pilot directory holding runs.csv, updates.csv and study.json (or: pilot SWEEP RUNS OUT "
+              f"[ARMS]), got {argv!r}", file=sys.stderr)  # fmt: skip
+        return 2
+    from testbed.util.files import atomic_write_text
+
+    out = design(Path(argv[0]))
+    atomic_write_text(Path(argv[0]) / "design.json", json.dumps(out, indent=1, default=str) + "\n")
+    print(json.dumps({k: v for k, v in out.items() if k != "rule"}, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,69 @@
+"""Trainer processes that a study starts, and that end with it.
+
+`start_trainer` starts ``python -m llm_scale ARGV`` in a process group of its own (so that the study can
+signal a trainer with everything the trainer started) and, on Linux, with the parent-death signal armed
+(``prctl(PR_SET_PDEATHSIG, SIGTERM)``): when the study is killed, even by SIGKILL, the kernel ends its
+trainers, so no orphan goes on writing to a run directory that a rerun would write to as well (each
+trainer also holds its directory's writer lock, testbed/util/files.py `one_writer`). `stop_trainers`
+interrupts every trainer still running (SIGINT to its group: it stops after its current update and keeps
+its last checkpoint, which the next study resumes), waits for them, and kills those that do not end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from typing import IO, Any
+
+PR_SET_PDEATHSIG = 1
+_RUNNING: list[subprocess.Popen] = []
+
+
+def _arm_parent_death(parent: int) -> None:
+    """In the child, before exec: SIGTERM when the parent dies (Linux); exit at once if it already has."""
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def start_trainer(argv: list[str], stdout: IO[Any], env: dict[str, str] | None = None) -> subprocess.Popen:
+    """Start ``python -m llm_scale *argv`` (output to ``stdout``) in its own process group, to end with this
+    process (module docstring)."""
+    parent = os.getpid()
+    proc = subprocess.Popen([sys.executable, "-m", "llm_scale", *argv], stdout=stdout, stderr=subprocess.STDOUT,
+                            env=env, start_new_session=True,
+                            preexec_fn=lambda: _arm_parent_death(parent))
+    _RUNNING[:] = [p for p in _RUNNING if p.poll() is None] + [proc]
+    return proc
+
+
+def running() -> list[subprocess.Popen]:
+    """The trainers started here that have not ended."""
+    return [p for p in _RUNNING if p.poll() is None]
+
+
+def stop_trainers(timeout_s: float = 60.0) -> int:
+    """Interrupt every running trainer (SIGINT to its group), wait up to ``timeout_s`` for each, kill those that do not end.
+    Returns how many were running."""
+    procs = running()
+    for proc in procs:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGINT)
+    for proc in procs:
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    _RUNNING.clear()
+    return len(procs)

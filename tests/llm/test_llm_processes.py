@@ -1,0 +1,84 @@
+"""One writer per run directory, and a study's trainers end with the study (llm_scale/processes.py)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from testbed.util.files import DirectoryBusy, one_writer
+
+ROOT = Path(__file__).resolve().parents[2]
+TRAIN = ["train", "--model", "tiny", "--task", "copy", "--recipe", "pg", "--max-staleness", "1", "--steps", "100000"]
+
+
+def env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie (ended, not yet reaped) counts as ended
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def test_one_writer_refuses_a_second_with_the_pid(tmp_path):
+    with one_writer(tmp_path):
+        assert (tmp_path / ".lock").read_text() == str(os.getpid())
+        r = subprocess.run([sys.executable, "-m", "llm_scale", *TRAIN[:-1], "5", "--out", str(tmp_path)], env=env(),
+                           capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2
+    assert r.stderr.splitlines()[-1] == (f"error: another process (pid {os.getpid()}) is writing to {str(tmp_path)!r}; "
+                                         "wait for it to finish or give another --out")
+    assert not (tmp_path / "metrics.csv").exists()
+    # flock is per open file: a second holder in this very process is refused too
+    with one_writer(tmp_path), pytest.raises(DirectoryBusy, match=f"pid {os.getpid()}"), one_writer(tmp_path):
+        pass
+
+
+PARENT = """
+import sys, time
+from llm_scale.processes import start_trainer
+proc = start_trainer(sys.argv[1:], open(sys.argv[-1] + '.log', 'w'))
+print(proc.pid, flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
+def test_a_killed_study_leaves_no_trainer_running(tmp_path):
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, *TRAIN, "--out", str(tmp_path / "run")], env=env(),
+                              stdout=subprocess.PIPE, text=True)
+    child = int(parent.stdout.readline())
+    assert alive(child) and os.getpgid(child) == child  # a process group of its own
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + 20
+    while alive(child) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not alive(child)
+
+
+def test_stop_trainers_interrupts_them(tmp_path):
+    from llm_scale.processes import running, start_trainer, stop_trainers
+
+    out = tmp_path / "run"
+    with open(tmp_path / "log", "w") as log:
+        proc = start_trainer([*TRAIN, "--out", str(out)], log, env())
+    deadline = time.monotonic() + 240
+    while not (out / "metrics.csv").exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    assert running() == [proc]
+    assert stop_trainers(timeout_s=60) == 1
+    assert proc.returncode == 130 and running() == []
+    assert "interrupted at update" in (tmp_path / "log").read_text()

@@ -1,0 +1,104 @@
+"""The model ladder: the rungs' fingerprints like for like, the pocket LM's cells (figures/llm_column.py), and the
+pilot's learning-rate rule and power (llm_scale/pocket_design.py), on hand-made files."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from figures.llm_column import fingerprints, llm_rows, markdown, pocket_cells, rung_fingerprints
+from llm_scale.pocket_design import choose_lr, collapsed, design, sync_health
+
+
+def _fp(model: str, date: str, ess1: float, entropy: float = 1.0) -> dict:
+    return {"model": model, "task": "arithmetic", "date": date, "noise_scale": 50.0, "entropy": entropy,
+            "zero_advantage_frac": 0.5, "truncated_frac": 0.25, "cosine_by_minibatch": [],
+            "staleness": [{"lag": 1, "ess_seq": ess1, "ess_token": 0.99, "clip_frac": 0.01},
+                          {"lag": 4, "ess_seq": ess1 / 2, "ess_token": 0.9, "clip_frac": 0.1}],
+            "extra": {"max_new_tokens": 23, "length_mean": 12.0, "lr": 1e-4, "update_sequences": 16, "reward_mean": 0.2}}  # fmt: skip
+
+
+def _write(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data))
+
+
+def test_pocket_fingerprints_are_a_rung_of_their_own(tmp_path):
+    _write(tmp_path / "results/llm/fingerprint/smollm2-135m-instruct__arithmetic.json", _fp("smollm2-135m-instruct", "2026-01-01", 0.88, 1.9))
+    pocket = _fp("pocket-arithmetic", "2026-01-02", 0.5, 0.7)
+    pocket["extra"]["staleness_by_lr"] = {"0.001": [{"lag": 1, "ess_seq": 0.1, "ess_token": 0.5, "clip_frac": 0.3}]}
+    _write(tmp_path / "results/llm/fingerprint/pocket/version0/pocket-arithmetic__arithmetic.json", pocket)
+    assert [f["model"] for f in fingerprints(tmp_path)] == ["smollm2-135m-instruct"]  # the web-pretrained rung alone
+    rows = {(r["rung"], r["phase"]): r for r in rung_fingerprints(tmp_path)}
+    pocket = rows[("pocket LM", "version 0")]
+    assert pocket["ess_seq"] == {1: 0.5, 2: pocket["ess_seq"][2], 4: 0.25} and math.isnan(pocket["ess_seq"][2])
+    assert pocket["entropy"] == 0.7 and pocket["budget"] == 23 and pocket["update_sequences"] == 16
+    assert rows[("SmolLM2", "version 0")]["entropy"] == 1.9
+    other = rows[("pocket LM", "version 0, lr 0.001")]  # an extra learning rate: its staleness, the batch's stats
+    assert other["lr"] == 1e-3 and other["ess_seq"][1] == 0.1 and other["entropy"] == 0.7
+    assert rows[("pocket LM", "learning phase")]["file"] is None
+    assert rows[("testbed", "regime")]["file"] is None
+    text = "\n".join(markdown(llm_rows(tmp_path, {}, 200.0), tmp_path))
+    assert "| pocket LM | version 0 | 23 | 12.0 | 0.0001 x 16 | 0.50/-/0.25 | 0.99/-/0.90 | 0.01/-/0.10 | 0.70 |" in text
+
+
+def test_pocket_cells_say_what_each_design_needs(tmp_path):
+    (tmp_path / "sweeps/llm").mkdir(parents=True)
+    (tmp_path / "sweeps/llm/pocket_prereg.toml").write_text(
+        'status = "draft"\npilot = "p/design.json"\n[claims.GAC-1]\ndesign = "D1"\nrule = "R1"\npower = "P1"\n'
+        'gpu_command = "G1"\ngpu_cost = "C1"\n[claims.AREAL-1]\ndesign = "D2"\n')
+    _write(tmp_path / "p/design.json", {"GAC-1": {"seeds": {"sync": 3, "stale": 7}, "cpu_hours": 1.25},
+                                        "AREAL-1/GAC-2": {"seeds": None, "cpu_hours": None}})
+    cells = pocket_cells(tmp_path)
+    assert cells["GAC-1"]["pocket"] == "not measured"
+    assert "7 seeds per arm, 1.2 CPU-hours" in cells["GAC-1"]["pocket_evidence"]  # the larger arm's need
+    assert cells["GAC-1"]["gpu"] == "not measured: needs G1 (C1)"
+    assert "not computable from the pilot (its spread is undefined)" in cells["AREAL-1"]["pocket_evidence"]
+    assert cells["VCPO-1"]["pocket_evidence"] == "no design in sweeps/llm/pocket_prereg.toml"
+
+
+def test_collapse_rule_and_the_learning_rate_choice():
+    assert collapsed([0.4, 0.5, 0.29])  # 0.21 below the best
+    assert not collapsed([0.4, 0.5, 0.31, math.nan])
+    health = [{"lr": 1e-4, "healthy": [True, True], "mean_gain": 0.05, "learns": True},
+              {"lr": 3e-4, "healthy": [True, True], "mean_gain": 0.09, "learns": True},
+              {"lr": 1e-3, "healthy": [True, False], "mean_gain": 0.2, "learns": False}]
+    assert choose_lr(health)["lr"] == 3e-4  # the largest that learns; the unhealthy one never
+    quiet = [{**h, "learns": False} for h in health]
+    assert choose_lr(quiet)["lr"] == 3e-4  # no rate learns: the healthy one with the largest gain
+    assert choose_lr([health[2]]) is None
+
+
+def _pilot(tmp_path: Path) -> Path:
+    rows, ups = [], []
+    acc = {(1e-4, 0): (0.50, 0.45), (1e-4, 1): (0.54, 0.45), (1e-3, 0): (0.70, 0.60), (1e-3, 1): (0.66, 0.62)}
+    for (lr, seed), (sync, stale) in acc.items():
+        for arm, a in (("sync", sync), ("stale", stale)):
+            key = f"{arm}{lr}{seed}"
+            rows.append({"key": key, "stage": "search", "arm": arm, "eta": 4, "lr": lr, "seed": seed, "finished": True,
+                         "accuracy": a, "diverged": False, "accuracy_v0": 0.4, "wall_seconds": 60.0,
+                         "late_grad_cos_within": (0.05 if arm == "sync" else 0.4) + seed / 100})  # fmt: skip
+            ups += [{"key": key, "version": v, "eval_reward": e} for v, e in ((0, 0.4), (10, math.nan), (20, a), (30, a))]
+    p = tmp_path / "pilot"
+    p.mkdir()
+    pd.DataFrame(rows).to_csv(p / "runs.csv", index=False)
+    pd.DataFrame(ups).to_csv(p / "updates.csv", index=False)
+    (p / "study.json").write_text(json.dumps({"eval_problems": 512, "rule": {"last_evals": 2}}))
+    return p
+
+
+def test_pilot_design_numbers(tmp_path):
+    p = _pilot(tmp_path)
+    runs, ups = pd.read_csv(p / "runs.csv"), pd.read_csv(p / "updates.csv")
+    health = {h["lr"]: h for h in sync_health(runs[runs["stage"] == "search"], ups, 256, 512)}
+    se = math.sqrt((0.4 * 0.6 / 256 + 0.5 * 0.5 / 512 + 0.4 * 0.6 / 256 + 0.54 * 0.46 / 512) / 2 / 2)
+    assert math.isclose(health[1e-4]["gain_se"], se) and math.isclose(health[1e-4]["mean_gain"], 0.12)
+    out = design(p)
+    assert out["chosen_lr"] == 1e-3 and out["chosen_learns"]
+    # paired drops: lr 1e-4: 0.05, 0.09; lr 1e-3: 0.10, 0.04 -> pooled SD sqrt((0.0008 + 0.0018) / 2)
+    assert math.isclose(out["AREAL-1/GAC-2"]["sd"], math.sqrt(0.0013)) and out["AREAL-1/GAC-2"]["df"] == 2
+    assert math.isclose(out["seconds_per_update"], 2.0)  # 60 s over 30 updates
+    assert out["VCPO-1"]["events"] == 0 and out["VCPO-1"]["needed_is_lower_bound"]

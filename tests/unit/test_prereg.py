@@ -1,0 +1,167 @@
+"""The pre-registration (figures/preregistration.toml, figures/prereg.py): valid, disjoint from every
+exploratory seed, one-line errors, and the report's label refused whenever a rule or a seed breaks it."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+
+from figures import prereg
+from figures.prereg import tomllib
+from testbed.usage import UsageError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def reg() -> prereg.Prereg:
+    return prereg.load()
+
+
+def test_file_is_registered_and_covers_every_claim(reg):
+    from figures.experiments import all_claims
+
+    assert reg.data["registration"]["status"] == "registered"
+    assert set(reg.claims) == {c.id for c in all_claims()}
+    # every claim's margins name the ones its record judges, plus none it lacks
+    for c in all_claims():
+        assert {m["name"] for m in reg.claims[c.id]["margins"]} <= {m.name for m in c.margins} | {"solved"}, c.id
+
+
+def test_typed_margins_are_the_judges_margins(reg):
+    import math
+
+    from figures.experiments import all_claims
+
+    checked = 0
+    for c in all_claims():
+        for m in reg.claims[c.id]["margins"]:
+            if m["source"] == "resolution" or m["name"] not in {x.name for x in c.margins}:
+                continue
+            judged = c.margin(m["name"])
+            value = math.exp(judged.value) if judged.scale == "log" else judged.value
+            assert (m["scale"] == "factor") == (judged.scale == "log"), (c.id, m["name"])
+            assert value == pytest.approx(m["value"], rel=1e-5), (c.id, m["name"])
+            checked += 1
+    assert checked >= 12
+
+
+def test_confirmatory_seeds_are_disjoint_from_every_exploratory_seed(reg):
+    used = prereg.used_seeds(ROOT)
+    # the scanner sees the exploratory budgets' seeds 0..14 and the sweeps' seeds (a known one: the MNIST sweep)
+    assert set(range(15)) <= set(used)
+    clash = sorted(set(used) & set(reg.block()))
+    assert clash == [], f"confirmatory seed(s) {clash[:5]} already used in {used[clash[0]] if clash else ''}"
+    assert reg.block().start >= reg.data["seeds"]["exploratory_below"] > max(used)
+    for d in prereg.DESIGNS:
+        assert set(reg.seeds(d)) <= set(reg.block())
+        assert reg.seeds(d)[0] == reg.block().start
+
+
+def test_seed_scanner_reads_keys_literals_counts_ranges_and_prose(tmp_path):
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "a.json").write_text('{"x": {"seeds": [3, 7]}, "seed": 11, "seeds_needed": 5407}')
+    (tmp_path / "results" / "b.toml").write_text("[grid]\nseed = [20, 21]\n[other]\nseeds = 3\n")
+    (tmp_path / "results" / "c.py").write_text("cfg(seed=range(40, 43))\n")
+    (tmp_path / "results" / "d.md").write_text("judged on seeds 50-52\n")
+    found = {s for s in prereg.used_seeds(tmp_path, ("results",)) if s >= 3}
+    assert {3, 7, 11, 20, 21, 40, 41, 42, 50, 51, 52} <= found
+    assert 5407 not in found  # a count of seeds needed is not a seed
+    assert 43 not in found and 53 not in found
+
+
+def test_confirmatory_report_is_not_scanned(tmp_path):
+    conf = tmp_path / prereg.CONFIRMATORY_DIRS[0]
+    conf.mkdir(parents=True)
+    (conf / "claims.json").write_text('{"seeds": [10000, 10001]}')
+    assert 10000 not in prereg.used_seeds(tmp_path, ("results",))
+
+
+def _write(tmp_path: Path, data: dict) -> Path:
+    def toml(d: dict, prefix: str = "") -> list[str]:
+        lines, subs = [], []
+        for k, v in d.items():
+            if isinstance(v, dict) and not (prefix.startswith("claims.") or k in ("paper_error",)):
+                subs.append((k, v))
+            else:
+                lines.append(f'"{k}" = {_value(v)}')
+        out = lines
+        for k, v in subs:
+            name = f"{prefix}.{k}" if prefix else k
+            out += ["", f'[{".".join(f"{chr(34)}{p}{chr(34)}" for p in name.split("."))}]', *toml(v, name)]
+        return out
+
+    p = tmp_path / "prereg.toml"
+    p.write_text("\n".join(toml(data)) + "\n")
+    return p
+
+
+def _value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(v, list):
+        return "[" + ", ".join(_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f'"{k}" = {_value(x)}' for k, x in v.items()) + "}"
+    return repr(v)
+
+
+def test_round_trip_writer_reads_the_real_file(tmp_path):
+    data = tomllib.loads(prereg.PATH.read_text())
+    assert prereg.load(_write(tmp_path, data)).data == data
+
+
+@pytest.mark.parametrize("edit, says", [
+    (lambda d: d["registration"].update(status="draft"), "registration.status must be 'registered'"),
+    (lambda d: d["seeds"].update(block_start=14), "lies among the exploratory seeds"),
+    (lambda d: d["designs"]["async"].update(cap=500), "designs.async"),
+    (lambda d: d["claims"]["GAC-2"].update(estimator="trimmed"), "stability claim is judged on its tail"),
+    (lambda d: d["claims"]["GAC-2"].update(kind="vibes"), "kind 'vibes' is not one of"),
+    (lambda d: d["claims"]["VCPO-2"]["margins"][0].update(value=1.167), "computed, not typed"),
+    (lambda d: d["claims"]["DG-1"]["margins"][0].pop("value"), "needs a number value"),
+    (lambda d: d["claims"]["DDG-1"].pop("endpoint"), "lacks endpoint"),
+    (lambda d: d["claims"]["DDG-1"]["margins"][0].update(scale="log"), "scale 'log' is not one of"),
+    (lambda d: d.pop("phase"), "missing section(s) phase"),
+])
+def test_bad_file_is_one_line_naming_the_value(tmp_path, edit, says):
+    data = copy.deepcopy(tomllib.loads(prereg.PATH.read_text()))
+    edit(data)
+    with pytest.raises(UsageError) as exc:
+        prereg.load(_write(tmp_path, data))
+    assert says in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_cli_bad_file_exit_2_one_line(tmp_path, capsys):
+    bad = tmp_path / "x.toml"
+    bad.write_text("[registration\n")
+    assert prereg.main(["check", "--file", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "not valid TOML" in err
+    assert prereg.main(["nonsense"]) == 2
+
+
+def test_label_confirmatory_only_when_the_protocol_holds(reg):
+    seeds = reg.seeds("async")
+    used = {0: "results/paper/claims.json", 14: "figures/budgets.py"}
+    assert prereg.label(reg, "abc", None, seeds, used) == ("confirmatory", [])
+    assert prereg.label(reg, "abc", reg.sha256, seeds, used) == ("confirmatory", [])
+    # a rule changed after the first confirmatory run
+    lab, why = prereg.label(reg, "abc", "0" * 64, seeds, used)
+    assert lab == "exploratory" and "rules changed after the first confirmatory run" in why[0]
+    # the file is edited or not committed
+    lab, why = prereg.label(reg, None, None, seeds, used)
+    assert lab == "exploratory" and "not committed" in why[0]
+    # a confirmatory seed appears in an earlier record
+    lab, why = prereg.label(reg, "abc", None, seeds, {**used, seeds[3]: "results/x.json"})
+    assert lab == "exploratory" and f"seed(s) {seeds[3]} appear in earlier records (results/x.json)" in why[0]
+    # an exploratory seed judged
+    lab, why = prereg.label(reg, "abc", None, (*seeds, 3), used)
+    assert lab == "exploratory" and "outside the block" in why[0]
+    # a claim judged by code that does not read its registered design
+    lab, why = prereg.label(reg, "abc", None, seeds, used, unwired=["GAC-2"])
+    assert lab == "exploratory" and why == ["the judges of GAC-2 do not read their pre-registered endpoint and "
+                                            "estimator"]
