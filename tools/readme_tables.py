@@ -3,8 +3,9 @@
     python tools/readme_tables.py            # rewrite every generated table in place
     python tools/readme_tables.py --check    # exit 1, naming the file, where a table differs from its source
 
-The verdict table is read from results/paper/claims.json (the claims report's own record), the wall-time
-table from results/paper/timings.json; nothing in them is typed by hand. tests/unit/test_docs.py asserts
+The verdict table is figures.table's (`python -m figures.table --no-header`: README holds no commit id) of
+results/paper/claims.json, the claims report's own record; the wall-time table is read from
+results/paper/timings.json; nothing in them is typed by hand. tests/unit/test_docs.py asserts
 that the committed pages equal what this script writes.
 """
 
@@ -15,28 +16,12 @@ import re
 import sys
 from pathlib import Path
 
+from figures.table import verdict_table
 from testbed.util.files import atomic_write_text
 
 ROOT = Path(__file__).resolve().parents[1]
 CLAIMS = ROOT / "results" / "paper" / "claims.json"
 TIMINGS = ROOT / "results" / "paper" / "timings.json"
-
-
-def _cell(text: str) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ").strip()
-
-
-def verdict_table(claims: dict) -> str:
-    """One row per claim: id, the claim, the paper's value, the testbed's verdict (marked "edge" where the report
-    flags a deciding interval end near its rule's edge) and the real model's reading (the report's ``llm`` rows)."""
-    real = {row["id"]: row for row in claims.get("llm", [])}
-    lines = ["| id | claim | paper | verdict | real model |", "| --- | --- | --- | --- | --- |"]
-    for c in claims["claims"]:
-        llm = real.get(c["id"])
-        edge = " (edge)" if c.get("on_edge") else ""  # a deciding interval end within one standard error of its edge
-        lines.append(f"| {c['id']} | {_cell(c['claim'])} | {_cell(c.get('paper_value', ''))} | "
-                     f"**{_cell(c['verdict'])}**{edge} | {_cell(llm['real']) if llm else ''} |")
-    return "\n".join(lines)
 
 
 def _hms(seconds: float) -> str:
@@ -61,7 +46,7 @@ def wall_table(timings: dict, command: str = "python -m figures all") -> str:
 
 def tables() -> dict[str, str]:
     """Marker name -> generated table, from the committed results files."""
-    return {"verdicts": verdict_table(json.loads(CLAIMS.read_text())),
+    return {"verdicts": "\n".join(verdict_table(json.loads(CLAIMS.read_text()), header=False)),
             "wall-time": wall_table(json.loads(TIMINGS.read_text()))}
 
 
