@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+import textwrap
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -37,6 +38,10 @@ CHECKS: tuple[tuple[int, str, Callable[[], list[Check]]], ...] = (
     (10, "stale REINFORCE baseline drift", check_baseline_drift),
 )
 ITEMS = tuple(sorted({item for item, _, _ in CHECKS}))
+# the printed table fits a terminal: a result's name is shortened to RESULT_WIDTH characters (the CSV keeps it
+# whole) and the notes are wrapped at NOTE_WIDTH
+RESULT_WIDTH = 56
+NOTE_WIDTH = 110
 SYMBOL = {"abs": "|m-p|<=tol", "upper": "m<=p+tol", "lower": "m>=p-tol"}
 
 
@@ -76,10 +81,12 @@ def to_frame(rows: list[Check]) -> pd.DataFrame:
 def format_table(frame: pd.DataFrame) -> str:
     """The printed table (numbers to 6 significant digits), followed by the numbered notes."""
     shown = frame.drop(columns=["note", "source"]).copy()
-    shown["result"] = [f"{r}{' [' + str(i) + ']' if n else ''}" for i, (r, n) in enumerate(zip(frame["result"], frame["note"]), 1)]
-    with pd.option_context("display.max_colwidth", 200, "display.width", 400, "display.max_rows", 1000):
+    shown["result"] = [f"{textwrap.shorten(r, RESULT_WIDTH, placeholder='...')}{' [' + str(i) + ']' if n else ''}"
+                       for i, (r, n) in enumerate(zip(frame["result"], frame["note"]), 1)]  # fmt: skip
+    with pd.option_context("display.max_colwidth", RESULT_WIDTH + 8, "display.width", 400, "display.max_rows", 1000):
         table = shown.to_string(index=False, float_format=lambda v: f"{v:.6g}", justify="left")
-    notes = [f"[{i}] {n}" for i, n in enumerate(frame["note"], 1) if n]
+    notes = [textwrap.fill(f"[{i}] {n}", NOTE_WIDTH, subsequent_indent="    ")
+             for i, n in enumerate(frame["note"], 1) if n]  # fmt: skip
     return table + ("\n\nNotes:\n" + "\n".join(notes) if notes else "")
 
 
@@ -87,7 +94,7 @@ def main(items: Iterable[int] | None = None, csv: str | None = None) -> int:
     """Print the table (and write it as CSV if asked); return 0 if every check passed, else 1."""
     torch.set_num_threads(1)  # tiny tensors: thread start-up would dominate
     start = time.perf_counter()
-    frame = to_frame(run_checks(items, progress=True))
+    frame = to_frame(run_checks(items, progress=sys.stderr.isatty()))  # no bar frames in a log file
     print(format_table(frame))
     failed = int((frame["pass"] == "FAIL").sum())
     print(f"\n{len(frame) - failed} of {len(frame)} checks passed in {time.perf_counter() - start:.1f} s")

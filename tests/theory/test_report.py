@@ -61,3 +61,18 @@ def test_csv_is_written_whole(tmp_path, capsys):
     assert main(["report", "--items", "4", "--csv", str(path)]) == 0
     text = path.read_text()
     assert text.startswith("item,") and len(text.splitlines()) >= 2 and not list(tmp_path.glob(".*tmp"))
+
+
+def test_the_table_fits_a_terminal_and_a_log_gets_no_progress_frames(capsys):
+    """Long result names are shortened (the CSV keeps them whole) and notes wrapped, so no line is wider than a
+    terminal; with stderr not a terminal (a log file) no progress-bar frames are written."""
+    long = "the delayed-SGD recurrence's stationary variance against its closed form " * 3
+    rows = [Check(4, long, 0.0, 1e-9, 1e-6, note="x " * 200), Check(5, "b", 1.0, 2.0, 0.5, "upper")]
+    frame = to_frame(rows)
+    assert frame["result"][0] == long
+    text = format_table(frame)
+    assert max(map(len, text.splitlines())) <= 140 and "[1] x x" in text
+    assert main(["report", "--items", "4"]) == 0
+    captured = capsys.readouterr()
+    assert max(map(len, captured.out.splitlines())) <= 140
+    assert "theory checks" not in captured.err
