@@ -64,13 +64,15 @@ class Context:
 
     # -- runs ------------------------------------------------------------------------------------
     def ensure(self, configs: list[RunConfig]) -> None:
-        """Train every config not yet in the cache (parallel over ``workers``); the finished runs count as read
+        """Train every config not yet in the cache, or recorded there with other code (parallel over ``workers``); the finished runs count as read
         (`touch`)."""
+        from testbed.codeprint import config_code
         from testbed.results import ResultStore
 
         configs = dedupe(configs)
         store = ResultStore(self.cache)
-        todo = [c for c in configs if not store.done(c.run_id)]
+        # a run recorded with other code (testbed/codeprint.py) is trained again
+        todo = [c for c in configs if not store.done(c.run_id, config_code(c))]
         if configs:
             print(cache_line(store, configs, todo, self.cached_only), flush=True)
         try:

@@ -127,3 +127,26 @@ def test_a_figure_counts_the_machines_of_every_run_it_read(tmp_path):
     _set_machine(store, shared[0].run_id, None)
     assert machines(second) == {NOT_RECORDED: 1, here: 1}
     assert ctx.extra["reading"] == []  # every block closed its set
+
+
+def test_a_run_recorded_with_other_code_is_trained_again(tmp_path, capsys):
+    """The figures' cache knows the code a run ran (testbed/codeprint.py): a record whose fingerprint differs from
+    the current code's is not reused; it is trained again and recorded with the current fingerprint."""
+    import json
+
+    from testbed.codeprint import config_code
+
+    ctx = Context(out=tmp_path / "out", cache=tmp_path / "cache", progress=False)
+    configs = _configs(2)
+    ctx.ensure(configs)
+    store = ResultStore(ctx.cache)
+    path = store.runs / f"{configs[0].run_id}.json"
+    record = json.loads(path.read_text())
+    current = config_code(configs[0])
+    assert record["code"] == current
+    record["code"] = {part: "0" * len(value) for part, value in current.items()}  # as if the code changed since
+    path.write_text(json.dumps(record))
+    capsys.readouterr()
+    ctx.ensure(configs)
+    assert "1 of 2 runs reused" in capsys.readouterr().out
+    assert json.loads(path.read_text())["code"] == current and store.done(configs[0].run_id, current)
