@@ -180,6 +180,7 @@ def _make(ctx, names: list[str], configs: list, args, out: Path) -> dict[str, fl
     """Figure by figure: each figure's missing runs are trained (in parallel workers), then it is drawn, so an
     interrupted run leaves finished figures and a resumable cache. Returns seconds per figure."""
     from figures.common import machines, write_evidence
+    from figures.style import publish
 
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
@@ -194,6 +195,7 @@ def _make(ctx, names: list[str], configs: list, args, out: Path) -> dict[str, fl
             trained = time.perf_counter() - t
             evidence = mod.make(ctx)
         write_evidence(ctx, name, evidence, machines(sorted(used)))
+        publish(out, name)  # the figure appears only beside its data file
         timings[name] = time.perf_counter() - t
         print(f"{name}: {timings[name]:.1f} s (training {trained:.1f} s) -> {out / (name + '.png')}", flush=True)
     timings["_total"] = time.perf_counter() - t0

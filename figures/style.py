@@ -8,6 +8,7 @@ axes ("Tests CLAIM: ... | made by: COMMAND") and the same caption written beside
 
 from __future__ import annotations
 
+import os
 import textwrap
 import warnings
 from collections.abc import Sequence
@@ -186,9 +187,15 @@ def caption_text(claims: Sequence[str], what: str, command: str) -> str:
     return f"Tests {claim}: {what} | made by: {command}"
 
 
+PENDING = ".pending"  # where a figure's files wait for its data file (`publish`)
+FILES = ("{}.png", "{}.pdf", "{}.caption.txt")
+
+
 def save(fig, out_dir: Path, name: str, caption: str, meta_note: str | None = None) -> list[Path]:
-    """Write NAME.png, NAME.pdf and NAME.caption.txt under ``out_dir``; return the paths."""
-    out_dir = Path(out_dir)
+    """Draw NAME.png, NAME.pdf and NAME.caption.txt into ``out_dir/.pending``; return the paths. `publish` moves
+    them into ``out_dir`` once the figure's data file is written, so an interrupted run never leaves a figure
+    without the data it shows."""
+    out_dir = Path(out_dir) / PENDING
     out_dir.mkdir(parents=True, exist_ok=True)
     text = caption if meta_note is None else f"{caption}\n{meta_note}"
     width_in = fig.get_size_inches()[0]
@@ -203,3 +210,16 @@ def save(fig, out_dir: Path, name: str, caption: str, meta_note: str | None = No
     cap = out_dir / f"{name}.caption.txt"
     cap.write_text(text + "\n")
     return [*paths, cap]
+
+
+def publish(out_dir: Path, name: str) -> list[Path]:
+    """Move figure ``name``'s drawn files from ``out_dir/.pending`` into ``out_dir`` (each an atomic rename, after
+    its data file is written); return the published paths."""
+    out_dir = Path(out_dir)
+    done = []
+    for pattern in FILES:
+        pending = out_dir / PENDING / pattern.format(name)
+        if pending.is_file():
+            os.replace(pending, out_dir / pattern.format(name))
+            done.append(out_dir / pattern.format(name))
+    return done
