@@ -20,6 +20,7 @@ import copy
 import errno
 import json
 import os
+import pickle
 import random
 import shutil
 import sys
@@ -242,7 +243,7 @@ class Trainer:
                     "learner_steps": self.learner.steps,
                     "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
                     "python": random.getstate(),
-                    "numpy": np.random.get_state(),
+                    "numpy": numpy_state(),
                     "prev_grad": [g.cpu() for g in self.learner.prev_grad] if self.learner.prev_grad is not None else None,
                 },
                 tmp / "rng.pt",
@@ -273,19 +274,19 @@ class Trainer:
             raise UsageError(f"cannot resume from {path}: settings differ ({'; '.join(diff)})")
         load_model(self.model, str(path / "model.safetensors"), device=str(self.device))
         learner = self.learner
-        learner.optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location=self.device, weights_only=False))
-        learner.scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=False))
-        self.recipe.load_state_dict(torch.load(path / "stabilizer.pt", map_location=self.device, weights_only=False))
-        rng = torch.load(path / "rng.pt", weights_only=False)
+        learner.optimizer.load_state_dict(load_state(path / "optimizer.pt", self.device))
+        learner.scheduler.load_state_dict(load_state(path / "scheduler.pt"))
+        self.recipe.load_state_dict(load_state(path / "stabilizer.pt", self.device))
+        rng = load_state(path / "rng.pt")
         torch.random.set_rng_state(rng["torch"])
         if rng["cuda"] and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(rng["cuda"])
         random.setstate(rng["python"])
-        np.random.set_state(rng["numpy"])
+        set_numpy_state(rng["numpy"])
         if rng["prev_grad"] is not None:
             learner.prev_grad = [g.to(self.device) for g in rng["prev_grad"]]
         learner.steps = rng.get("learner_steps", [])
-        rollouts = torch.load(path / "rollouts.pt", weights_only=False)
+        rollouts = load_state(path / "rollouts.pt", self.device)
         self.pending = {int(k): RolloutBatch(**v).to(self.device) for k, v in rollouts.items()}
         self.step = int(info["step"])
 
@@ -494,3 +495,25 @@ def write_failure(out: Path, exc: BaseException) -> Path:
     with contextlib.suppress(OSError):
         _write_text(out / "summary.json", json.dumps(summary, indent=2))
     return log
+
+
+def load_state(path: Path, device: torch.device | str = "cpu") -> Any:
+    """A checkpoint file's tensors and plain values, loaded with ``weights_only=True`` (a file holding anything
+    else, such as a crafted pickle or a checkpoint of an older format, is refused in one line, never executed)."""
+    try:
+        return torch.load(path, map_location=device, weights_only=True)
+    except pickle.UnpicklingError:
+        raise UsageError(f"cannot resume from {path.parent}: {path.name} holds more than tensors and plain values "
+                         "(an older checkpoint format, or not a checkpoint of this trainer); start a new --out") from None
+
+
+def numpy_state() -> tuple:
+    """NumPy's global generator state with its key as a tensor, so that `load_state` can read it back."""
+    name, keys, pos, has_gauss, gauss = np.random.get_state()
+    return name, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(gauss)
+
+
+def set_numpy_state(state: tuple) -> None:
+    """The inverse of `numpy_state`."""
+    name, keys, pos, has_gauss, gauss = state
+    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))

@@ -170,3 +170,38 @@ if __name__ == "__main__":  # the full kill-and-resume command (300 updates), ki
               f"{problem or 'finished, every update logged once'} ({time.monotonic() - t0:.0f} s)", flush=True)  # fmt: skip
     print(f"{ok} of {args.tries} tries finished with every update logged once")
     sys.exit(0 if ok == args.tries else 1)
+
+
+class _Payload:
+    """A pickle that runs code when unpickled (os.system) unless the loader refuses it."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+def test_checkpoint_files_load_with_weights_only_and_a_pickle_payload_is_refused(tmp_path):
+    """Every trainer checkpoint file is read with weights_only=True: a crafted file is refused in one line and its
+    code never runs; NumPy's generator state round-trips exactly through the tensor form it is saved in."""
+    import numpy as np
+
+    from llm_scale.config import UsageError
+    from llm_scale.trainer import load_state, numpy_state, set_numpy_state
+
+    np.random.seed(7)
+    np.random.rand(3)
+    path = tmp_path / "step_1" / "rng.pt"
+    path.parent.mkdir()
+    torch.save({"numpy": numpy_state(), "torch": torch.random.get_rng_state()}, path)
+    expected = np.random.rand(5)
+    np.random.seed(0)
+    set_numpy_state(load_state(path)["numpy"])
+    assert np.array_equal(np.random.rand(5), expected)
+
+    marker = tmp_path / "ran"
+    torch.save({"numpy": _Payload(marker)}, path)
+    with pytest.raises(UsageError, match=r"rng\.pt holds more than tensors and plain values"):
+        load_state(path)
+    assert not marker.exists()
