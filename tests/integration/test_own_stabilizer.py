@@ -141,3 +141,26 @@ def test_the_page_runs_as_written_from_an_empty_directory(tmp_path):
     assert card["recipe"] == "softis" and 0.0 <= card["score"] <= 1.0 and len(card["cells"]) == 2
     summary = json.loads((tmp_path / "runs/llm/summary.json").read_text())
     assert summary["recipe"] == "softis" and summary["steps"] == 20 and summary["status"] == "finished"
+
+
+def test_the_readmes_example_runs_as_written_from_an_empty_directory(tmp_path):
+    """README's own-stabilizer section: its module written as shown, each of its commands run as written from the
+    directory holding it (the simulator with the spec name and with module:ClassName, then the LLM trainer)."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("<!-- own-stabilizer-example -->"):readme.index("## Verdicts")]
+    (module,) = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    first, _, _ = module.partition("\n")
+    assert first.startswith("# ") and first.endswith(".py")
+    (tmp_path / first[2:].strip()).write_text(module)
+    (script,) = re.findall(r"```bash\n(.*?)```", section, flags=re.S)
+    argvs = [shlex.split(line) for line in script.splitlines() if line.strip()]
+    assert [a[2] for a in argvs] == ["testbed", "testbed", "llm_scale"]
+    for argv in argvs:
+        done = run(argv, tmp_path)
+        assert done.returncode == 0, (argv, done.stderr[-2000:])
+    for out in ("runs/mine", "runs/mine-class"):
+        summary = pd.read_csv(tmp_path / out / "summary.csv")
+        assert list(summary["status"]) == ["ok"]
+        assert 0.0 <= float(summary["final_test_error"].iloc[0]) < 0.5  # it learned (chance is 0.9) at lag 50
+    summary = json.loads((tmp_path / "runs" / "llm" / "summary.json").read_text())
+    assert summary["recipe"] == "capped_is" and summary["steps"] == 20 and summary["status"] == "finished"
