@@ -203,13 +203,12 @@ def save(fig, out_dir: Path, name: str, caption: str, meta_note: str | None = No
     n_lines = wrapped.count("\n") + 1
     fig.tight_layout(rect=(0, 0.035 + 0.03 * n_lines, 1, 1))
     fig.text(0.01, 0.005, wrapped, ha="left", va="bottom", fontsize=6.5, color="#333333", family="monospace")
-    paths = [out_dir / f"{name}.png", out_dir / f"{name}.pdf"]
-    fig.savefig(paths[0])
-    fig.savefig(paths[1])
+    png, pdf, cap = (out_dir / pattern.format(name) for pattern in FILES)
+    fig.savefig(png)
+    fig.savefig(pdf)
     plt.close(fig)
-    cap = out_dir / f"{name}.caption.txt"
     cap.write_text(text + "\n")
-    return [*paths, cap]
+    return [png, pdf, cap]
 
 
 def publish(out_dir: Path, name: str) -> list[Path]:
