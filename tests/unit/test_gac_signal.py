@@ -118,3 +118,24 @@ def test_the_probe_leaves_training_bit_for_bit_and_measures_every_step() -> None
 def test_the_probe_refuses_a_recipe_it_cannot_take_exactly() -> None:
     with pytest.raises(ValueError, match="surrogate"):
         Probe(Runner([RunConfig(task="mnist", recipe="dg", seed=0, steps=2)]), until=1)
+
+
+def test_figures_summary_is_undefined_outside_the_measured_batches():
+    from figures.gac_exact import summary
+
+    rows = [{"step": s, "cos_consecutive_exact": c, "norm_exact": 1.0, "norm_minibatch": math.sqrt(1.25),
+             "cos_minibatch_prev": 0.1} for s, c in ((1, float("nan")), (2, 0.5), (3, 0.7), (4, 0.9))]
+    rec = {"settings": {"until": 4}, "probe": rows}
+    got = summary(rec, (2.0, 3.0))
+    assert got["cos"] == pytest.approx(0.6) and got["r"] == pytest.approx(4.0) and got["cos_minibatch"] == 0.1
+    assert all(math.isnan(v) for v in summary(rec, (2.0, 5.0)).values())  # the window ends after the probe
+    assert all(math.isnan(v) for v in summary(None, (2.0, 3.0)).values())
+
+
+def test_exploration_refuses_the_confirmatory_block(tmp_path, capsys):
+    from figures.gac_exact import main
+
+    assert main(["--seeds", "3", "10000", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "10000" in err[0] and "exploratory seeds are 0 .. 9999" in err[0]
+    assert not any(tmp_path.iterdir())
