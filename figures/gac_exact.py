@@ -141,6 +141,54 @@ def explore(seeds: Sequence[int], until: int, log_every: int) -> dict[str, Any]:
     return out
 
 
+def findings_markdown(res: dict[str, Any]) -> str:
+    """The exploratory measurement as a page: per level the window means with their 90% intervals, the
+    decomposition check (the minibatch cosine predicted from the exact one at the measured r, cos x r / (1 + r),
+    beside the measured one), and GAC-1 before (the capped reading's precondition) and after (the registered
+    judge on the exact cosine), with GAC-2's premise."""
+    import numpy as np
+
+    from figures.experiments import async_grpo as ag
+    from testbed.util.stats import combine
+
+    rec, levels, ps, iv = res["recipe"], res["levels"], res["per_seed"], res["intervals"]
+
+    def show(x: dict[str, float]) -> str:
+        return f"{x['estimate']:+.3f} [{x['lo']:+.3f}, {x['hi']:+.3f}]"
+
+    lines = [f"# GAC-1 on exact gradients: exploratory measurement ({res['label']})", "",
+             f"Command: `{res['command']}`. Seeds {', '.join(map(str, res['seeds']))} (exploratory), {rec} in the "
+             f"async_grpo regime, learning window versions {res['window'][0]:g}-{res['window'][1]:g} (the registered "
+             f"phase rule on the sync runs' curves, logged every {res['log_every']} batches), probe through batch "
+             f"{res['until']}. Per seed the mean over the window; 90% intervals of the trimmed mean "
+             "(testbed/util/stats.py).", "",
+             "| level | cos_consecutive_exact | learner's minibatch cosine | r = m / B_noise | cos_exact x r / (1 + r) "
+             "| predicted at the real model's r |", "| --- | --- | --- | --- | --- | --- |"]
+    for d in levels:
+        k = f"{rec}|{d}"
+        pred = np.array(ps["cos"][k]) * np.array(ps["r"][k]) / (1 + np.array(ps["r"][k]))
+        lines.append(f"| {d} | {show(iv['cos'][k])} | {show(iv['cos_minibatch'][k])} | {show(iv['r'][k])} | "
+                     f"{float(np.mean(pred)):+.3f} | {show(res['predicted_at_real_r'][d])} |")
+    lines += ["", "Paired difference stale - sync of cos_consecutive_exact: " + "; ".join(
+        f"{d} {show(x)}" for d, x in res["stale_minus_sync"].items()) + ".",
+        f"Real model's r: {res['real_r']['r']:.3f} ({res['real_r']['source']}).", ""]
+    ev = ag.Evidence(grid="exploratory", seeds=res["seeds"], levels=levels,
+                     regime={"batch_size": 400, "minibatches": 2}, exact_window=res["window"],
+                     exact_until=res["until"], cos_exact=ps["cos"], r_minibatch=ps["r"], cos_minibatch=ps["cos_minibatch"])
+    before = ag._uncapped(ag.Evidence(grid="exploratory", seeds=res["seeds"], levels=levels,
+                                      regime={"batch_size": 400, "minibatches": 2}))
+    j = ag.judge_gac1(ev)
+    lines += ["## GAC-1 before and after", "",
+              f"- Before (the capped instrument): precondition {before[0]}: {before[1]}; verdict not testable.",
+              f"- After (registered rule on cos_consecutive_exact): precondition {ag._uncapped(ev)[0]}; verdict "
+              f"{combine(j.parts)}: " + "; ".join(f"{p.name} -> {p.status}" for p in j.parts) + ".",
+              f"- The same rule on the learner's minibatch cosine over the window (capped; beside, not judged): "
+              f"{res['gac1']['minibatch']['verdict']}.",
+              f"- GAC-2's premise (exact cosine above sync at some stale level): {': '.join(ag._stale_aligned(ev))}.",
+              ""]
+    return "\n".join(lines)
+
+
 def measure_records(configs: Sequence[RunConfig], until: int) -> list[dict[str, Any]]:
     """The probe's records of ``configs`` (one loop), as `ensure` caches them, without a cache."""
     from testbed.gac_signal import measure
@@ -157,13 +205,26 @@ def main(argv: list[str] | None = None) -> int:
     from figures import prereg
 
     ap = argparse.ArgumentParser(prog="python -m figures.gac_exact", description=explore.__doc__)
-    ap.add_argument("--seeds", type=int, nargs="+", required=True)
+    ap.add_argument("--seeds", type=int, nargs="+", default=None)
     ap.add_argument("--until", type=int, default=None, help="batches the probe measures (default: the registration's)")
     ap.add_argument("--log-every", type=int, default=None, help="default: the registration's phase.async_log")
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--from", dest="source", type=Path, default=None,
+                    help="rewrite the page from this result file (gac1_exact.json) without measuring")
     a = ap.parse_args(argv)
+    if a.source is not None:
+        try:
+            res = json.loads(a.source.read_text())
+        except (OSError, ValueError) as exc:
+            print(f"error: --from {str(a.source)!r}: {exc}", file=sys.stderr)
+            return 2
+        atomic_write_text(a.out / "gac1_exact.md", findings_markdown(res))
+        return 0
     reg = prereg.load()
     below = int(reg.section("seeds")["exploratory_below"])
+    if not a.seeds:
+        print(f"error: --seeds is required (exploratory seeds 0 .. {below - 1}) unless --from is given", file=sys.stderr)
+        return 2
     bad = [s for s in a.seeds if not 0 <= s < below]
     if bad:
         print(f"error: --seeds {bad}: exploratory seeds are 0 .. {below - 1} (the confirmatory block is never "
@@ -181,6 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     res["wall_s"] = time.time() - t0
     a.out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(a.out / "gac1_exact.json", json.dumps(res, indent=1, sort_keys=True, allow_nan=True))
+    atomic_write_text(a.out / "gac1_exact.md", findings_markdown(res))
     print(json.dumps({k: res[k] for k in ("window", "gac1", "stale_minus_sync", "intervals")}, indent=1))
     return 0
 
