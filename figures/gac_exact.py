@@ -35,7 +35,7 @@ def _write(cache: Path, configs: Sequence[RunConfig], until: int, stamp: dict[st
 
     for cfg, out in zip(configs, measure(configs, until), strict=True):
         record = {"settings": {"run_id": cfg.run_id, "until": until, "config": cfg.to_dict()},
-                  "code": config_code(cfg), "machine": machine(), **out,
+                  "code": config_code(cfg), "machine": machine(), "probe": out["probe"],
                   **({"preregistration": stamp} if stamp else {})}
         atomic_write_text(rows_path(cache, cfg, until), json.dumps(record, sort_keys=True, allow_nan=True))
 
@@ -50,9 +50,9 @@ def ensure(cache: Path, configs: Sequence[RunConfig], until: int, cached_only: b
     todo = [c for c in configs if not rows_path(cache, c, until).is_file()]
     if not todo or cached_only:
         return
-    shapes: dict[tuple, list[RunConfig]] = {}
+    shapes: dict[str, list[RunConfig]] = {}
     for c in todo:
-        shapes.setdefault(c.parse().shape, []).append(c)
+        shapes.setdefault(repr(c.parse().shape), []).append(c)  # runs of one loop share its shape
     for same in shapes.values():
         for chunk in balanced_chunks(same, MAX_LOOP, 1):
             _write(cache, chunk, until, stamp)
