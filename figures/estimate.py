@@ -12,7 +12,8 @@ after a short warm-up run, fits time = a + b * steps, and predicts every loop of
 c = the loop's summed `cost_estimate` over the sample's (more runs or heavier recipes cost more).
 Shapes that differ only in the token-reversal length H are sampled at a few lengths and the fit's
 b interpolated linearly in H. The figure's wall time is the list schedule of its loops over the
-workers; the exact-gradient MNIST runs (figures/oracle_runs.py) are timed the same way; the theory
+workers; the exact-gradient MNIST runs (figures/oracle_runs.py) and the GAC probe (figures/gac_exact.py) are
+timed the same way; the theory
 figures are timed by running their evidence at the full budget; drawing adds the seconds measured in
 the quick setting. Assumes a quiet machine (time it alone): on
 a loaded machine every loop slows down by the load. So it reports what it can see of other work (`loaded`): the
@@ -284,7 +285,8 @@ def estimate(workers: int = 2, quick: bool = False, progress: bool = True,
         if name not in beyond:
             total += train
     extra = _oracle_and_theory(workers, quick, beyond)
-    total += extra["oracle_wall_s"] + extra["theory_s"] + DRAW_S * len(FIGURES)
+    extra["probe_wall_s"] = _probe(quick)
+    total += extra["oracle_wall_s"] + extra["theory_s"] + extra["probe_wall_s"] + DRAW_S * len(FIGURES)
     at = {name: total + sum(r["wall_s"] for r in rows if r["figure"] == name) + extra["oracle_beyond_wall_s"][name]
           for name in beyond}  # the wall time of a run that stops at each row's stops
     share = sampling_cpu / sampling if sampling > 0 else float("nan")
@@ -294,6 +296,17 @@ def estimate(workers: int = 2, quick: bool = False, progress: bool = True,
             "stops_wall_s": None if stops is None else [at[stops_row(i)] for i in range(len(stops))],
             "load_at_start": load_at_start, "sampling_cpu_share": share,
             "loaded": loaded(load_at_start, share, os.cpu_count() or 1)}
+
+
+def _probe(quick: bool) -> float:
+    """Seconds of the GAC probe's first look (figures/gac_exact.py: one process, loop after loop), from one timed
+    loop (`figures.gac_exact.probe_seconds`)."""
+    from figures.budgets import budget
+    from figures.gac_exact import probe_loops, probe_seconds
+
+    b = budget(quick)
+    a, per_batch, runs = probe_seconds(b, min(50, b.async_exact_until))
+    return sum(a + per_batch * b.async_exact_until * len(loop) / runs for loop in probe_loops(b, False))
 
 
 def _oracle_and_theory(workers: int, quick: bool, beyond: dict[str, dict[str, int]]) -> dict[str, Any]:
@@ -370,8 +383,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'figure':{width}s} {'runs':>5s} {'loops':>5s} {'CPU':>9s} {'wall':>9s}")
     for r in res["figures"]:
         print(f"{r['figure']:{width}s} {r['runs']:5d} {r['loops']:5d} {hms(r['cpu_s']):>9s} {hms(r['wall_s']):>9s}")
-    print(f"exact-gradient MNIST runs: {hms(res['oracle_wall_s'])} wall ({hms(res['oracle_cpu_s'])} CPU); theory "
-          f"figures {res['theory_s']:.0f} s; drawing {res['draw_s']:.0f} s")
+    print(f"exact-gradient MNIST runs: {hms(res['oracle_wall_s'])} wall ({hms(res['oracle_cpu_s'])} CPU); GAC probe "
+          f"{hms(res.get('probe_wall_s', 0.0))}; theory figures {res['theory_s']:.0f} s; drawing {res['draw_s']:.0f} s")
     print(f"estimated wall time with {res['workers']} worker(s): {hms(res['total_wall_s'])} if every claim is "
           f"decided at its first look; upper bound {hms(res['cap_wall_s'])} if every staged claim runs to its cap "
           f"(sampling took {res['sampling_s']:.0f} s)")

@@ -15,10 +15,12 @@ exact-gradient runs of DG-1, so a re-plot does not retrain. Per run and learning
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from figures.budgets import Budget
 from testbed.config import RunConfig
 from testbed.util.files import atomic_write_text
 
@@ -81,6 +83,35 @@ def summary(record: dict[str, Any] | None, window: tuple[float, float]) -> dict[
     return {"cos": steps_mean(steps, [r["cos_consecutive_exact"] for r in rows], window),
             "r": noise_ratio([r["norm_exact"] for r in inside], [r["norm_minibatch"] for r in inside]),
             "cos_minibatch": steps_mean(steps, [r["cos_minibatch_prev"] for r in rows], window)}
+
+
+# -- its price (figures/walltime.py, figures/estimate.py) ---------------------------------------------------
+
+def probe_loops(b: Budget, cap: bool) -> list[list[RunConfig]]:
+    """The GAC probe's loops (as `figures.gac_exact.ensure` packs them): the first look's seeds, or every seed of
+    the async design's cap."""
+    from figures.experiments.async_grpo import exact_configs
+    from testbed.plan import MAX_LOOP, balanced_chunks
+
+    seeds = b.all_seeds("async") if cap else b.async_seeds
+    return balanced_chunks(exact_configs(b, tuple(seeds)), MAX_LOOP, 1)
+
+
+def probe_seconds(b: Budget, steps: int) -> tuple[float, float, int]:
+    """(a, s per batch, runs) of the probe's largest loop, timed at ``steps`` and 2 x ``steps`` batches."""
+    from figures.estimate import fit_line
+    from testbed.gac_signal import measure
+
+    loop = max(probe_loops(b, True), key=len)
+    measure(loop, 2)  # warm-up
+
+    def time_at(n: int) -> float:
+        t0 = time.perf_counter()
+        measure(loop, n)
+        return time.perf_counter() - t0
+
+    a, slope = fit_line(time_at, steps, 2 * steps, min_span_s=0.0)
+    return a, slope, len(loop)
 
 
 # -- the exploratory measurement: `python -m figures.gac_exact --seeds 0 1 2 --out DIR` ---------------------------
@@ -200,7 +231,6 @@ def measure_records(configs: Sequence[RunConfig], until: int) -> list[dict[str, 
 def main(argv: list[str] | None = None) -> int:
     import argparse
     import sys
-    import time
 
     from figures import prereg
 

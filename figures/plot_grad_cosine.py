@@ -3,8 +3,10 @@ staleness levels (GAC-1).
 
 ``grad_cos_prev`` is the cosine between an optimizer step's raw surrogate gradient and the previous
 step's (testbed/runner.py; with K epochs x N minibatches per batch, the previous minibatch's), logged
-every ``log_every`` batches. One panel per base: grpo (the GAC paper's), pg, tis; the last panel the
-per-seed means over the second half of training that GAC-1 is judged on (the band |cos| < 0.2).
+every ``log_every`` batches. One panel per base: grpo (the GAC paper's), pg, tis; then the per-seed means over
+the second half of training (capped at about r / (1 + r), r = m / B_noise); the last panel what GAC-1 is judged on
+where the exact-gradient probe measured (figures/gac_exact.py): per level, the mean over the learning window of
+``cos_consecutive_exact`` (bars, dots: seeds), with the learner's own minibatch cosine over the same window (x).
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ def make(ctx: Context) -> dict:
     ev = ctx.evidence(exp)
     table = ctx.table(exp.configs(b))
     levels = ev.levels
-    fig, axes = style.subplots(len(exp.BASES) + 1, ncols=4, width=3.2, height=2.9)
+    exact = exp._has_exact(ev)
+    fig, axes = style.subplots(len(exp.BASES) + 1 + exact, ncols=4, width=3.2, height=2.9)
     for ax, base in zip(axes, exp.BASES, strict=False):
         for j, d in enumerate(levels):
             x, ys = curves(table, exp.cell(b, base, d), "grad_cos_prev")
@@ -39,7 +42,7 @@ def make(ctx: Context) -> dict:
         ax.set_ylabel("cos(g_t, g_{t-1})")
         ax.set_title(f"{base}{' (GAC paper base)' if base == 'grpo' else ''}")
         ax.legend()
-    ax = axes[-1]
+    ax = axes[len(exp.BASES)]
     width = 0.8 / len(levels)
     per_seed = {base: np.stack([arr(ev.cos[f"{base}|{d}"]) for d in levels], axis=1) for base in exp.BASES}
     for j, d in enumerate(levels):
@@ -55,9 +58,11 @@ def make(ctx: Context) -> dict:
     ax.set_xticks(range(len(exp.BASES)))
     ax.set_xticklabels(exp.BASES)
     ax.set_ylabel("mean cosine, second half (dots: seeds)")
-    ax.set_title("what GAC-1 is judged on")
+    ax.set_title("minibatch cosine (capped by r / (1 + r))" if exact else "what GAC-1 is judged on")
     # the legend goes outside the bars (it was drawn behind them)
     ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.0, 1.0), framealpha=0.95).set_zorder(10)
+    if exact:
+        _exact_panel(axes[-1], ev, levels)
     tag = "" if ev.registered else " [provisional regime settings]"
     cap = style.caption_text(CLAIMS, f"MNIST, async-GRPO regime{tag}, {b.async_steps} batches; raw-gradient cosine "
                              "between consecutive optimizer steps (3-point smoothing), mean +- s.e. over the first "
@@ -65,6 +70,28 @@ def make(ctx: Context) -> dict:
                              f"{style.seed_note(len(b.async_seeds), per_seed)}; grey band |cos| < {exp.BAND.value}. Pair compared: each "
                              "optimizer step's raw gradient with the previous step's, which within a batch is the "
                              "previous minibatch of the same batch (dots: per-seed means of all pairs; x: pairs "
-                             "across batches only, where logged)", ctx.cmd(NAME))
+                             "across batches only, where logged)" + (
+                                 f"; last panel: GAC-1's reading, the exact expected gradients' consecutive cosine "
+                                 f"(r = infinity) over the learning window, versions {ev.exact_window[0]:g}-"
+                                 f"{ev.exact_window[1]:g} (x: the learner's minibatch cosine there)" if exact else ""),
+                             ctx.cmd(NAME))
     style.save(fig, ctx.out, NAME, cap)
     return {exp.NAME: ev}
+
+
+def _exact_panel(ax, ev: exp.Evidence, levels: list[str]) -> None:
+    """Per level, the learning-window mean of cos_consecutive_exact (bar: mean over seeds, dots: seeds) and the
+    learner's minibatch cosine over the same window (x)."""
+    recipe = exp.exact_recipe()
+    for j, d in enumerate(levels):
+        v = arr(ev.cos_exact.get(f"{recipe}|{d}"))
+        ax.bar([j], [style.mean_se(v)[0] if v.size else np.nan], 0.6,
+               color=style.level_color(j - 1, sync=d == "sync"), label=d, zorder=1)
+        style.seed_dots(ax, [j], v[:, None], color_="k")
+        mb = arr(ev.cos_minibatch.get(f"{recipe}|{d}"))
+        ax.plot(np.full(len(mb), j), mb, "kx", markersize=3, zorder=3)
+    ax.axhspan(-exp.BAND.value, exp.BAND.value, color="k", alpha=0.06)
+    ax.set_xticks(range(len(levels)))
+    ax.set_xticklabels(levels, fontsize=6)
+    ax.set_ylabel("cos, exact consecutive updates")
+    ax.set_title(f"what GAC-1 is judged on ({recipe}, exact)")

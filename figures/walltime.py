@@ -15,7 +15,7 @@ priced as a + b x its steps x its cost relative to the timed loop, and the loops
 
 The GAC probe (figures/gac_exact.py: the GAC-1 base's async runs re-trained through ``gac.exact_until`` batches
 with one exact gradient per optimizer step, in the main process) is timed on one of its loops the same way and
-added to the wall time (`probe_loops`). The exact-gradient MNIST runs and the theory figures are not re-seeded by
+added to the wall time (`figures.gac_exact.probe_loops`). The exact-gradient MNIST runs and the theory figures are not re-seeded by
 the design; their cost is
 ``python -m figures.estimate``'s (the same for both reports). Times are for this machine at its load while
 sampling (the printed CPU share says how much of a core the samples got).
@@ -36,6 +36,7 @@ from typing import Any
 from figures.budgets import DESIGN_OF, Budget, confirmatory_budget
 from figures.common import cost_estimate, dedupe
 from figures.estimate import fit_line, list_schedule
+from figures.gac_exact import probe_loops, probe_seconds
 from figures.prereg import load
 from testbed.runner import RunConfig, run_many
 
@@ -56,32 +57,6 @@ def confirmatory_runs(b: Budget, cap: bool) -> list[RunConfig]:
             for n in design.looks[1:]:
                 out += exp.staged_runs(b, seeds[:n], staged)
     return dedupe(out)
-
-
-def probe_loops(b: Budget, cap: bool) -> list[list[RunConfig]]:
-    """The GAC probe's loops (as `figures.gac_exact.ensure` packs them): the first look's seeds, or every seed of
-    the async design's cap."""
-    from figures.experiments.async_grpo import exact_configs
-    from testbed.plan import MAX_LOOP, balanced_chunks
-
-    seeds = b.all_seeds("async") if cap else b.async_seeds
-    return balanced_chunks(exact_configs(b, tuple(seeds)), MAX_LOOP, 1)
-
-
-def _probe_seconds(b: Budget, steps: int) -> tuple[float, float, int]:
-    """(a, s per batch, runs) of the probe's largest loop, timed at ``steps`` and 2 x ``steps`` batches."""
-    from testbed.gac_signal import measure
-
-    loop = max(probe_loops(b, True), key=len)
-    measure(loop, 2)  # warm-up
-
-    def time_at(n: int) -> float:
-        t0 = time.perf_counter()
-        measure(loop, n)
-        return time.perf_counter() - t0
-
-    a, slope = fit_line(time_at, steps, 2 * steps, min_span_s=0.0)
-    return a, slope, len(loop)
 
 
 def _loops(configs: list[RunConfig], workers: int) -> list[list[RunConfig]]:
@@ -146,7 +121,7 @@ def predict(workers: int, steps: int, progress: bool = True) -> dict[str, Any]:
             if progress:
                 print(f"  timed {loop[0].task} H={h} x{len(loop)} runs: a = {a:.2f} s, {1e3 * slope:.1f} ms/step",
                       file=sys.stderr, flush=True)
-    pa, pslope, pruns = _probe_seconds(b, min(steps, b.async_exact_until))
+    pa, pslope, pruns = probe_seconds(b, min(steps, b.async_exact_until))
     samples.append({"task": "gac probe", "H": 0, "runs": pruns, "a_s": pa, "ms_per_step": 1e3 * pslope})
     share = (time.process_time() - cpu0) / max(time.perf_counter() - wall0, 1e-9)
 

@@ -392,7 +392,9 @@ def _exact_judgement(ev: Evidence) -> Judgement:
             + ", ".join(f"{d} {fmt(arr(ev.cos_minibatch[f'{recipe}|{d}']), 3)}" for d in ev.levels)
             + "; r = m / B_noise: " + ", ".join(f"{d} {fmt(arr(ev.r_minibatch[f'{recipe}|{d}']), 3)}" for d in ev.levels)
             + _tag(ev))
-    return Judgement(ours, parts, note=(
+    variants = {"exact (judged)": combine(parts), "minibatch, capped (beside)": combine(
+        gac1_parts(ev.cos_minibatch, ev.levels, recipe))}
+    return Judgement(ours, parts, variants=variants, note=(
         "read on exact expected gradients (testbed/gac_signal.py: every action under the batch's behaviour policies, "
         "the whole training split; r = infinity): a minibatch cosine is this cosine times about r / (1 + r), so a "
         "sync cosine near 1 here means the minibatch's near-orthogonality at sync is the noise cap, not the update "

@@ -44,7 +44,7 @@ def test_prediction_prices_every_loop_from_its_shape(monkeypatch):
     monkeypatch.setattr(walltime, "run_many", fake_run_many)
     monkeypatch.setattr(walltime.time, "perf_counter", lambda: clock[0])
     monkeypatch.setattr(walltime.time, "process_time", lambda: clock[0])
-    monkeypatch.setattr(walltime, "_probe_seconds", lambda b, steps: (0.25, 0.001, 8))
+    monkeypatch.setattr(walltime, "probe_seconds", lambda b, steps: (0.25, 0.001, 8))
     res = walltime.predict(1, 10, progress=False)
     b = confirmatory_budget(prereg.load())
     loops = walltime._loops(walltime.confirmatory_runs(b, False), 1)
