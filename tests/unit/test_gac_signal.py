@@ -12,7 +12,7 @@ import torch
 from testbed.config import RunConfig
 from testbed.gac_signal import Probe, advantage_means, expected_loss, noise_ratio, steps_mean
 from testbed.runner import Runner
-from testbed.stabilizers import build
+from testbed.stabilizers import PolicyTerms, build
 from testbed.stabilizers.advantages import Group
 
 
@@ -139,3 +139,29 @@ def test_exploration_refuses_the_confirmatory_block(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "10000" in err[0] and "exploratory seeds are 0 .. 9999" in err[0]
     assert not any(tmp_path.iterdir())
+
+
+def test_exact_expectation_equals_the_mean_of_many_sampled_grpo_batches():
+    """A stale behaviour policy, GRPO's group z-score and PPO's clip through the recipe's own code: the average
+    gradient of many sampled batches (groups of G per context, actions from mu) converges to the exact one."""
+    torch.manual_seed(0)
+    n_ctx, n_act, g, draws = 6, 3, 4, 40_000
+    feats = torch.randn(n_ctx, 5, dtype=torch.float64)
+    labels = torch.randint(n_act, (n_ctx,))
+    w = (0.5 * torch.randn(5, n_act, dtype=torch.float64)).requires_grad_(True)
+    logmu = torch.log_softmax(feats @ (w.detach() + 0.4 * torch.randn(5, n_act, dtype=torch.float64)), -1)
+    recipe = build("grpo")
+    logp = torch.log_softmax(feats @ w, -1)
+    exact = torch.autograd.grad(expected_loss(recipe, logp, [(1.0, logmu)], labels, g), w, retain_graph=True)[0]
+    gen = torch.Generator().manual_seed(1)
+    acts = torch.multinomial(logmu.exp(), draws * g, replacement=True, generator=gen).reshape(n_ctx, draws, g)
+    rewards = (acts == labels[:, None, None]).double()
+    gids = torch.arange(n_ctx * draws).reshape(n_ctx, draws, 1).expand(-1, -1, g)
+    adv = recipe.advantages(rewards.reshape(-1), group_ids=gids.reshape(-1))
+    ctx = torch.arange(n_ctx)[:, None, None].expand(-1, draws, g).reshape(-1)
+    a = acts.reshape(-1)
+    terms = PolicyTerms(logp[ctx, a][:, None], logmu[ctx, a][:, None], adv[:, None],
+                        torch.ones(a.numel(), 1, dtype=torch.bool))
+    sampled = torch.autograd.grad(recipe.loss(terms).loss, w)[0]
+    assert float(torch.nn.functional.cosine_similarity(exact.flatten(), sampled.flatten(), dim=0)) > 0.999
+    assert float(torch.linalg.vector_norm(sampled - exact) / torch.linalg.vector_norm(exact)) < 0.03
