@@ -26,8 +26,9 @@ that run's alone, so a run trained with others is identical, bit for bit, to the
 batch; the others go on.
 
 Stopping. ``run(stop=...)`` asks ``stop()`` after every step and raises `Interrupted` between two steps when it
-says so; `Runner.save` then keeps the whole loop (parameters, optimizer and stabilizer state, queued batches,
-logged rows) and `Runner.load` + ``run`` finish it exactly as an uninterrupted loop (testbed/stopping.py).
+says so; `Runner.save` then keeps the whole loop as a state dict of tensors and plain values (parameters,
+optimizer and stabilizer state, queued batches, logged rows, random streams: testbed/checkpoint.py) and
+`Runner.load` + ``run`` finish it exactly as an uninterrupted loop (testbed/stopping.py).
 
 Policy versions. No old parameters are stored: a chunk with lag L is sampled at the moment version
 t - L is current and waits in the queue (about 40 bytes per sample on MNIST). Per-token mixed
@@ -51,7 +52,6 @@ comparisons).
 from __future__ import annotations
 
 import functools
-import pickle
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -61,7 +61,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from testbed import health
+from testbed import checkpoint, health
 from testbed.actor import Actor
 from testbed.config import (  # noqa: F401  (the run's configuration, re-exported)
     DEFAULTS,
@@ -83,7 +83,6 @@ from testbed.stabilizers import Recipe
 from testbed.stabilizers.spec import SpecError
 from testbed.tasks import ExactOracle, make_task
 from testbed.tasks.base import token_logp
-from testbed.util.files import atomic_open
 
 
 @dataclass
@@ -110,9 +109,6 @@ class Interrupted(KeyboardInterrupt):
 
     def __str__(self) -> str:
         return f"stopped after step {self.step}"
-
-
-CHECKPOINT_FORMAT = 1
 
 
 @dataclass
@@ -207,31 +203,63 @@ class Runner(Actor, Learner):
         self.trained_on: list[dict[str, Any]] = []
 
     # -- interruption: save and load a whole loop -------------------------------------------------------
-    def __getstate__(self) -> dict[str, Any]:
-        # the task (its data) is rebuilt from the configs, and hooks belong to the caller
-        return {k: v for k, v in self.__dict__.items() if k not in ("task", "on_version", "on_batch")}
+    def state_dict(self) -> dict[str, Any]:
+        """The loop between two steps as tensors and plain containers (testbed/checkpoint.py): the runs' ids and
+        resolved configs, every run's parameters, stabilizer state, queue, rows and per-step records, the
+        optimizers' state and the loop's counters. The task (its data) is rebuilt from the configs, and the
+        hooks belong to the caller."""
+        runs = [{"params": {k: v.detach() for k, v in run.params.items()}, "recipe": run.recipe.state_dict(),
+                 "schedule": run.schedule.state_dict(), "sticky": run.sticky, "rows": run.rows, "status": run.status,
+                 "prev_grad": run.prev_grad, "reward_sum": run.reward_sum, "reward_n": run.reward_n,
+                 "queue_peak": run.queue_peak, "steps": run.steps, "window": run.window, "lost_final": run.lost_final}
+                for run in self.runs]
+        return {"run_ids": [run.cfg.run_id for run in self.runs], "configs": [run.cfg.to_dict() for run in self.runs],
+                "next_step": self.next_step, "wall": self.wall, "active": list(self.active),
+                "trained_on": [{**e, "machine": e["machine"] and {k: str(v) for k, v in e["machine"].items()}}
+                               for e in self.trained_on],  # (torch's version is a str subclass)
+                "optimizers": {k: o.state_dict() for k, o in self.optimizers.items()},
+                "runs": runs}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from `state_dict`'s ``state``, in a runner built afresh from the same configs."""
+        if self.next_step or len(self.active) != len(self.runs):
+            raise ValueError("load_state_dict needs a runner that has not trained yet")
+        self._remove([pos for pos in range(len(self.runs)) if pos not in state["active"]])
+        with torch.no_grad():
+            for run, saved in zip(self.runs, state["runs"], strict=True):
+                for name, value in run.params.items():  # the active runs' are views of their slot of the policy
+                    value.copy_(saved["params"][name])
+        for kind, optimizer in self.optimizers.items():
+            optimizer.load_state_dict(state["optimizers"][kind])  # (new param group dicts: the runs take them)
+            runs = [run for run in self.runs if run.cfg.optimizer == kind]
+            for run, group in zip(runs, optimizer.param_groups, strict=True):
+                run.group = group
+        for run, saved in zip(self.runs, state["runs"], strict=True):
+            run.recipe.load_state_dict(saved["recipe"])
+            run.schedule = Schedule.from_state_dict(saved["schedule"])
+            for name in ("sticky", "rows", "status", "prev_grad", "reward_sum", "reward_n", "queue_peak", "steps",
+                         "window", "lost_final"):
+                setattr(run, name, saved[name])
+        self.next_step, self.wall, self.trained_on = state["next_step"], state["wall"], state["trained_on"]
 
     def save(self, path: str | Path) -> None:
-        """Write the whole loop (parameters, optimizer and stabilizer state, queues of batches in flight,
-        logged rows) to ``path`` atomically; only between two steps (after `Interrupted`)."""
-        with atomic_open(path, "wb") as fh:
-            torch.save({"format": CHECKPOINT_FORMAT, "run_ids": [r.cfg.run_id for r in self.runs], "runner": self}, fh)
+        """Write the whole loop (`state_dict`) to ``path`` atomically; only between two steps (after
+        `Interrupted`)."""
+        checkpoint.write(path, self.state_dict())
 
     @staticmethod
-    def load(path: str | Path, task: Any, run_ids: Sequence[str]) -> Runner | None:
-        """The loop saved at ``path`` if it holds exactly the runs ``run_ids`` (their ids fix config and seed
-        scheme) in a format this code reads, with ``task`` (built from the same configs) attached; None
-        otherwise (the caller trains afresh)."""
+    def load(path: str | Path, task: Any, run_ids: Sequence[str]) -> Runner:
+        """The loop saved at ``path``, rebuilt from its configs with ``task`` (built from the same configs) and
+        continued from its state; `checkpoint.CheckpointError` (one line) unless the file holds exactly the runs
+        ``run_ids`` (their ids fix config and seed scheme) in the format this code reads."""
+        state = checkpoint.read(path, list(run_ids))
         try:
-            state = torch.load(path, weights_only=False)
-        except (OSError, EOFError, RuntimeError, pickle.UnpicklingError, AttributeError, ImportError):
-            return None
-        if (not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT
-                or list(state.get("run_ids", ())) != list(run_ids) or not isinstance(state.get("runner"), Runner)):
-            return None
-        runner: Runner = state["runner"]
-        runner.task, runner.on_version, runner.on_batch = task, None, None
-        runner.__dict__.setdefault("trained_on", [{"from_step": 0, "machine": None}])  # saved before loops named it
+            runner = Runner([RunConfig(**c) for c in state["configs"]], task=task)
+            runner.load_state_dict(state)
+        except (KeyError, TypeError, ValueError, IndexError, RuntimeError):
+            raise checkpoint.CheckpointError(path, checkpoint.UNREADABLE) from None
+        if [run.cfg.run_id for run in runner.runs] != list(run_ids):
+            raise checkpoint.CheckpointError(path, "its configs do not give its run ids")
         return runner
 
     # -- the policy's slots ------------------------------------------------------------------------
