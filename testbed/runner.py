@@ -18,7 +18,7 @@ Modules: the loop (this one: `Runner`, which builds the loop, runs its steps, re
 gives results), its explicit state (testbed/state.py: `LoopState`, shared by the parts, and each run's
 `RunState`), the actors (testbed/actor.py: step 1), the learner (testbed/learner.py: step 2 and the per-step
 records; it returns the runs whose update failed), a run's configuration (testbed/config.py: `RunConfig`,
-`RunSpec`, re-exported here), the checkpoint file (testbed/checkpoint.py) and the slot helpers (testbed/slots.py).
+`RunSpec`; imported from there), the checkpoint file (testbed/checkpoint.py) and the slot helpers (testbed/slots.py).
 
 The policy (testbed/tasks/stacked.py) holds one slot per run; slot s depends only on run s, and every
 per-run computation (sampling draws, advantages, the loss, gradient transforms, the optimizer) is
@@ -63,17 +63,7 @@ from torch import Tensor, nn
 
 from testbed import checkpoint, health
 from testbed.actor import Actor
-from testbed.config import (  # noqa: F401  (the run's configuration, re-exported)
-    DEFAULTS,
-    MINIBATCH_SPLITS,
-    OPTIMIZERS,
-    PROXIMAL,
-    SHAPE_FIELDS,
-    Loop,
-    RunConfig,
-    RunSpec,
-    chunk_sizes,
-)
+from testbed.config import OPTIMIZERS, SHAPE_FIELDS, Loop, RunConfig, RunSpec, chunk_sizes
 from testbed.delay import Schedule
 from testbed.learner import Learner, NoCompileAdam, NoCompileSGD, skip_dynamo_import
 from testbed.machine import describe, machine

@@ -32,6 +32,7 @@ import pandas as pd
 from testbed import limits, outcomes
 from testbed.checkpoint import CheckpointError
 from testbed.codeprint import run_code, stale_parts
+from testbed.config import Loop, RunConfig, RunSpec
 from testbed.plan import (  # noqa: F401  (re-exported: the sweep's public names)
     FORMATS,
     MAX_LAG,
@@ -46,7 +47,7 @@ from testbed.plan import (  # noqa: F401  (re-exported: the sweep's public names
 )
 from testbed.progress import Progress, interactive
 from testbed.results import ResultStore
-from testbed.runner import Interrupted, Loop, RunConfig, Runner, RunSpec
+from testbed.runner import Interrupted, Runner
 from testbed.stopping import StopRequest, note_in_worker, stop_on_signals, workers_start_ignoring_sigint
 from testbed.sweep_file import TOP_KEYS, expand, file_settings, load_file, parse_loop_size  # noqa: F401
 from testbed.usage import RunFailed, UsageError

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from testbed import health
-from testbed.runner import RunConfig, Runner
+from testbed.config import RunConfig
+from testbed.runner import Runner
 from testbed.stabilizers.spec import SpecError
 from testbed.tasks import make_task
 

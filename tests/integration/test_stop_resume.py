@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from testbed.checkpoint import CheckpointError
+from testbed.config import RunConfig
 from testbed.results import read_frame
-from testbed.runner import Interrupted, RunConfig, Runner
+from testbed.runner import Interrupted, Runner
 from testbed.sweep import run_sweep
 from testbed.tasks import make_task
 
