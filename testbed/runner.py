@@ -101,7 +101,7 @@ class Runner:
                 if a != b:
                     raise SpecError(f"runs trained in one loop must agree on {', '.join(SHAPE_FIELDS)}; they differ in "
                                     f"{name} ({a!r} vs {b!r})")
-        ids = [s.config.run_id for s in specs]
+        ids = [s.run_id for s in specs]
         if len(set(ids)) != len(ids):
             raise SpecError("the same run appears twice in one loop")
         cfg0 = specs[0].config
@@ -174,7 +174,7 @@ class Runner:
                  "prev_grad": run.prev_grad, "reward_sum": run.reward_sum, "reward_n": run.reward_n,
                  "queue_peak": run.queue_peak, "steps": run.steps, "window": run.window, "lost_final": run.lost_final}
                 for run in self.runs]
-        return {"run_ids": [run.cfg.run_id for run in self.runs], "configs": [run.cfg.to_dict() for run in self.runs],
+        return {"run_ids": [run.spec.run_id for run in self.runs], "configs": [run.cfg.to_dict() for run in self.runs],
                 "next_step": self.next_step, "wall": self.wall, "active": list(self.active),
                 "trained_on": [{**e, "machine": e["machine"] and {k: str(v) for k, v in e["machine"].items()}}
                                for e in self.trained_on],  # (torch's version is a str subclass)
@@ -219,7 +219,7 @@ class Runner:
             runner.load_state_dict(state)
         except (KeyError, TypeError, ValueError, IndexError, RuntimeError):
             raise checkpoint.CheckpointError(path, checkpoint.UNREADABLE) from None
-        if [run.cfg.run_id for run in runner.runs] != list(run_ids):
+        if [run.spec.run_id for run in runner.runs] != list(run_ids):
             raise checkpoint.CheckpointError(path, "its configs do not give its run ids")
         return runner
 
