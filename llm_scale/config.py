@@ -15,6 +15,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Literal
 
+from testbed.util.errors import UsageError
+
 from .models import TinyConfig
 from .tasks import STYLES
 
@@ -35,10 +37,6 @@ FLOAT_RANGES: dict[str, tuple[float, bool, float]] = {
     "weight_decay": (0.0, True, math.inf), "kl_coef": (0.0, True, math.inf), "entropy_coef": (0.0, True, math.inf),
     "max_grad_norm": (0.0, True, math.inf),
 }  # fmt: skip
-
-
-class UsageError(ValueError):
-    """Bad input from the user: one line naming the bad value and what is allowed (exit code 2)."""
 
 
 @dataclass
