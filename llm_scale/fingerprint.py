@@ -38,7 +38,7 @@ from typing import Any
 import torch
 
 from testbed.stabilizers import fingerprint as fp
-from testbed.util.files import atomic_open, atomic_write_text
+from testbed.util.files import atomic_open
 from testbed.util.provenance import source
 
 from .generation import hit_budget
@@ -399,6 +399,8 @@ def _check(args: FingerprintArgs) -> None:
 
 
 def main(argv: list[str]) -> int:
+    from testbed.util.files import atomic_write_text
+
     from .cli import parse
 
     args = parse(FingerprintArgs, argv, "python -m llm_scale fingerprint")
