@@ -14,7 +14,8 @@ runs of those arms alone, seed by seed across the learning rates), and writes ``
    the largest mean gain, marked ``learns: false``. Neither the stale arm nor any method enters the choice.
 2. **Power** (`testbed.util.stats.seeds_needed`: one-sided alpha 0.05, power 0.8, Student t), from the pilot's
    spread, pooled over learning rates (paired by seed):
-   * AREAL-1 / GAC-2: the paired drop sync - stale in score, to resolve `MARGIN` (3 points);
+   * AREAL-1 / GAC-2: the paired drop sync - stale in score, to resolve `MARGIN` (3 points), its SD no
+     smaller than the evaluation's binomial floor ``sqrt(2 p (1 - p) / problems)`` at the sync score p;
    * GAC-1: the per-seed late within-batch gradient cosine of each arm (sync against the band +-0.2, stale
      above it), at the pilot's minibatch (the design's is at least B_noise);
    * VCPO-1: staleness-caused collapses (a stale run's collapse whose paired sync run has none) per stale run
@@ -160,9 +161,16 @@ def design(pilot: Path) -> dict[str, Any]:
     def cost(seeds: int | None, arms: int, updates_: int) -> float | None:
         return None if seeds is None else seeds * arms * updates_ * per_update_s / 3600
 
-    n_drop = seeds_needed(drop_sd, MARGIN)
+    # the spread a paired drop has from the evaluation's binomial noise alone, at the chosen setting's sync score:
+    # a pilot of few seeds may show less, never the design (sqrt(2 p (1 - p) / problems))
+    p_sync = float(at[at["arm"] == "sync"]["accuracy"].mean()) if len(at) else math.nan
+    floor = math.sqrt(2 * p_sync * (1 - p_sync) / last) if math.isfinite(p_sync) else math.nan
+    planned = max(drop_sd, floor) if math.isfinite(drop_sd) and math.isfinite(floor) else drop_sd
+    n_drop = seeds_needed(planned, MARGIN)
     out["AREAL-1/GAC-2"] = {"quantity": "paired drop sync - stale in score (greedy accuracy, 256 problems x 2 evals)",
-                            "sd": drop_sd, "df": drop_df, "sd_basis": drop_basis, "margin": MARGIN, "seeds": n_drop,
+                            "sd": planned, "pilot_sd": drop_sd, "binomial_floor_sd": floor, "df": drop_df,
+                            "sd_basis": drop_basis + "; the design uses the larger of it and the binomial floor",
+                            "margin": MARGIN, "seeds": n_drop,
                             "arms": "sync, stale, stale + decoupled_ppo, stale + gac",
                             "cpu_hours": cost(n_drop, 4, steps)}  # fmt: skip
     sync_sd, sync_df = _pooled_sd(cos["sync"])
