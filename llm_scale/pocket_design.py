@@ -375,6 +375,12 @@ def diagnose(models: list[str], base: str = "pocket-arithmetic", problems: int =
         row["sampled_zero_advantage_groups"] = float((rewards.std(1) == 0).float().mean())
         row["entropy_per_token"] = float(((-(lp.exp() * lp).sum(-1)) * m).sum() / m.sum())
         row["kl_to_base_per_token"] = float((((lp.exp() * (lp - lq)).sum(-1)) * m).sum() / m.sum())
+        cfg = Path(name).parent / "config.json"  # a run's final directory: the run's settings beside its numbers
+        if cfg.is_file():
+            run = json.loads(cfg.read_text())
+            run = run.get("config", run) if isinstance(run, dict) else {}
+            row["run"] = {k: run.get(k) for k in ("recipe", "mode", "lr", "prompts_per_step", "group_size", "minibatches",
+                                                  "steps", "seed", "max_staleness")}  # fmt: skip
         out[name] = row
     return out
 
