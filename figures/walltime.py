@@ -38,7 +38,8 @@ from figures.common import cost_estimate, dedupe
 from figures.estimate import fit_line, list_schedule
 from figures.gac_exact import probe_loops, probe_seconds
 from figures.prereg import load
-from testbed.runner import RunConfig, run_many
+from testbed.config import RunConfig
+from testbed.runner import run_many
 
 
 def confirmatory_runs(b: Budget, cap: bool) -> list[RunConfig]:

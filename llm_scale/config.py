@@ -3,22 +3,32 @@
 Every field is checked before any work starts (`TrainConfig.validate`: types, ranges and
 consistency; `check_environment`: devices, paths, disk space). A failure raises `UsageError`
 with one line naming the bad value and what is allowed; the CLI prints it and exits with code 2.
+
+`parse` turns a command line into any of the commands' dataclasses (tyro), a parse error into the same
+one-line `UsageError`: the commands (llm_scale/cli.py, budget.py, fingerprint.py) take it from here, so no
+module imports the entry point.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import math
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
+
+from testbed.util.errors import UsageError
 
 from .models import TinyConfig
 from .tasks import STYLES
 
 MAX_INT = 2**31 - 1
+T = TypeVar("T")
 
 
 # Allowed ranges: integers [low, high]; floats (low, low included?, high].
@@ -37,21 +47,27 @@ FLOAT_RANGES: dict[str, tuple[float, bool, float]] = {
 }  # fmt: skip
 
 
-class UsageError(ValueError):
-    """Bad input from the user: one line naming the bad value and what is allowed (exit code 2)."""
+@dataclass
+class ModelAndTask:
+    """The model and the task: the first options of every LLM command (train, fingerprint, budget), declared
+    here once. The defaults are the measuring commands'; `TrainConfig` overrides them with a model and task
+    that need no download."""
+
+    model: str = "smollm2-135m-instruct"
+    """'tiny' (built locally, no download), a known name (python -m llm_scale models), 'random:qwen2.5-0.5b' (that architecture, random weights), a .gguf file, a local directory, or a hub id"""
+    task: str = "arithmetic(max_operand=20)"
+    """task spec, e.g. 'arithmetic(max_operand=20)'; tasks: copy, arithmetic, countdown, gsm8k, prompts (python -m llm_scale tasks), or package.module:factory"""
+    data: str | None = None
+    """data file for the tasks that read one (gsm8k: JSONL, question/answer per line; prompts: parquet or JSONL)"""
 
 
 @dataclass
-class TrainConfig:
+class TrainConfig(ModelAndTask):
     """Asynchronous GRPO on a Hugging Face causal LM with a testbed stabilizer recipe."""
 
-    # -- what to train ----------------------------------------------------------------------------
+    # -- what to train (model, task, data: `ModelAndTask`) ------------------------------------------
     model: str = "tiny"
-    """'tiny' (built locally, no download), 'random:qwen2.5-0.5b' (that architecture, random weights), a local directory, or a hub id"""
     task: str = "copy"
-    """task spec, e.g. 'arithmetic(max_operand=20)'; tasks: copy, arithmetic, countdown, gsm8k"""
-    data: str | None = None
-    """JSONL file for the gsm8k task (question/answer per line)"""
     recipe: str = "pg"
     """stabilizer recipe spec, e.g. 'dg', 'tis(c=2)+ess_lr' (python -m llm_scale recipes)"""
     seed: int = 0
@@ -360,3 +376,40 @@ def check_space(out: str, need_bytes: int) -> None:
             f"--out {out!r}: the disk holding it has {free / 1e6:,.0f} MB free; this run writes up to about "
             f"{need_bytes / 1e6:,.0f} MB (checkpoints x --keep-checkpoints, final weights); free space or use another --out"
         )
+
+
+# -- the command line ----------------------------------------------------------------------------
+
+
+def _one_line(text: str) -> str:
+    """The message of tyro's boxed error (title, rule, message lines, rule, help), as one line."""
+    rows = [line.strip().strip("│╭╮╰╯").strip() for line in text.splitlines()]
+    is_rule = [bool(r) and set(r) <= set("─-━ ") for r in rows]
+    body, rules = [], 0
+    for row, rule in zip(rows, is_rule, strict=True):
+        if rule:
+            rules += 1
+            if rules == 2:
+                break
+            continue
+        if rules == 1 and row:
+            body.append(row)
+    message = " ".join(body) or next((r for r in rows if r and not set(r) <= set("─-━ ")), "invalid arguments")
+    return re.sub(r"\s+", " ", message).strip()
+
+
+def parse(kind: type[T], argv: list[str], prog: str) -> T:
+    """Parse ``argv`` into ``kind`` with tyro; a parse error becomes a one-line `UsageError`."""
+    import tyro
+
+    if any(a in ("-h", "--help") for a in argv):
+        return tyro.cli(kind, args=argv, prog=prog)  # prints the help and exits 0
+    buf = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
+            return tyro.cli(kind, args=argv, prog=prog)
+    except SystemExit as exc:
+        if exc.code in (0, None):
+            print(buf.getvalue(), end="")
+            raise
+        raise UsageError(f"{_one_line(buf.getvalue())} (see {prog} --help)") from None

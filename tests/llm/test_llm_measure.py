@@ -177,7 +177,7 @@ def test_gradient_buffers_are_counted_and_checkpointed(tmp_path):
     assert trainer.gradient_buffers() == 2  # the cosine's and gac's
     summary = trainer.run()
     assert summary["gradient_buffers"] == 2 and summary["device"] == "cpu"
-    saved = torch.load(tmp_path / "run" / "checkpoints" / "step_0000002" / "rng.pt", weights_only=False)["prev_grad"]
+    saved = torch.load(tmp_path / "run" / "checkpoints" / "step_0000002" / "rng.pt", weights_only=True)["prev_grad"]
     assert sum(g.numel() for g in saved) == sum(p.numel() for p in trainer.model.parameters())
     off = Trainer(tiny_config(tmp_path, "off", grad_cosine=False))
     assert off.gradient_buffers() == 0

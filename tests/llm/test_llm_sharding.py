@@ -188,7 +188,7 @@ def test_every_rank_decides_as_one_process_on_the_full_gradient(tmp_path):
     decisions = {(m["metrics"]["projected"], m["metrics"]["skipped"]) for m in reference}
     assert len(decisions) >= 2 and min(m["metrics"]["ess"] for m in reference) < 0.99  # the cases are not trivial
     for rank in range(2):
-        results = torch.load(tmp_path / f"rank{rank}.pt", weights_only=False)
+        results = torch.load(tmp_path / f"rank{rank}.pt", weights_only=True)
         assert set(results) == {(p, k) for p in PATHS for k in LAYOUTS}
         for (path, kind), run in results.items():
             for step, (got, ref) in enumerate(zip(run, reference, strict=True)):

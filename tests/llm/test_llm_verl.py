@@ -468,7 +468,7 @@ class _EngineWithOwnCheckpointer:
 
     def load_checkpoint(self, local_path, hdfs_path=None, del_local_after_load=True, **kwargs):
         step = int(os.path.basename(os.path.dirname(local_path)).split("_")[-1])
-        state = torch.load(os.path.join(os.path.dirname(local_path), f"step-{step}.pt"), weights_only=False)
+        state = torch.load(os.path.join(os.path.dirname(local_path), f"step-{step}.pt"), weights_only=True)
         self.module.load_state_dict(state["model"])
         self.optimizer.optimizers[0].load_state_dict(state["optim"])
 
