@@ -69,7 +69,7 @@ class Budget:
     async_steps: int
     async_log: int
     async_seeds: tuple[int, ...]
-    async_exact_until: int  # batches the exact-gradient probe measures (figures/gac_exact.py; GAC-1)
+    async_exact_until: int  # batches the exact-gradient probe measures (figures/gac_probe.py; GAC-1)
     # token reversal
     tr_H: int
     tr_M: int

@@ -12,7 +12,7 @@ after a short warm-up run, fits time = a + b * steps, and predicts every loop of
 c = the loop's summed `cost_estimate` over the sample's (more runs or heavier recipes cost more).
 Shapes that differ only in the token-reversal length H are sampled at a few lengths and the fit's
 b interpolated linearly in H. The figure's wall time is the list schedule of its loops over the
-workers; the exact-gradient MNIST runs (figures/oracle_runs.py) and the GAC probe (figures/gac_exact.py) are
+workers; the exact-gradient MNIST runs (figures/oracle_runs.py) and the GAC probe (figures/gac_probe.py) are
 timed the same way; the theory
 figures are timed by running their evidence at the full budget; drawing adds the seconds measured in
 the quick setting. Assumes a quiet machine (time it alone): on
@@ -299,11 +299,28 @@ def estimate(workers: int = 2, quick: bool = False, progress: bool = True,
             "loaded": loaded(load_at_start, share, os.cpu_count() or 1)}
 
 
+def probe_seconds(b: Any, steps: int) -> tuple[float, float, int]:
+    """(a, s per batch, runs) of the probe's largest loop, timed at ``steps`` and 2 x ``steps`` batches."""
+    from figures.experiments.async_grpo import probe_loops
+    from testbed.gac_signal import measure
+
+    loop = max(probe_loops(b, True), key=len)
+    measure(loop, 2)  # warm-up
+
+    def time_at(n: int) -> float:
+        t0 = time.perf_counter()
+        measure(loop, n)
+        return time.perf_counter() - t0
+
+    a, slope = fit_line(time_at, steps, 2 * steps, min_span_s=0.0)
+    return a, slope, len(loop)
+
+
 def _probe(quick: bool) -> float:
-    """Seconds of the GAC probe's first look (figures/gac_exact.py: one process, loop after loop), from one timed
-    loop (`figures.gac_exact.probe_seconds`)."""
+    """Seconds of the GAC probe's first look (figures/gac_probe.py: one process, loop after loop), from one timed
+    loop (`probe_seconds`)."""
     from figures.budgets import budget
-    from figures.gac_exact import probe_loops, probe_seconds
+    from figures.experiments.async_grpo import probe_loops
 
     b = budget(quick)
     a, per_batch, runs = probe_seconds(b, min(50, b.async_exact_until))

@@ -5,7 +5,7 @@ staleness levels (GAC-1).
 step's (testbed/runner.py; with K epochs x N minibatches per batch, the previous minibatch's), logged
 every ``log_every`` batches. One panel per base: grpo (the GAC paper's), pg, tis; then the per-seed means over
 the second half of training (capped at about r / (1 + r), r = m / B_noise); the last panel what GAC-1 is judged on
-where the exact-gradient probe measured (figures/gac_exact.py): per level, the mean over the learning window of
+where the exact-gradient probe measured (figures/gac_probe.py): per level, the mean over the learning window of
 ``cos_consecutive_exact`` (bars, dots: seeds), with the learner's own minibatch cosine over the same window (x).
 """
 

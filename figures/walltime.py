@@ -13,9 +13,9 @@ shortest, middle and longest H and b is interpolated in H per unit of `cost_esti
 priced as a + b x its steps x its cost relative to the timed loop, and the loops are list-scheduled over
 ``workers`` processes. One process, one loop at a time: it never starts a worker pool.
 
-The GAC probe (figures/gac_exact.py: the GAC-1 base's async runs re-trained through ``gac.exact_until`` batches
+The GAC probe (figures/gac_probe.py: the GAC-1 base's async runs re-trained through ``gac.exact_until`` batches
 with one exact gradient per optimizer step, in the main process) is timed on one of its loops the same way and
-added to the wall time (`figures.gac_exact.probe_loops`). The exact-gradient MNIST runs and the theory figures are not re-seeded by
+added to the wall time (`figures.experiments.async_grpo.probe_loops`). The exact-gradient MNIST runs and the theory figures are not re-seeded by
 the design; their cost is
 ``python -m figures.estimate``'s (the same for both reports). Times are for this machine at its load while
 sampling (the printed CPU share says how much of a core the samples got).
@@ -35,8 +35,8 @@ from typing import Any
 
 from figures.budgets import DESIGN_OF, Budget, confirmatory_budget
 from figures.common import cost_estimate, dedupe
-from figures.estimate import fit_line, list_schedule
-from figures.gac_exact import probe_loops, probe_seconds
+from figures.estimate import fit_line, list_schedule, probe_seconds
+from figures.experiments.async_grpo import probe_loops
 from figures.prereg import load
 from testbed.config import RunConfig
 from testbed.runner import run_many

@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from figures import gac_exact, prereg
+from figures import gac_probe, prereg
 from figures.budgets import Budget, lag_of
 from figures.common import Context, arr, diverged, seed_curves, values
 from figures.confirm import (
@@ -167,7 +167,7 @@ class Evidence(ExperimentEvidence):
     versions: list[float] = field(default_factory=list)
     curves: dict[str, list[list[float | None]]] = field(default_factory=dict)
     confirmatory: bool = False
-    # GAC's signal without the noise cap (figures/gac_exact.py), per cell of the exact recipe, per seed, over the
+    # GAC's signal without the noise cap (figures/gac_probe.py), per cell of the exact recipe, per seed, over the
     # learning window ``exact_window`` (the base's, the registered phase rule): ``cos_exact`` the mean exact
     # consecutive-update cosine, ``r_minibatch`` the learner's minibatch m / B_noise, ``cos_minibatch`` its own
     # consecutive minibatch cosine; ``exact_until`` the batches the probe measured
@@ -192,8 +192,8 @@ def evidence(ctx: Context) -> Evidence:
 
     def runs(train: list[int], claims: list | None) -> list[RunConfig]:
         if claims is None or {"GAC-1", "GAC-2"} & {c.id for c in claims}:
-            # the exact-gradient probe's runs (figures/gac_exact.py; not stored as testbed runs)
-            gac_exact.ensure(ctx.cache, exact_configs(b, tuple(train)), b.async_exact_until, ctx.cached_only,
+            # the exact-gradient probe's runs (figures/gac_probe.py; not stored as testbed runs)
+            gac_probe.ensure(ctx.cache, exact_configs(b, tuple(train)), b.async_exact_until, ctx.cached_only,
                              ctx.protocol_stamp)
         return configs(b, tuple(train)) if claims is None else staged_runs(b, tuple(train), [c.id for c in claims])
 
@@ -208,6 +208,15 @@ def exact_recipe() -> str:
 def exact_configs(b: Budget, seeds: tuple[int, ...]) -> list[RunConfig]:
     """The runs the exact-gradient probe re-trains: the GAC-1 base at sync and every stale level."""
     return [c for d in levels() for c in cell(b, exact_recipe(), d, seeds)]
+
+
+def probe_loops(b: Budget, cap: bool) -> list[list[RunConfig]]:
+    """The GAC probe's loops (as `figures.gac_probe.ensure` packs them): the first look's seeds, or every seed of
+    the async design's cap."""
+    from testbed.plan import MAX_LOOP, balanced_chunks
+
+    seeds = b.all_seeds("async") if cap else b.async_seeds
+    return balanced_chunks(exact_configs(b, tuple(seeds)), MAX_LOOP, 1)
 
 
 def staged_runs(b: Budget, seeds: tuple[int, ...], claim_ids: list[str]) -> list[RunConfig]:
@@ -248,7 +257,7 @@ def _evidence(ctx: Context, seeds: tuple[int, ...]) -> Evidence:
 
 
 def _exact_evidence(ctx: Context, ev: Evidence, seeds: tuple[int, ...]) -> None:
-    """The exact-gradient probe's per-seed summaries over the base's learning window (`gac_exact.summary`)."""
+    """The exact-gradient probe's per-seed summaries over the base's learning window (`gac_probe.summary`)."""
     b = ctx.budget
     base = ev.curves.get("grpo|sync")
     if not base:
@@ -259,8 +268,8 @@ def _exact_evidence(ctx: Context, ev: Evidence, seeds: tuple[int, ...]) -> None:
     recipe = exact_recipe()
     for d in ev.levels:
         c = cell(b, recipe, d, seeds)
-        ctx.touch([gac_exact.rows_path(ctx.cache, x, b.async_exact_until) for x in c])
-        rows = [gac_exact.summary(gac_exact.load(ctx.cache, x, b.async_exact_until), window) for x in c]
+        ctx.touch([gac_probe.rows_path(ctx.cache, x, b.async_exact_until) for x in c])
+        rows = [gac_probe.summary(gac_probe.load(ctx.cache, x, b.async_exact_until), window) for x in c]
         ev.cos_exact[f"{recipe}|{d}"] = [r["cos"] for r in rows]
         ev.r_minibatch[f"{recipe}|{d}"] = [r["r"] for r in rows]
         ev.cos_minibatch[f"{recipe}|{d}"] = [r["cos_minibatch"] for r in rows]
@@ -551,7 +560,7 @@ def _degrades(ev: Evidence) -> tuple[str, str]:
 
 
 def _stale_aligned(ev: Evidence) -> tuple[str, str]:
-    """GAC's signal in the base: grpo's exact consecutive-update cosine (figures/gac_exact.py) at some stale level
+    """GAC's signal in the base: grpo's exact consecutive-update cosine (figures/gac_probe.py) at some stale level
     above its sync value (paired, one-sided, margin 0); without the probe, the exploratory reading (the
     across-batch minibatch cosine)."""
     if _has_exact(ev):
@@ -566,7 +575,7 @@ def _stale_aligned(ev: Evidence) -> tuple[str, str]:
         return "failed", ("no stale level where grpo's exact consecutive-update cosine is significantly above sync's ("
                           + "; ".join(seen) + ")")
     if ev.confirmatory:
-        return "unknown", "the exact-gradient probe measured nothing in the learning window (figures/gac_exact.py)"
+        return "unknown", "the exact-gradient probe measured nothing in the learning window (figures/gac_probe.py)"
     ca = ev.cos_across or {}
     sync = arr(ca.get("grpo|sync"))
     if not np.isfinite(sync).any():
@@ -648,7 +657,7 @@ _DEGRADING = Precondition("the base (grpo) degrades under staleness", _degrades,
 _UNCAPPED = Precondition(
     "the cosine is read where the gradient noise does not cap it (exact gradients, or r = m / B_noise >= gac.r_min)",
     _uncapped,
-    "run the exact-gradient probe (figures/gac_exact.py, testbed/gac_signal.py) through the learning window at "
+    "run the exact-gradient probe (figures/gac_probe.py, testbed/gac_signal.py) through the learning window at "
     "sync and each stale level: one exact gradient over the training split per optimizer step of the measured "
     "batches, on the runs the design already trains")
 _FINGERPRINT = Precondition(

@@ -121,7 +121,7 @@ def test_the_probe_refuses_a_recipe_it_cannot_take_exactly() -> None:
 
 
 def test_figures_summary_is_undefined_outside_the_measured_batches():
-    from figures.gac_exact import summary
+    from figures.gac_probe import summary
 
     rows = [{"step": s, "cos_consecutive_exact": c, "norm_exact": 1.0, "norm_minibatch": math.sqrt(1.25),
              "cos_minibatch_prev": 0.1} for s, c in ((1, float("nan")), (2, 0.5), (3, 0.7), (4, 0.9))]
