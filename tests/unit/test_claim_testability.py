@@ -137,8 +137,8 @@ def test_the_report_lists_per_seed_the_values_each_claim_is_judged_on():
     assert shown["cells"] == {"pg": [2.0, 4.0], "dg": [4.0, 4.0]}  # the judged seeds only, not the errors
     gac1 = next(c for c in async_grpo.CLAIMS if c.id == "GAC-1")
     ev = async_grpo.Evidence(seeds=[0, 1], levels=["sync"], error={"grpo|sync": [0.1, 0.2]},
-                             cos={"grpo|sync": [0.05, float("nan")]})
-    shown = per_seed(gac1, ev, Judgement("x", [], verdict="inconclusive"))
+                             cos={"grpo|sync": [0.3, 0.4]}, cos_exact={"grpo|sync": [0.05, float("nan")]})
+    shown = per_seed(gac1, ev, Judgement("x", [], verdict="inconclusive"))  # the exact cosine GAC-1 is judged on
     assert shown["cells"] == {"grpo|sync": [0.05, None]} and "cosine" in shown["metric"]  # NaN shown as not run
     vcpo1 = next(c for c in mnist_delay.CLAIMS if c.id == "VCPO-1")
     events = [{"recipe": "is", "delay": "fixed:100", "seed": 0, "enough_history": True, "ess_drop": True,
