@@ -22,6 +22,8 @@ from typing import Any
 
 import torch
 
+from testbed.util.provenance import cpu_model
+
 DEFAULT_THREADS = 1
 
 
@@ -78,17 +80,6 @@ def spread(values: list[float]) -> tuple[float, float]:
         return values[0], values[0]
     q = statistics.quantiles(values, n=4)
     return q[0], q[2]
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def machine() -> dict[str, Any]:

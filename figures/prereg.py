@@ -22,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import subprocess
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.usage import EXIT_USAGE, UsageError
+from testbed.util.provenance import file_commit
 
 try:
     import tomllib
@@ -143,20 +143,9 @@ def load(path: Path | str = PATH) -> Prereg:
     return Prereg(data, hashlib.sha256(raw).hexdigest())
 
 
-def _git(*args: str, cwd: Path) -> str | None:
-    try:
-        r = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return r.stdout.strip() if r.returncode == 0 else None
-
-
 def committed_at(path: Path = PATH) -> str | None:
     """The commit that last changed ``path``, or None when the file differs from it (or is not in git)."""
-    path = Path(path).resolve()
-    if _git("diff", "--quiet", "HEAD", "--", path.name, cwd=path.parent) is None:
-        return None
-    return _git("log", "-1", "--format=%H", "--", path.name, cwd=path.parent) or None
+    return file_commit(path)
 
 
 def stamp(path: Path = PATH) -> dict[str, Any]:

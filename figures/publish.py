@@ -18,39 +18,19 @@ import datetime as dt
 import html
 import json
 import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
 from testbed.util.files import atomic_write_text
+from testbed.util.provenance import source
 
-ROOT = Path(__file__).resolve().parent.parent
 COLORS = {"reproduced": "#1a7f37", "direction only": "#9a6700", "not reproduced": "#cf222e",
           "inconclusive": "#6e7781", "not applicable": "#8250df", "not testable": "#57606a"}
 
 
-def _git(*args: str) -> str:
-    try:
-        return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, timeout=10,
-                              check=True).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return ""
-
-
 def commit() -> str:
     """The checked-out commit (short), with "+changes" when tracked files outside results/ differ from it."""
-    head = _git("rev-parse", "--short=12", "HEAD")
-    if not head:
-        return "unknown"
-    changed = [path for path in changed_paths(_git("status", "--porcelain", "--untracked-files=no"))
-               if not path.startswith("results/")]
-    return head + ("+changes" if changed else "")
-
-
-def changed_paths(porcelain: str) -> list[str]:
-    """The paths of ``git status --porcelain`` output ("XY PATH" or "XY OLD -> NEW" per line), read by splitting
-    after the status letters, so a line whose leading blank was stripped reads the same."""
-    return [ln.split(maxsplit=1)[1].split(" -> ")[-1] for ln in porcelain.splitlines() if len(ln.split()) > 1]
+    return source("+changes", ignore=("results/",)) or "unknown"
 
 
 def read_timings(out: Path) -> dict[str, Any]:

@@ -28,9 +28,7 @@ Writes ``OUT/<model>__<task>.json`` (`Fingerprint` schema) and ``OUT/<model>__<t
 from __future__ import annotations
 
 import math
-import os
 import shlex
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -40,6 +38,8 @@ from typing import Any
 import torch
 
 from testbed.stabilizers import fingerprint as fp
+from testbed.util.files import atomic_open
+from testbed.util.provenance import source
 
 from .generation import hit_budget
 
@@ -107,14 +107,9 @@ def model_label(model: str) -> str:
 
 
 def source_commit() -> str:
-    """``git describe --always --dirty`` of the code that runs, or "unknown" outside a git checkout."""
-    try:
-        here = Path(__file__).resolve().parent
-        out = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=12"], cwd=here, capture_output=True,
-                             text=True, timeout=10)  # fmt: skip
-        return out.stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
+    """The commit of the code that runs (12 hex digits), with "-dirty" when tracked files differ from it, or
+    "unknown" outside a git checkout."""
+    return source("-dirty") or "unknown"
 
 
 def task_and_policy(task_spec: str, data: str | None, model_name: str, seed: int) -> tuple[Any, torch.nn.Module, Any]:
@@ -370,10 +365,9 @@ def plot(f: fp.Fingerprint, path: Path) -> None:
     fig.suptitle(f"{f.model} on {f.task}: zero-advantage groups {f.zero_advantage_frac:.2f}, entropy "
                  f"{f.entropy:.2f} nats, truncated {f.truncated_frac:.2f}, lr {f.extra.get('lr', math.nan):g}", fontsize=9)  # fmt: skip
     fig.tight_layout()
-    tmp = path.with_name(path.name + ".tmp.png")
-    fig.savefig(tmp, dpi=110)
+    with atomic_open(path, "wb") as fh:
+        fig.savefig(fh, format="png", dpi=110)
     plt.close(fig)
-    os.replace(tmp, path)
 
 
 def _check(args: FingerprintArgs) -> None:
@@ -407,7 +401,7 @@ def _check(args: FingerprintArgs) -> None:
 def main(argv: list[str]) -> int:
     from testbed.util.files import atomic_write_text
 
-    from .cli import parse
+    from .config import parse
 
     args = parse(FingerprintArgs, argv, "python -m llm_scale fingerprint")
     _check(args)

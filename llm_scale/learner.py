@@ -62,10 +62,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from testbed import seeding
 from testbed.stabilizers import PolicyTerms, Recipe, aggregate
 from testbed.stabilizers import fingerprint as fp
 from testbed.stabilizers.gradient import global_dots
+from testbed.util import seeding
 
 from .generation import RolloutBatch, hit_budget, position_ids
 

@@ -2,19 +2,20 @@
 
 `CsvLog` appends one row per step to a CSV file (columns grow as new metrics appear; nothing is held
 in memory); on resume it keeps only the rows before the resumed step, so a run killed after its last
-checkpoint neither loses nor duplicates a row. `Progress` is a tqdm bar on a terminal and a short
-line every ``every_s`` seconds (and at 10% steps) otherwise, so logs are not flooded.
+checkpoint neither loses nor duplicates a row. `train_progress` is a tqdm bar on a terminal and a short
+line every 30 seconds (and at 10% steps) otherwise, so logs are not flooded.
 """
 
 from __future__ import annotations
 
 import csv
 import math
-import os
 import sys
-import time
 from pathlib import Path
 from typing import Any, TextIO
+
+from testbed.util.files import atomic_open
+from testbed.util.progress import Progress
 
 
 class CsvLog:
@@ -32,13 +33,10 @@ class CsvLog:
         self._rewrite(rows)
 
     def _rewrite(self, rows: list[dict[str, Any]]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        with tmp.open("w", newline="") as handle:
+        with atomic_open(self.path, "w", newline="") as handle:
             writer = csv.DictWriter(handle, fieldnames=self.columns)
             writer.writeheader()
             writer.writerows(rows)
-        os.replace(tmp, self.path)
 
     def log(self, row: dict[str, Any]) -> None:
         new = [k for k in row if k not in self.columns]
@@ -101,44 +99,20 @@ def add_scalars(writer: Any, row: dict[str, Any], step: int, prefix: str = "") -
             writer.add_scalar(prefix + key, value, step)
 
 
-class Progress:
-    """A tqdm bar on a terminal; elsewhere a line every ``every_s`` seconds, at each 10% and at the end."""
+def _step_line(done: float, total: int, elapsed: float, row: dict[str, Any]) -> str:
+    eval_text = f"  eval {row['eval_reward']:.3f}" if "eval_reward" in row else ""
+    return (f"step {done}/{total} ({100 * done / total:.0f}%)  reward {row.get('reward_mean', float('nan')):.3f}"
+            f"{eval_text}  lag {row.get('lag_mean', 0.0):.1f}  tokens/s {row.get('tokens_per_s', 0.0):,.0f}"
+            f"  {elapsed:.0f} s")  # fmt: skip
 
-    def __init__(
-        self, enabled: bool, *, total: int, initial: int, stream: TextIO | None = None, every_s: float = 30.0,
-        tty: bool | None = None,
-    ) -> None:  # fmt: skip
-        stream = sys.stderr if stream is None else stream  # looked up now: it may be redirected
-        self.enabled, self.total, self.stream, self.every_s = enabled, total, stream, every_s
-        self.tty = (getattr(stream, "isatty", lambda: False)() if tty is None else tty) and enabled
-        self.t0 = self.last_time = time.perf_counter()
-        self.last_step = initial
-        self.bar = None
-        if self.tty:
-            from tqdm import tqdm
 
-            self.bar = tqdm(total=total, initial=initial, desc="train", unit="step", dynamic_ncols=True, file=stream)
+def _step_postfix(row: dict[str, Any]) -> dict[str, str]:
+    return {"reward": f"{row.get('reward_mean', float('nan')):.3f}", "lag": f"{row.get('lag_mean', 0):.1f}"}
 
-    def update(self, done: int, row: dict[str, Any]) -> None:
-        """``done`` updates finished; ``row`` the last update's metrics."""
-        if not self.enabled:
-            return
-        if self.bar is not None:
-            self.bar.update(done - self.bar.n)
-            self.bar.set_postfix(reward=f"{row.get('reward_mean', float('nan')):.3f}", lag=f"{row.get('lag_mean', 0):.1f}", refresh=False)
-            return
-        now = time.perf_counter()
-        tenth = max(1, self.total // 10)
-        if done == self.total or now - self.last_time >= self.every_s or done // tenth > self.last_step // tenth:
-            self.last_time, self.last_step = now, done
-            eval_text = f"  eval {row['eval_reward']:.3f}" if "eval_reward" in row else ""
-            print(
-                f"step {done}/{self.total} ({100 * done / self.total:.0f}%)  reward {row.get('reward_mean', float('nan')):.3f}"
-                f"{eval_text}  lag {row.get('lag_mean', 0.0):.1f}  tokens/s {row.get('tokens_per_s', 0.0):,.0f}"
-                f"  {now - self.t0:.0f} s",
-                file=self.stream, flush=True,
-            )  # fmt: skip
 
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
+def train_progress(enabled: bool, *, total: int, initial: int, stream: TextIO | None = None) -> Progress:
+    """The training loop's `Progress` (testbed/util/progress.py): a tqdm bar of steps with the reward and lag on a
+    terminal; elsewhere a line (step, reward, eval, lag, tokens/s, seconds) every 30 s, at each 10% and at the end.
+    Update it with ``update_to(step, row)``."""
+    return Progress(total, desc="train", unit="step", initial=initial, enabled=enabled, stream=stream, tenths=True,
+                    line=_step_line, postfix=_step_postfix)

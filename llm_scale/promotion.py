@@ -1,6 +1,6 @@
 """Promotion: show the testbed scorecard of the recipe a run uses, and warn when it is missing or failed.
 
-Scorecards are written by ``python -m testbed validate RECIPE`` in the format of `testbed.scorecard`
+Scorecards are written by ``python -m testbed validate RECIPE`` in the format of `testbed.util.scorecard`
 (``results/scorecards/<slug>.json`` by default). The scorecards of the recipes README and docs/llm_scale.md run ship
 with llm_scale (``llm_scale/scorecards``) and are used when the user has not validated the recipe. A
 scorecard made with another battery version or seed scheme than the running code's is reported stale.
@@ -8,7 +8,7 @@ scorecard made with another battery version or seed scheme than the running code
 
 from __future__ import annotations
 
-from testbed import scorecard
+from testbed.util import scorecard
 
 
 def report(spec: str, where: str | None = None) -> tuple[bool, str]:

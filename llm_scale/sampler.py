@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from testbed import seeding
+from testbed.util import seeding
 
 from .generation import Refresh, RolloutBatch, sample_completions
 from .tasks import Problem, Task

@@ -61,6 +61,7 @@ from typing import Any
 import tomllib
 
 import testbed.util.stats as stats
+from testbed.util.files import atomic_write_text
 from testbed.util.stats import ALPHA
 
 from .config import TrainConfig, UsageError, checkpoint_pointer, cpu_budget
@@ -589,9 +590,7 @@ def write_report(sweep: Sweep, rep: Report, out: Path, command: str) -> None:
         "chosen": rep.chosen, "forced": rep.forced, "verdict": verdict, "runs_finished": done, "runs_planned": len(rep.runs),
         "cell_runs": rep.cell, "command": command, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }  # fmt: skip
-    tmp = out / ".study.json.tmp"
-    tmp.write_text(json.dumps(record, indent=2, default=float))
-    os.replace(tmp, out / "study.json")
+    atomic_write_text(out / "study.json", json.dumps(record, indent=2, default=float))
     _figure(rep, out)
 
 

@@ -34,11 +34,12 @@ import numpy as np
 import torch
 
 from testbed.stabilizers import build
+from testbed.util.files import atomic_write_text, file_mode
 
 from .config import TrainConfig, UsageError, check_device, check_paths, check_space, checkpoint_pointer
 from .generation import NonFiniteRollout, RolloutBatch
 from .learner import Learner, LearnerSettings, lr_multiplier
-from .metrics import CsvLog, Progress, add_scalars, tensorboard_writer
+from .metrics import CsvLog, add_scalars, tensorboard_writer, train_progress
 from .models import ModelLoadError, load_policy, n_params, prompt_style, random_init, stop_ids
 from .rollout import Plan, make_rollouts
 from .sampler import Sampler
@@ -62,18 +63,9 @@ def normal_permissions(root: Path) -> None:
 
     Some writers (safetensors through transformers' ``save_pretrained``) create files 0o600.
     """
-    umask = os.umask(0)
-    os.umask(umask)
     for path in [root, *root.rglob("*")] if root.is_dir() else [root]:
         if path.is_file():
-            path.chmod(0o666 & ~umask)
-
-
-def _write_text(path: Path, text: str) -> None:
-    """Atomic write with the user's normal permissions (``open`` honours the umask)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+            path.chmod(file_mode())
 
 
 class Trainer:
@@ -252,7 +244,7 @@ class Trainer:
             normal_permissions(tmp)
             shutil.rmtree(final, ignore_errors=True)
             tmp.rename(final)
-            _write_text(checkpoint_pointer(self.out), final.name)
+            atomic_write_text(checkpoint_pointer(self.out), final.name)
         except Exception as exc:  # safetensors reports a full disk as its own error type
             shutil.rmtree(tmp, ignore_errors=True)
             code = getattr(exc, "errno", None) or (errno.ENOSPC if "No space left" in str(exc) else None)
@@ -299,7 +291,7 @@ class Trainer:
         cfg = self.cfg
         self.out.mkdir(parents=True, exist_ok=True)
         reserve_for_failure(self.out)
-        _write_text(self.out / "config.json", json.dumps(asdict(cfg), indent=2, default=str))
+        atomic_write_text(self.out / "config.json", json.dumps(asdict(cfg), indent=2, default=str))
         start = self.step
         metrics = CsvLog(self.out / "metrics.csv", keep_below=start)
         grad_steps = CsvLog(self.out / "grad_steps.csv", key="update", keep_below=start) if cfg.grad_cosine else None
@@ -314,7 +306,7 @@ class Trainer:
                     cfg.partial_chunk)  # fmt: skip
         status, reason, row, first_rewards = "finished", "", {}, []
         eval_history: list[tuple[int, float]] = []
-        progress = Progress(cfg.progress, total=cfg.steps, initial=start)
+        progress = train_progress(cfg.progress, total=cfg.steps, initial=start)
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
         t_start, tokens = time.perf_counter(), 0
@@ -374,7 +366,7 @@ class Trainer:
                     row["eval_reward"] = evaluate(self.step)
                 metrics.log(row)
                 add_scalars(writer, {k: v for k, v in row.items() if k != "eval_reward"}, self.step - 1)  # at its version
-                progress.update(self.step, row)
+                progress.update_to(self.step, row)
                 at_end = self.step == stop and (cfg.checkpoint_every or stop < cfg.steps)
                 if at_end or (cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0):
                     self.save_checkpoint(rollouts.pending(self.step))
@@ -406,7 +398,7 @@ class Trainer:
             self.tokenizer.save_pretrained(final)
             normal_permissions(final)
         summary = self._summary(status, reason, row, first_rewards, eval_history, start, tokens, wall, rollouts)
-        _write_text(self.out / "summary.json", json.dumps(summary, indent=2, default=float))
+        atomic_write_text(self.out / "summary.json", json.dumps(summary, indent=2, default=float))
         return summary
 
     def _summary(
@@ -437,7 +429,7 @@ def device_name(device: torch.device) -> str:
     """What the run ran on, for the record: the GPU's name, or the CPU's model name."""
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    from testbed.machine import cpu_model
+    from testbed.util.provenance import cpu_model
 
     return cpu_model()
 
@@ -493,7 +485,7 @@ def write_failure(out: Path, exc: BaseException) -> Path:
         except OSError:
             continue
     with contextlib.suppress(OSError):
-        _write_text(out / "summary.json", json.dumps(summary, indent=2))
+        atomic_write_text(out / "summary.json", json.dumps(summary, indent=2))
     return log
 
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 import datetime
 import functools
 import math
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -38,7 +37,8 @@ import torch
 from torch import Tensor
 from torch.func import functional_call
 
-from testbed.runner import RunConfig, Runner
+from testbed.config import RunConfig
+from testbed.runner import Runner
 from testbed.seeding import generator
 from testbed.stabilizers import PolicyTerms, Recipe
 from testbed.stabilizers.fingerprint import (
@@ -53,6 +53,7 @@ from testbed.stabilizers.fingerprint import (
     zero_advantage_frac,
 )
 from testbed.tasks.base import token_logp
+from testbed.util.provenance import commit
 
 DEFAULT_LAGS = (1, 2, 4, 8, 16, 32)
 REAL_DIR = Path("results/llm/fingerprint")
@@ -109,14 +110,6 @@ def group_gradients(task: Any, policy: torch.nn.Module, params: dict[str, Tensor
                       for gr, p in zip(grads, rep.values(), strict=True)], 1)
     return {"grads": flat.detach(), "rewards": rewards, "advantages": adv, "logp": logp.detach(),
             "logits": logits.detach()}
-
-
-def _commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
-                              check=False).stdout.strip() or "unknown"
-    except OSError:
-        return "unknown"
 
 
 def fingerprint(regime: str, task: str = "mnist", recipe: str = "grpo", steps: int | None = None, at: float = 0.5,
@@ -181,7 +174,7 @@ def fingerprint(regime: str, task: str = "mnist", recipe: str = "grpo", steps: i
         entropy=mean_token_entropy(out["logits"].reshape(groups * g, n_tok.shape[1], -1),
                                    torch.ones_like(n_tok, dtype=torch.bool)),
         truncated_frac=math.nan, command=command,
-        date=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), commit=_commit(),
+        date=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), commit=commit() or "unknown",
         wall_s=time.perf_counter() - t0, extra=extra)
 
 

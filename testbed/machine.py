@@ -1,43 +1,19 @@
-"""Which machine trained a run: the facts that decide its floating-point results.
+"""Which machines trained a run, as labels for reports.
 
-Two runs with the same config and seed give the same numbers on one machine, but not always across
-machines: torch picks its CPU kernels by the instruction set it detects (AVX2, AVX512, ...) and its
-build (BLAS library, version), so a reduction can sum in another order and the last bits differ, which a
-long training run can amplify. A run cache keyed by settings alone cannot tell such runs apart, so each
-run's record carries `machine()`, and a report can say which machines made its numbers (`describe`).
+Each run's record carries `machine()` (testbed/util/provenance.py, shared with llm_scale: the CPU, instruction set
+and torch build that decide the last bits of its numbers); `describe` turns one such record into a label and
+`trained_by` names the machines of a run record, so a report can say which machines made its numbers.
 """
 
 from __future__ import annotations
 
-import functools
-import platform
-from pathlib import Path
 from typing import Any
 
+from testbed.util.provenance import cpu_model, machine
+
+__all__ = ["NOT_RECORDED", "cpu_model", "describe", "machine", "trained_by"]
+
 NOT_RECORDED = "not recorded"
-
-
-def cpu_model() -> str:
-    """The CPU's model name from /proc/cpuinfo (Linux), else what `platform` knows, else "unknown"."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown"
-
-
-@functools.cache
-def machine() -> dict[str, Any]:
-    """This process's machine: ``cpu`` (model name), ``cpu_capability`` (the instruction set torch's CPU kernels
-    dispatch on: ``torch.backends.cpu.get_cpu_capability()``), ``torch`` (version, with its build tag),
-    ``blas`` (MKL or not), ``python`` and ``os``. Computed once per process."""
-    import torch
-
-    return {"cpu": cpu_model(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "torch": torch.__version__, "blas": "mkl" if torch.backends.mkl.is_available() else "other",
-            "python": platform.python_version(), "os": f"{platform.system()} {platform.machine()}"}
 
 
 def describe(m: dict[str, Any] | None) -> str:

@@ -42,9 +42,10 @@ from typing import Any
 import pandas as pd
 
 from testbed.codeprint import stale_parts
+from testbed.config import RunConfig
 from testbed.machine import machine
-from testbed.runner import RunConfig, RunResult
-from testbed.util.files import atomic_open, atomic_write_text
+from testbed.state import RunResult
+from testbed.util.files import atomic_write_frame, atomic_write_text
 
 CONFIG_COLUMNS = ["run_id", *(f for f in RunConfig.field_names() if f != "task_args")]
 SUMMARY_FINALS = ("step", "test_error", "test_reward", "reward_avg")
@@ -132,14 +133,6 @@ def result_frame(result: RunResult) -> pd.DataFrame:
     base = {**config_columns(result.config), "status": result.status}
     rows = [{**base, **{k: _scalar(v) for k, v in row.items()}} for row in result.rows]
     return _integers(pd.DataFrame(rows)) if rows else pd.DataFrame(columns=list(base))
-
-
-def atomic_write_frame(df: pd.DataFrame, path: Path) -> None:
-    if path.suffix == ".parquet":
-        with atomic_open(path, "wb") as fh:
-            df.to_parquet(fh, index=False)
-    else:
-        atomic_write_text(path, df.to_csv(index=False))
 
 
 def read_frame(path: Path) -> pd.DataFrame:

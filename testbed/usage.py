@@ -1,6 +1,6 @@
 """Command-line plumbing shared by ``python -m testbed`` and ``python -m figures``.
 
-Exit codes and what the user sees:
+Exit codes and what the user sees (the errors and codes are testbed/util/errors.py, shared with llm_scale):
 
 * usage error (bad input, work that cannot fit the machine, an output directory that cannot be
   written): exit 2, one line ``error: ...`` on stderr naming the bad value and what is allowed,
@@ -28,21 +28,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+from testbed.util.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, RunFailed, UsageError, one_line
 
-
-class UsageError(ValueError):
-    """Bad input, found before any work started (exit 2, one line)."""
-
-
-class RunFailed(Exception):
-    """Work started and did not complete as asked (exit 1, one short line)."""
-
-
-def one_line(message: object) -> str:
-    """``message`` as a single line (line breaks joined with '; ')."""
-    lines = [ln.strip() for ln in str(message).splitlines() if ln.strip()]
-    return "; ".join(lines) or "(no message)"
+__all__ = ["EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "ArgumentParser", "RunFailed", "UsageError",
+           "directory", "guarded", "integer", "number", "one_line", "write_log"]
 
 
 class ArgumentParser(argparse.ArgumentParser):

@@ -6,16 +6,16 @@ the report and ``pytest -m theory`` cannot disagree.
 
 from __future__ import annotations
 
-import os
 import sys
 import textwrap
 import time
 from collections.abc import Callable, Iterable
-from pathlib import Path
 
 import pandas as pd
 import torch
-from tqdm import tqdm
+
+from testbed.util.files import atomic_write_frame
+from testbed.util.progress import Progress
 
 from .baseline_drift import check_baseline_drift
 from .checks import Check
@@ -53,10 +53,11 @@ def run_checks(items: Iterable[int] | None = None, progress: bool = False) -> li
         raise ValueError(f"unknown item(s) {sorted(unknown)}; allowed: {', '.join(map(str, ITEMS))}")
     selected = [(item, title, fn) for item, title, fn in CHECKS if item in wanted]
     rows: list[Check] = []
-    bar = tqdm(selected, desc="theory checks", disable=not progress, file=sys.stderr)
-    for item, title, fn in bar:
-        bar.set_postfix_str(f"{item}. {title}")
-        rows += fn()
+    with Progress(len(selected), desc="theory checks", unit="check", enabled=progress, postfix=dict) as bar:
+        for item, title, fn in selected:
+            bar.update(0, {"check": f"{item}. {title}"})
+            rows += fn()
+            bar.update()
     return rows
 
 
@@ -99,13 +100,9 @@ def main(items: Iterable[int] | None = None, csv: str | None = None) -> int:
     failed = int((frame["pass"] == "FAIL").sum())
     print(f"\n{len(frame) - failed} of {len(frame)} checks passed in {time.perf_counter() - start:.1f} s")
     if csv:
-        tmp = Path(csv).with_name(f".{Path(csv).name}.{os.getpid()}.tmp")
-        try:  # written whole or not at all: a temporary file renamed into place
-            frame.to_csv(tmp, index=False)
-            os.replace(tmp, csv)
+        try:  # written whole or not at all
+            atomic_write_frame(frame, csv)
         except OSError as exc:
             print(f"error: could not write --csv {csv!r} ({exc.strerror or exc}); the table above is complete", file=sys.stderr)
             return 2
-        finally:
-            tmp.unlink(missing_ok=True)
     return 0 if failed == 0 else 1

@@ -14,7 +14,6 @@ recipe's transforms reduce over it, or refuses with one line (`sharding.configur
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from torch import Tensor
 
 from testbed.stabilizers import BatchStats, Recipe
 from testbed.stabilizers.numerics import sequence_log_ratio
+from testbed.util.files import atomic_open
 
 from . import sharding
 
@@ -89,15 +89,10 @@ STATE_FORMAT = 1
 
 
 def write_state(path: str | Path, payload: dict[str, Any]) -> Path:
-    """``torch.save`` ``payload`` (tagged with `STATE_FORMAT`) to ``path`` atomically: a temporary file renamed into place."""
+    """``torch.save`` ``payload`` (tagged with `STATE_FORMAT`) to ``path`` atomically (testbed/util/files.py)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        torch.save({**payload, "format": STATE_FORMAT}, tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    with atomic_open(path, "wb") as fh:
+        torch.save({**payload, "format": STATE_FORMAT}, fh)
     return path
 
 

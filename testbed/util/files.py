@@ -1,6 +1,7 @@
 """Files written whole or not at all.
 
-`atomic_open` opens a temporary file beside the target (same directory, so the final rename is
+`atomic_open` (and `atomic_write_text`, `atomic_write_frame` over it: the one atomic write of the project)
+opens a temporary file beside the target (same directory, so the final rename is
 atomic; named ``.<name>.<random>.tmp``, so that what a killed writer leaves is recognisable and
 `testbed.sweep` clears it); when the block ends without error the file is closed, gets the mode a plain
 ``open()`` would give and replaces the target, otherwise it is removed. A reader therefore sees the old file or the
@@ -29,15 +30,16 @@ def file_mode() -> int:
 
 
 @contextlib.contextmanager
-def atomic_open(path: str | Path, mode: str = "w") -> Iterator[IO[Any]]:
-    """A file (``mode`` "w" or "wb") to write instead of ``path``, its directory made if missing; see the
-    module docstring."""
+def atomic_open(path: str | Path, mode: str = "w", newline: str | None = None) -> Iterator[IO[Any]]:
+    """A file (``mode`` "w" or "wb"; ``newline`` as for ``open``, e.g. "" for the csv module) to write instead of
+    ``path``, its directory made if missing; see the module docstring. Anything that writes to a file object writes
+    atomically through it: ``torch.save(obj, fh)``, ``fig.savefig(fh, format="png")``, a ``csv.writer``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     tmp = Path(name)
     try:
-        with os.fdopen(fd, mode) as fh:
+        with os.fdopen(fd, mode, newline=newline) as fh:
             yield fh
         os.chmod(tmp, file_mode())
         os.replace(tmp, path)
@@ -48,6 +50,16 @@ def atomic_open(path: str | Path, mode: str = "w") -> Iterator[IO[Any]]:
 def atomic_write_text(path: str | Path, text: str) -> None:
     with atomic_open(path) as fh:
         fh.write(text)
+
+
+def atomic_write_frame(df: Any, path: str | Path) -> None:
+    """Write the pandas DataFrame ``df`` to ``path`` without its index: Parquet for a ``.parquet`` path, else CSV."""
+    path = Path(path)
+    if path.suffix == ".parquet":
+        with atomic_open(path, "wb") as fh:
+            df.to_parquet(fh, index=False)
+    else:
+        atomic_write_text(path, df.to_csv(index=False))
 
 
 class DirectoryBusy(ValueError):

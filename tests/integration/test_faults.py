@@ -18,6 +18,7 @@ import pytest
 
 import testbed.limits as limits_mod
 import testbed.results as results_mod
+import testbed.util.files as files_mod
 from testbed.cli import main
 from testbed.results import ResultStore, read_frame
 
@@ -101,12 +102,14 @@ def test_disk_filling_up_while_working_is_exit_1_and_resumable(tmp_path, capsys,
             raise OSError(errno.ENOSPC, "No space left on device", str(path))
         return real(path, text)
 
-    monkeypatch.setattr(results_mod, "atomic_write_text", filling)
+    for module in (results_mod, files_mod):  # the store's JSON records, and its tables through atomic_write_frame
+        monkeypatch.setattr(module, "atomic_write_text", filling)
     assert main([*RUN, "--out", str(out)]) == 1
     line = one_error(capsys)
     assert line.startswith("error: No space left on device (") and "finished runs are saved" in line
     assert len(list((out / "runs").glob("*.json"))) == 2
-    monkeypatch.setattr(results_mod, "atomic_write_text", real)
+    for module in (results_mod, files_mod):
+        monkeypatch.setattr(module, "atomic_write_text", real)
     assert main([*RUN, "--out", str(out)]) == 0  # space freed: the rerun finishes the last run
     assert read_frame(out / "summary.csv")["status"].tolist() == ["ok"] * 3
     assert main([*RUN, "--out", str(tmp_path / "fresh")]) == 0

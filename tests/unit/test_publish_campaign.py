@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from figures.publish import campaign, changed_paths
+from figures.publish import campaign
+from testbed.util.provenance import changed_paths
 
 ALL = "python -m figures all"
 
