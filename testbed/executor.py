@@ -224,8 +224,10 @@ def _ray_job(fn: Callable[..., Any], args: tuple[Any, ...], threads: int, parent
     if os.path.isdir(parent["cwd"]):  # relative paths (--out, --cache) mean what they mean to the command
         os.chdir(parent["cwd"])
     sys.path[:0] = [p for p in parent["path"] if p not in sys.path and os.path.isdir(p)]
-    if parent["imports"]:  # the user's modules (--import)
+    if parent["imports"]:  # the user's modules (--import); a Ray worker serves one command after another
         os.environ[IMPORTS_ENV] = parent["imports"]
+    else:
+        os.environ.pop(IMPORTS_ENV, None)
     torch.set_num_threads(threads)
     channel = _RayChannel(shared)
     _set_job(channel, channel.add)

@@ -210,8 +210,8 @@ def run_sweep(
 ) -> pd.DataFrame:
     """Run every config not already finished under ``out``; write the tables; return results.
     ``shared``: ``out`` is a run store several commands add to (`plan_sweep`). ``executor``: where the loops
-    run when there are several workers (testbed/executor.py; default: this process's, the local pool unless a
-    command chose another); the local pool with one worker runs them in this process.
+    run (testbed/executor.py; default: this process's, the local pool unless a command chose another); the
+    local pool with one worker runs them in this process.
 
     Runs sharing a model shape train together, at most ``loop_size`` per loop (None: up to `MAX_LOOP`,
     fewer when that keeps every worker busy). Everything is checked first (`plan_sweep`); ``warn`` prints

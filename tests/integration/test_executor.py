@@ -82,6 +82,9 @@ def test_a_sweep_as_ray_tasks_gives_the_local_pools_results_bit_for_bit(ray_clus
 
 
 def test_a_failing_run_under_ray_is_recorded_as_under_the_local_pool(ray_cluster, tmp_path, capsys, monkeypatch):
+    from testbed.stabilizers.registry import IMPORTS_ENV
+
+    monkeypatch.delenv(IMPORTS_ENV, raising=False)  # --import lists the module there: gone after the test
     (tmp_path / "boom_surrogate.py").write_text(BOOM)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.chdir(tmp_path)
