@@ -55,7 +55,8 @@ from benchmarks.common import DEFAULT_THREADS, Ratio, clock, interleaved, median
 from benchmarks.matmul_peak import MatmulPeak
 from testbed import diagnostics as diag
 from testbed import health
-from testbed.runner import RunConfig, Runner, run, run_many
+from testbed.config import RunConfig
+from testbed.runner import Runner, run, run_many
 from testbed.tasks import make_task
 from testbed.tasks.base import token_logp
 

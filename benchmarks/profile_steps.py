@@ -21,7 +21,8 @@ from torch.profiler import ProfilerActivity, profile, record_function
 from benchmarks.common import DEFAULT_THREADS, set_threads
 from benchmarks.loop import TOKEN
 from benchmarks.stabilizer_overhead import PHASES, RECIPES, Learner, Setup
-from testbed.runner import RunConfig, Runner
+from testbed.config import RunConfig
+from testbed.runner import Runner
 
 
 def _runner(cfgs: list[RunConfig], warm: int = 5) -> Runner:

@@ -20,7 +20,7 @@ import tempfile
 import time
 
 from benchmarks.common import Ratio
-from testbed.runner import RunConfig
+from testbed.config import RunConfig
 from testbed.sweep import run_sweep
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 
 from benchmarks.common import DEFAULT_THREADS, Ratio, set_threads
-from testbed.runner import RunConfig
+from testbed.config import RunConfig
 from testbed.runner import run as run_once
 
 

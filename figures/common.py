@@ -31,8 +31,8 @@ import pandas as pd
 
 from figures.budgets import Budget, budget
 from figures.evidence import Evidence
+from testbed.config import RunConfig
 from testbed.machine import NOT_RECORDED, describe, machine, trained_by
-from testbed.runner import RunConfig
 from testbed.util.files import atomic_write_text
 
 

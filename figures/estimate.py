@@ -50,7 +50,8 @@ from typing import Any
 
 from figures import FIGURES, module
 from figures.common import cost_estimate, dedupe
-from testbed.runner import RunConfig, run_many
+from testbed.config import RunConfig
+from testbed.runner import run_many
 from testbed.sweep import default_loop_size, group_runs
 
 DRAW_S = 2.0  # seconds to read back, judge and draw one figure (measured in the quick setting: 0.4 to 2.2 s)

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 from figures.common import Context
 from figures.evidence import Evidence
 from figures.records import Claim, assess
-from testbed.runner import RunConfig
+from testbed.config import RunConfig
 from testbed.util.sequential import Design
 
 E = TypeVar("E", bound=Evidence)

@@ -34,7 +34,8 @@ from figures.budgets import DESIGN_OF, Budget, confirmatory_budget
 from figures.common import cost_estimate, dedupe
 from figures.estimate import fit_line, list_schedule
 from figures.prereg import load
-from testbed.runner import RunConfig, run_many
+from testbed.config import RunConfig
+from testbed.runner import run_many
 
 
 def confirmatory_runs(b: Budget, cap: bool) -> list[RunConfig]:

@@ -60,8 +60,8 @@ def _parser_common(p: argparse.ArgumentParser) -> None:
 
 
 def _run_parser(task_opts: dict[str, Any] | None = None) -> argparse.ArgumentParser:
+    from testbed.config import DEFAULTS, MINIBATCH_SPLITS, OPTIMIZERS, PROXIMAL
     from testbed.regimes import REGIMES
-    from testbed.runner import DEFAULTS, MINIBATCH_SPLITS, OPTIMIZERS, PROXIMAL
     from testbed.stabilizers import AGG_MODES
 
     p = ArgumentParser(prog="python -m testbed run", description="Train one config over one or more seeds.")
@@ -116,7 +116,7 @@ def _set_option(task: str, task_args: dict[str, Any], given: dict[str, str], key
 
 def _cmd_run(argv: list[str]) -> int:
     from testbed import limits
-    from testbed.runner import RunConfig
+    from testbed.config import RunConfig
     from testbed.tasks import parse_task, task_options
 
     pre = ArgumentParser(add_help=False)

@@ -1,5 +1,6 @@
 """A run's configuration: `RunConfig` (what the user sets; its hash is the run id) and `RunSpec` (the same,
-resolved and parsed once: recipe, staleness model, frictions and task options as typed objects)."""
+resolved and parsed once: recipe, staleness model, frictions and task options as typed objects, and the run id
+computed once)."""
 
 from __future__ import annotations
 
@@ -125,7 +126,8 @@ class RunConfig:
             raise SpecError(f"minibatch_split 'groups' needs whole groups in every minibatch: minibatches "
                             f"({cfg.minibatches}) must divide the number of groups per batch "
                             f"({cfg.batch_size}/{cfg.group_size}); or use minibatch_split 'random'")
-        return RunSpec(cfg, build(cfg.recipe), parse_staleness(cfg.delay), parse_frictions(cfg.frictions), task_args)
+        return RunSpec(cfg, build(cfg.recipe), parse_staleness(cfg.delay), parse_frictions(cfg.frictions), task_args,
+                       cfg.run_id)
 
     def validate(self) -> RunConfig:
         """Check every field (building the recipe, parsing the specs); return the resolved config."""
@@ -135,13 +137,14 @@ class RunConfig:
 @dataclass
 class RunSpec:
     """A run's config with its specs parsed: the recipe (fresh state: one run's), staleness model,
-    frictions and task options as typed objects."""
+    frictions and task options as typed objects, and the run id (``config.run_id``, computed once)."""
 
     config: RunConfig  # resolved
     recipe: Recipe
     staleness: Staleness
     frictions: Frictions
     task_args: dict[str, Any]
+    run_id: str
 
     @property
     def shape(self) -> tuple:

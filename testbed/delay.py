@@ -277,6 +277,21 @@ class Chunk:
                    self.true_rewards)
         return sum(t.element_size() * t.numel() for t in tensors if t is not None)
 
+    def state_dict(self) -> dict[str, Any]:
+        """The chunk as tensors and plain values (its random stream as the generator's state tensor)."""
+        state = {k: (v.get_state() if isinstance(v, torch.Generator) else v) for k, v in self.state.items()}
+        return {**{f.name: getattr(self, f.name) for f in fields(self) if f.name != "state"}, "state": state}
+
+    @classmethod
+    def from_state_dict(cls, saved: dict[str, Any]) -> Chunk:
+        """The inverse of `state_dict`."""
+        state = dict(saved["state"])
+        if "gen" in state:
+            gen = torch.Generator()
+            gen.set_state(state["gen"])
+            state["gen"] = gen
+        return cls(**{k: v for k, v in saved.items() if k != "state"}, state=state)
+
 
 class Schedule:
     """The version/delay queue of one run: which chunks are sampled at each version, which wait, which
@@ -327,3 +342,23 @@ class Schedule:
     def pending_bytes(self) -> int:
         """Bytes of the chunks sampled (wholly or partly) but not yet consumed."""
         return sum(c.nbytes() for chunks in self._waiting.values() for c in chunks)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The queue as tensors and plain values: the lag table, the start versions not reached yet, the chunks
+        waiting (by consumption step) and those deferred (by version, as (step, actor) of a waiting chunk)."""
+        return {"lags": torch.from_numpy(self.lags), "sizes": list(self.sizes), "starts": sorted(self._starts),
+                "waiting": {step: [c.state_dict() for c in chunks] for step, chunks in self._waiting.items()},
+                "deferred": {v: [(c.step, c.actor) for c in chunks] for v, chunks in self._deferred.items()}}
+
+    @classmethod
+    def from_state_dict(cls, saved: dict[str, Any]) -> Schedule:
+        """The inverse of `state_dict`."""
+        schedule = cls(saved["lags"].numpy(), list(saved["sizes"]))
+        schedule._starts = {v: schedule._starts[v] for v in saved["starts"]}
+        by_key = {}
+        for step, chunks in saved["waiting"].items():
+            schedule._waiting[step] = [Chunk.from_state_dict(c) for c in chunks]
+            by_key.update({(c.step, c.actor): c for c in schedule._waiting[step]})
+        for version, keys in saved["deferred"].items():
+            schedule._deferred[version] = [by_key[tuple(key)] for key in keys]
+        return schedule

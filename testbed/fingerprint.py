@@ -37,7 +37,8 @@ import torch
 from torch import Tensor
 from torch.func import functional_call
 
-from testbed.runner import RunConfig, Runner
+from testbed.config import RunConfig
+from testbed.runner import Runner
 from testbed.seeding import generator
 from testbed.stabilizers import PolicyTerms, Recipe
 from testbed.stabilizers.fingerprint import (

@@ -1,14 +1,16 @@
 """The learner of the loop (testbed/runner.py): each run's batch of a step, its advantages, its K epochs x N
 minibatches of optimizer steps (minibatches of whole groups or random rows), the per-step records
-(testbed/health.py) and the logged diagnostics."""
+(testbed/health.py) and the logged diagnostics. `Learner` works on the loop's explicit state (testbed/state.py);
+a run whose update fails leaves the computation at once and `Learner.learn` returns it for the runner to record."""
 
 from __future__ import annotations
 
 import functools
 import sys
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -20,10 +22,8 @@ from testbed.seeding import generator
 from testbed.slots import cat, stack, take_rows
 from testbed.stabilizers import PolicyTerms, Recipe
 from testbed.stabilizers.numerics import sequence_log_ratio
+from testbed.state import LoopState, RunState
 from testbed.tasks.base import grouped_logits, token_logp
-
-if TYPE_CHECKING:
-    from testbed.runner import RunState
 
 
 @dataclass
@@ -52,8 +52,11 @@ class Work:
 
 
 class Learner:
-    """The learner half of `testbed.runner.Runner` (a mixin: it uses the loop's policy, task, runs, optimizers
-    and its divergence bookkeeping)."""
+    """The learner of every run of one loop: each run's update from its batch, with the run's recipe and
+    optimizer, on the loop's stacked policy."""
+
+    def __init__(self, loop: LoopState) -> None:
+        self.loop = loop
 
     # -- learner -------------------------------------------------------------------------------------
     def _batch(self, run: RunState, chunks: list[Chunk]) -> dict[str, Tensor]:
@@ -69,82 +72,87 @@ class Learner:
         batch["buggy_frac"] = sum(c.size for c in chunks if c.buggy) / sum(c.size for c in chunks)  # type: ignore[assignment]
         return batch
 
-    def learn(self, t: int) -> None:
-        """Every active run's update(s) from its batch of step t: epochs x minibatches optimizer steps."""
-        cfg0 = self.cfg0
-        log_now = self._logs(t)
+    def learn(self, t: int, on_batch: Callable[[int, int, dict[str, Tensor]], None] | None = None) -> list[tuple[int, int]]:
+        """Every active run's update(s) from its batch of step t: epochs x minibatches optimizer steps. A run whose
+        parameters, loss or log-probs become non-finite leaves the computation (`LoopState.remove`) at once;
+        returns (run index, update step) of each. ``on_batch(run, t, batch)``: called with every batch."""
+        cfg0 = self.loop.cfg0
+        log_now = self.loop.logs(t)
         batches = []
-        for r in self.active:
-            run = self.runs[r]
+        for r in self.loop.active:
+            run = self.loop.runs[r]
             batch = self._batch(run, run.schedule.take(t))
             run.reward_sum = run.reward_sum + batch["true_rewards"].mean()
             run.reward_n += 1
-            if self.on_batch is not None:
-                self.on_batch(r, t, batch)
+            if on_batch is not None:
+                on_batch(r, t, batch)
             batches.append(batch)
         work = Work(t, batches, stack([b["contexts"] for b in batches]), stack([b["actions"] for b in batches]))
         n_steps = cfg0.epochs * cfg0.minibatches
         with torch.no_grad():
             if n_steps > 1:  # the policy at the start of the batch: advantages and the proximal policy
-                work.start_logp = token_logp(grouped_logits(self.task, self.policy, work.x, work.a, cfg0.group_size), work.a)
-        if any(self.runs[r].recipe.needs_score_norms for r in self.active):
-            if n_steps == 1 and (cfg0.group_size <= 1 or self.task.horizon != 1):
+                work.start_logp = token_logp(grouped_logits(self.loop.task, self.loop.policy, work.x, work.a, cfg0.group_size), work.a)
+        if any(self.loop.runs[r].recipe.needs_score_norms for r in self.loop.active):
+            if n_steps == 1 and (cfg0.group_size <= 1 or self.loop.task.horizon != 1):
                 # the one update's forward is the norms' (grouped_logits is task.logits here): made once for both
-                work.score, work.logits = diag.score_sq_norms_and_logits(self.task, self.policy, work.x, work.a)
+                work.score, work.logits = diag.score_sq_norms_and_logits(self.loop.task, self.loop.policy, work.x, work.a)
             else:
-                work.score = diag.score_sq_norms(self.task, self.policy, work.x, work.a)
-        step = 0
+                work.score = diag.score_sq_norms(self.loop.task, self.loop.policy, work.x, work.a)
+        step, diverged = 0, []
         for epoch in range(cfg0.epochs):
             work.order = self._minibatch_order(t, epoch) if cfg0.minibatches > 1 else None
             for mb in range(cfg0.minibatches):
                 last = step == n_steps - 1
                 if step > 0:
-                    self._drop_and_filter([(pos, t) for pos in self._nonfinite()], work)
-                if not self.active:
-                    return
+                    diverged += self._leave([(pos, t) for pos in self.loop.nonfinite()], work)
+                if not self.loop.active:
+                    return diverged
                 size = cfg0.batch_size // cfg0.minibatches
                 idx = None if work.order is None else work.order[:, mb * size : (mb + 1) * size]
                 failed = self._update(work, idx, log_now and last, (epoch, mb))
-                self._drop_and_filter(failed, work)
+                diverged += self._leave(failed, work)
                 step += 1
+        return diverged
 
-    def _drop_and_filter(self, failed: list[tuple[int, int]], work: Work) -> None:
-        if failed:
-            positions = [pos for pos, _ in failed]
-            keep = [pos for pos in range(len(self.active)) if pos not in positions]
-            for pos, step in failed:
-                self._record_divergence(self.runs[self.active[pos]], step)
-            self._remove(positions)
-            work.keep(keep)
+    def _leave(self, failed: list[tuple[int, int]], work: Work) -> list[tuple[int, int]]:
+        """Take the runs at the slot positions of ``failed`` [(position, update step)] out of the loop and of
+        ``work``; (run index, update step) of each."""
+        if not failed:
+            return []
+        positions = [pos for pos, _ in failed]
+        keep = [pos for pos in range(len(self.loop.active)) if pos not in positions]
+        runs = self.loop.remove(positions)
+        work.keep(keep)
+        return [(r, step) for r, (_, step) in zip(runs, failed, strict=True)]
 
     def _minibatch_order(self, t: int, epoch: int) -> Tensor:
         """Each active run's order of its batch's rows for this epoch [S, B]: with ``minibatch_split``
         ``groups`` the batch's own order (groups are contiguous rows, so consecutive minibatches hold whole,
         disjoint groups), with ``random`` a permutation from the run's own stream."""
-        b = self.cfg0.batch_size
-        return torch.stack([torch.arange(b) if self.runs[r].cfg.minibatch_split == "groups" else
-                            torch.randperm(b, generator=generator(self.runs[r].cfg.seed, "minibatch", t, epoch))
-                            for r in self.active])
+        b = self.loop.cfg0.batch_size
+        return torch.stack([torch.arange(b) if self.loop.runs[r].cfg.minibatch_split == "groups" else
+                            torch.randperm(b, generator=generator(self.loop.runs[r].cfg.seed, "minibatch", t, epoch))
+                            for r in self.loop.active])
 
     def _update(self, work: Work, idx: Tensor | None, log_now: bool, where: tuple[int, int]) -> list[tuple[int, int]]:
         """One optimizer step of every active run (``idx`` [S, b]: this minibatch's rows of each batch;
         ``where``: (epoch, minibatch)); returns (slot position, step of the update that diverged) of the runs
         that diverged."""
         t = work.t
-        params = list(self.policy.parameters())
+        params = list(self.loop.policy.parameters())
         for p in params:
             p.grad = None
         xs, as_ = (work.x, work.a) if idx is None else (take_rows(work.x, idx), take_rows(work.a, idx))
         # a minibatch cut at random splits groups: its rows are computed one by one
-        group = self.cfg0.group_size if idx is None or self.cfg0.minibatch_split == "groups" else 1
+        group = self.loop.cfg0.group_size if idx is None or self.loop.cfg0.minibatch_split == "groups" else 1
         if idx is None and work.logits is not None:  # made with the score norms: the same forward
             logits, work.logits = work.logits, None
         else:
-            logits = grouped_logits(self.task, self.policy, xs, as_, group)
+            logits = grouped_logits(self.loop.task, self.loop.policy, xs, as_, group)
         logp = token_logp(logits, as_)
         losses, outs, terms_of = [], [], []
-        for pos, r in enumerate(self.active):
-            run, batch = self.runs[r], work.batches[pos]
+        for pos, r in enumerate(self.loop.active):
+            run, batch = self.loop.runs[r], work.batches[pos]
             rows = slice(None) if idx is None else idx[pos]
             start = logp[pos].detach() if work.start_logp is None else work.start_logp[pos]
             if len(work.advantages) <= pos:
@@ -167,17 +175,17 @@ class Learner:
         # log-prob is this update's: finite parameters whose forward overflowed, or a surrogate's)
         failed = [pos for pos, good in enumerate(finite) if not good]
         diverged = [(pos, t) for pos in failed]
-        ok = [pos for pos in range(len(self.active)) if pos not in failed]
+        ok = [pos for pos in range(len(self.loop.active)) if pos not in failed]
         if not ok:
             return diverged
         total[ok].sum().backward()
-        oracle = diag.oracle_gradients(self.task, self.policy, xs) if log_now and self.oracle else None
+        oracle = diag.oracle_gradients(self.loop.task, self.loop.policy, xs) if log_now and self.loop.oracle else None
         entries: dict[str, list] = defaultdict(list)
         rows: dict[int, dict[str, Any]] = {}
         grads = diag.flat_grads(params)  # [S, P]: every run's raw gradient, before its transforms
         records = self._step_records(t, where, ok, logits, logp.detach(), terms_of, grads)
         for pos in ok:
-            run = self.runs[self.active[pos]]
+            run = self.loop.runs[self.loop.active[pos]]
             for leaf, p in zip(run.group["params"], params, strict=True):
                 # transforms edit gradients in place: give them their own memory, as a run alone has
                 leaf.grad = p.grad[pos].clone() if run.recipe.transforms else p.grad[pos]
@@ -189,9 +197,9 @@ class Learner:
             run.prev_grad = grad
             entries[run.cfg.optimizer].append((pos, (run.recipe, run.group, terms_of[pos])))
         for kind, items in entries.items():
-            metrics = Recipe.step_groups(self.optimizers[kind], [entry for _, entry in items])
+            metrics = Recipe.step_groups(self.loop.optimizers[kind], [entry for _, entry in items])
             for (pos, _), m in zip(items, metrics, strict=True):
-                run = self.runs[self.active[pos]]
+                run = self.loop.runs[self.loop.active[pos]]
                 rec = records[pos]
                 rec["projected"] = float(m["projected"]) if "projected" in m else float("nan")
                 rec["skipped"] = float(m["skipped"]) if "skipped" in m else float("nan")
@@ -203,7 +211,7 @@ class Learner:
         for p in params:
             p.grad = None
         for pos in ok:
-            for leaf in self.runs[self.active[pos]].group["params"]:
+            for leaf in self.loop.runs[self.loop.active[pos]].group["params"]:
                 leaf.grad = None
         return diverged
 
@@ -212,7 +220,7 @@ class Learner:
         """The cheap per-optimizer-step record (testbed/health.py) of every run at the slot positions ``ok``, by
         position: `health.step_stats` of all of them at once, from the same functions as the logged diagnostics
         (`diag.ratio_stats`), so the values agree."""
-        prev = [self.runs[self.active[pos]].prev_grad for pos in ok]
+        prev = [self.loop.runs[self.loop.active[pos]].prev_grad for pos in ok]
         # a run without a previous step gets a zero one: its cosine is undefined (NaN), as the rule says
         prev_grads = None if all(g is None for g in prev) else torch.stack(
             [torch.zeros_like(grads[0]) if g is None else g for g in prev])

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from testbed import limits
+from testbed.config import RunConfig, RunSpec
 from testbed.results import ResultStore
-from testbed.runner import RunConfig, RunSpec
 from testbed.stabilizers.registry import DEFAULT_ADVANTAGE
 from testbed.stabilizers.spec import SpecError
 from testbed.tasks import make_task

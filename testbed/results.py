@@ -42,8 +42,9 @@ from typing import Any
 import pandas as pd
 
 from testbed.codeprint import stale_parts
+from testbed.config import RunConfig
 from testbed.machine import machine
-from testbed.runner import RunConfig, RunResult
+from testbed.state import RunResult
 from testbed.util.files import atomic_write_frame, atomic_write_text
 
 CONFIG_COLUMNS = ["run_id", *(f for f in RunConfig.field_names() if f != "task_args")]

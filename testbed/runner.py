@@ -14,10 +14,11 @@ t = 0 .. steps - 1 (the current parameters of every run are its version t)::
        ``epochs``, ``minibatches``), which produces version t + 1;
     3. log (every ``log_every`` steps and at the end): diagnostics, evaluation, one row per run.
 
-Modules: the loop (this one: `Runner`, its runs' state, divergence, evaluation and results), the actors
-(testbed/actor.py: step 1), the learner (testbed/learner.py: step 2 and the per-step records), a run's
-configuration (testbed/config.py: `RunConfig`, `RunSpec`, re-exported here) and the slot helpers
-(testbed/slots.py).
+Modules: the loop (this one: `Runner`, which builds the loop, runs its steps, records divergence, evaluates and
+gives results), its explicit state (testbed/state.py: `LoopState`, shared by the parts, and each run's
+`RunState`), the actors (testbed/actor.py: step 1), the learner (testbed/learner.py: step 2 and the per-step
+records; it returns the runs whose update failed), a run's configuration (testbed/config.py: `RunConfig`,
+`RunSpec`; imported from there), the checkpoint file (testbed/checkpoint.py) and the slot helpers (testbed/slots.py).
 
 The policy (testbed/tasks/stacked.py) holds one slot per run; slot s depends only on run s, and every
 per-run computation (sampling draws, advantages, the loss, gradient transforms, the optimizer) is
@@ -26,8 +27,9 @@ that run's alone, so a run trained with others is identical, bit for bit, to the
 batch; the others go on.
 
 Stopping. ``run(stop=...)`` asks ``stop()`` after every step and raises `Interrupted` between two steps when it
-says so; `Runner.save` then keeps the whole loop (parameters, optimizer and stabilizer state, queued batches,
-logged rows) and `Runner.load` + ``run`` finish it exactly as an uninterrupted loop (testbed/stopping.py).
+says so; `Runner.save` then keeps the whole loop as a state dict of tensors and plain values (parameters,
+optimizer and stabilizer state, queued batches, logged rows, random streams: testbed/checkpoint.py) and
+`Runner.load` + ``run`` finish it exactly as an uninterrupted loop (testbed/stopping.py).
 
 Policy versions. No old parameters are stored: a chunk with lag L is sampled at the moment version
 t - L is current and waits in the queue (about 40 bytes per sample on MNIST). Per-token mixed
@@ -51,104 +53,35 @@ comparisons).
 from __future__ import annotations
 
 import functools
-import pickle
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from testbed import health
+from testbed import checkpoint, health
 from testbed.actor import Actor
-from testbed.config import (  # noqa: F401  (the run's configuration, re-exported)
-    DEFAULTS,
-    MINIBATCH_SPLITS,
-    OPTIMIZERS,
-    PROXIMAL,
-    SHAPE_FIELDS,
-    Loop,
-    RunConfig,
-    RunSpec,
-    chunk_sizes,
-)
+from testbed.config import OPTIMIZERS, SHAPE_FIELDS, Loop, RunConfig, RunSpec, chunk_sizes
 from testbed.delay import Schedule
 from testbed.learner import Learner, NoCompileAdam, NoCompileSGD, skip_dynamo_import
 from testbed.machine import describe, machine
 from testbed.seeding import generator, numpy_rng
 from testbed.slots import call_with
-from testbed.stabilizers import Recipe
 from testbed.stabilizers.spec import SpecError
-from testbed.tasks import ExactOracle, make_task
+from testbed.state import Interrupted, LoopState, RunResult, RunState
+from testbed.tasks import make_task
 from testbed.tasks.base import token_logp
-from testbed.util.files import atomic_open
 
 
-@dataclass
-class RunResult:
-    config: RunConfig  # resolved
-    rows: list[dict[str, Any]]
-    status: str  # "ok" or "diverged"
-    info: dict[str, Any]
-    steps: list[dict[str, Any]] = field(default_factory=list)  # per optimizer step (testbed/health.py)
-
-
-class Diverged(Exception):
-    """A run's loss, gradient or parameters became non-finite (or its optimizer overflowed)."""
-
-
-class Interrupted(KeyboardInterrupt):
-    """Raised by `Runner.run` between two steps when its ``stop`` callable asks: the runner is whole (every
-    run at the same version, nothing half done), so `Runner.save` can keep it and `Runner.load` + `run`
-    finish it exactly as an uninterrupted loop would have."""
-
-    def __init__(self, step: int) -> None:
-        super().__init__(step)
-        self.step = step
-
-    def __str__(self) -> str:
-        return f"stopped after step {self.step}"
-
-
-CHECKPOINT_FORMAT = 1
-
-
-@dataclass
-class RunState:
-    """One run's own state inside the loop."""
-
-    spec: RunSpec
-    schedule: Schedule
-    sticky: Tensor | None
-    params: dict[str, Tensor]  # leaf views of the run's slot of the policy: its current version
-    group: dict[str, Any] = field(default_factory=dict)  # the run's param group in the loop's optimizer of its kind
-    rows: list[dict[str, Any]] = field(default_factory=list)
-    status: str = "ok"
-    prev_grad: Tensor | None = None
-    reward_sum: Tensor | float = 0.0
-    reward_n: int = 0
-    queue_peak: int = 0
-    steps: list[dict[str, Any]] = field(default_factory=list)  # one record per optimizer step (testbed/health.py)
-    window: int = 0  # index in ``steps`` of the current logging window's first step
-    lost_final: float = float("nan")
-
-    @property
-    def cfg(self) -> RunConfig:
-        return self.spec.config
-
-    @property
-    def recipe(self) -> Recipe:
-        return self.spec.recipe
-
-
-class Runner(Actor, Learner):
+class Runner:
     """Trains ``configs`` (one or several runs sharing `SHAPE_FIELDS`) as one computation.
 
-    Hooks for tests and instrumentation: ``on_version(run, version, params)`` for every new version
-    of every run (0 first; ``params`` the run's parameter dict) and ``on_batch(run, step, batch)``
-    with every consumed batch before the update.
+    Its parts: ``loop`` (`LoopState`: task, policy, runs, optimizers, the runs still training), ``actor``
+    (`Actor`) and ``learner`` (`Learner`), both working on ``loop``. Hooks for tests and instrumentation:
+    ``on_version(run, version, params)`` for every new version of every run (0 first; ``params`` the run's
+    parameter dict) and ``on_batch(run, step, batch)`` with every consumed batch before the update.
     """
 
     def __init__(self, configs: RunConfig | Sequence[RunConfig], task: Any = None,
@@ -168,37 +101,35 @@ class Runner(Actor, Learner):
                 if a != b:
                     raise SpecError(f"runs trained in one loop must agree on {', '.join(SHAPE_FIELDS)}; they differ in "
                                     f"{name} ({a!r} vs {b!r})")
-        ids = [s.config.run_id for s in specs]
+        ids = [s.run_id for s in specs]
         if len(set(ids)) != len(ids):
             raise SpecError("the same run appears twice in one loop")
         cfg0 = specs[0].config
-        self.cfg0 = cfg0
-        self.task = task if task is not None else make_task(cfg0.task, **specs[0].task_args)
-        self.horizon, self.n_actions = int(self.task.horizon), int(self.task.n_actions)
-        self.sizes = chunk_sizes(cfg0.batch_size, cfg0.n_actors)
-        self.policy: nn.Module = self.task.make_policy([generator(s.config.seed, "init") for s in specs])
-        self.runs: list[RunState] = []
+        task = task if task is not None else make_task(cfg0.task, **specs[0].task_args)
+        sizes = chunk_sizes(cfg0.batch_size, cfg0.n_actors)
+        policy: nn.Module = task.make_policy([generator(s.config.seed, "init") for s in specs])
+        runs: list[RunState] = []
         for i, spec in enumerate(specs):
             cfg = spec.config
             # the run's parameters are its slot of the policy's: leaf views that its optimizer updates in place
-            params = {k: v.detach()[i].requires_grad_(True) for k, v in self.policy.named_parameters()}
+            params = {k: v.detach()[i].requires_grad_(True) for k, v in policy.named_parameters()}
             lags = spec.staleness.lags(cfg.steps, cfg.n_actors, numpy_rng(cfg.seed, "lags"))
             sticky = spec.frictions.buggy_actors(cfg.n_actors, generator(cfg.seed, "bugs"))
-            self.runs.append(RunState(spec, Schedule(lags, self.sizes), sticky, params))
+            runs.append(RunState(spec, Schedule(lags, sizes), sticky, params))
         # one optimizer per kind, one param group (with its own lr) per run: a run's updates are those of an
         # optimizer of its own (Adam's state is per parameter), in one call for all runs
-        self.optimizers: dict[str, torch.optim.Optimizer] = {}
+        optimizers: dict[str, torch.optim.Optimizer] = {}
         skip_dynamo_import()
         for kind in OPTIMIZERS:
-            runs = [run for run in self.runs if run.cfg.optimizer == kind]
-            if not runs:
+            of_kind = [run for run in runs if run.cfg.optimizer == kind]
+            if not of_kind:
                 continue
-            groups = [{"params": list(run.params.values()), "lr": run.cfg.lr} for run in runs]
-            self.optimizers[kind] = (NoCompileAdam(groups, fused=True) if kind == "adam" else NoCompileSGD(groups))
-            for run, group in zip(runs, self.optimizers[kind].param_groups, strict=True):
+            groups = [{"params": list(run.params.values()), "lr": run.cfg.lr} for run in of_kind]
+            optimizers[kind] = (NoCompileAdam(groups, fused=True) if kind == "adam" else NoCompileSGD(groups))
+            for run, group in zip(of_kind, optimizers[kind].param_groups, strict=True):
                 run.group = group
-        self.active = list(range(len(self.runs)))  # runs still training, in slot order
-        self.oracle = self.horizon == 1 and isinstance(self.task, ExactOracle)
+        self.loop = LoopState(cfg0, task, policy, runs, optimizers, active=list(range(len(runs))))
+        self.actor, self.learner = Actor(self.loop), Learner(self.loop)
         self.on_version: Callable[[int, int, dict[str, Tensor]], None] | None = None
         self.on_batch: Callable[[int, int, dict[str, Tensor]], None] | None = None
         self.next_step = 0  # the first learner step `run` takes (> 0 in a runner restored by `load`)
@@ -206,56 +137,96 @@ class Runner(Actor, Learner):
         # the machines that trained the loop: [{from_step, machine}], a new entry when `run` starts on another
         self.trained_on: list[dict[str, Any]] = []
 
+    # the loop's state, read through the runner
+    @property
+    def cfg0(self) -> RunConfig:
+        return self.loop.cfg0
+
+    @property
+    def task(self) -> Any:
+        return self.loop.task
+
+    @property
+    def policy(self) -> nn.Module:
+        return self.loop.policy
+
+    @property
+    def runs(self) -> list[RunState]:
+        return self.loop.runs
+
+    @property
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        return self.loop.optimizers
+
+    @property
+    def active(self) -> list[int]:
+        """The runs still training, in slot order."""
+        return self.loop.active
+
     # -- interruption: save and load a whole loop -------------------------------------------------------
-    def __getstate__(self) -> dict[str, Any]:
-        # the task (its data) is rebuilt from the configs, and hooks belong to the caller
-        return {k: v for k, v in self.__dict__.items() if k not in ("task", "on_version", "on_batch")}
+    def state_dict(self) -> dict[str, Any]:
+        """The loop between two steps as tensors and plain containers (testbed/checkpoint.py): the runs' ids and
+        resolved configs, every run's parameters, stabilizer state, queue, rows and per-step records, the
+        optimizers' state and the loop's counters. The task (its data) is rebuilt from the configs, and the
+        hooks belong to the caller."""
+        runs = [{"params": {k: v.detach() for k, v in run.params.items()}, "recipe": run.recipe.state_dict(),
+                 "schedule": run.schedule.state_dict(), "sticky": run.sticky, "rows": run.rows, "status": run.status,
+                 "prev_grad": run.prev_grad, "reward_sum": run.reward_sum, "reward_n": run.reward_n,
+                 "queue_peak": run.queue_peak, "steps": run.steps, "window": run.window, "lost_final": run.lost_final}
+                for run in self.runs]
+        return {"run_ids": [run.spec.run_id for run in self.runs], "configs": [run.cfg.to_dict() for run in self.runs],
+                "next_step": self.next_step, "wall": self.wall, "active": list(self.active),
+                "trained_on": [{**e, "machine": e["machine"] and {k: str(v) for k, v in e["machine"].items()}}
+                               for e in self.trained_on],  # (torch's version is a str subclass)
+                "optimizers": {k: o.state_dict() for k, o in self.optimizers.items()},
+                "runs": runs}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from `state_dict`'s ``state``, in a runner built afresh from the same configs."""
+        if self.next_step or len(self.active) != len(self.runs):
+            raise ValueError("load_state_dict needs a runner that has not trained yet")
+        self.loop.remove([pos for pos in range(len(self.runs)) if pos not in state["active"]])
+        with torch.no_grad():
+            for run, saved in zip(self.runs, state["runs"], strict=True):
+                for name, value in run.params.items():  # the active runs' are views of their slot of the policy
+                    value.copy_(saved["params"][name])
+        for kind, optimizer in self.optimizers.items():
+            optimizer.load_state_dict(state["optimizers"][kind])  # (new param group dicts: the runs take them)
+            runs = [run for run in self.runs if run.cfg.optimizer == kind]
+            for run, group in zip(runs, optimizer.param_groups, strict=True):
+                run.group = group
+        for run, saved in zip(self.runs, state["runs"], strict=True):
+            run.recipe.load_state_dict(saved["recipe"])
+            run.schedule = Schedule.from_state_dict(saved["schedule"])
+            for name in ("sticky", "rows", "status", "prev_grad", "reward_sum", "reward_n", "queue_peak", "steps",
+                         "window", "lost_final"):
+                setattr(run, name, saved[name])
+        self.next_step, self.wall, self.trained_on = state["next_step"], state["wall"], state["trained_on"]
 
     def save(self, path: str | Path) -> None:
-        """Write the whole loop (parameters, optimizer and stabilizer state, queues of batches in flight,
-        logged rows) to ``path`` atomically; only between two steps (after `Interrupted`)."""
-        with atomic_open(path, "wb") as fh:
-            torch.save({"format": CHECKPOINT_FORMAT, "run_ids": [r.cfg.run_id for r in self.runs], "runner": self}, fh)
+        """Write the whole loop (`state_dict`) to ``path`` atomically; only between two steps (after
+        `Interrupted`)."""
+        checkpoint.write(path, self.state_dict())
 
     @staticmethod
-    def load(path: str | Path, task: Any, run_ids: Sequence[str]) -> Runner | None:
-        """The loop saved at ``path`` if it holds exactly the runs ``run_ids`` (their ids fix config and seed
-        scheme) in a format this code reads, with ``task`` (built from the same configs) attached; None
-        otherwise (the caller trains afresh)."""
+    def load(path: str | Path, task: Any, run_ids: Sequence[str]) -> Runner:
+        """The loop saved at ``path``, rebuilt from its configs with ``task`` (built from the same configs) and
+        continued from its state; `checkpoint.CheckpointError` (one line) unless the file holds exactly the runs
+        ``run_ids`` (their ids fix config and seed scheme) in the format this code reads."""
+        state = checkpoint.read(path, list(run_ids))
         try:
-            state = torch.load(path, weights_only=False)
-        except (OSError, EOFError, RuntimeError, pickle.UnpicklingError, AttributeError, ImportError):
-            return None
-        if (not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT
-                or list(state.get("run_ids", ())) != list(run_ids) or not isinstance(state.get("runner"), Runner)):
-            return None
-        runner: Runner = state["runner"]
-        runner.task, runner.on_version, runner.on_batch = task, None, None
-        runner.__dict__.setdefault("trained_on", [{"from_step": 0, "machine": None}])  # saved before loops named it
+            runner = Runner([RunConfig(**c) for c in state["configs"]], task=task)
+            runner.load_state_dict(state)
+        except (KeyError, TypeError, ValueError, IndexError, RuntimeError):
+            raise checkpoint.CheckpointError(path, checkpoint.UNREADABLE) from None
+        if [run.spec.run_id for run in runner.runs] != list(run_ids):
+            raise checkpoint.CheckpointError(path, "its configs do not give its run ids")
         return runner
 
     # -- the policy's slots ------------------------------------------------------------------------
     def params(self, run: int) -> dict[str, Tensor]:
         """The current parameters of run ``run`` (leaf tensors; their shapes are one slot's)."""
         return self.runs[run].params
-
-    def _nonfinite(self) -> list[int]:
-        """Slot positions whose parameters have blown up: some tensor's L2 norm is not finite in float32
-        (NaN, inf, or entries so large that their squares overflow)."""
-        if not self.active:
-            return []
-        with torch.no_grad():
-            norms = torch.stack([torch.linalg.vector_norm(p.flatten(1), dim=1) for p in self.policy.parameters()])
-            ok = torch.isfinite(norms).all(0)
-        return [pos for pos, good in enumerate(ok.tolist()) if not good]
-
-    def _view(self, slots: list[int]) -> Callable[..., Any]:
-        """The policy restricted to the given slot positions (all of them: the policy itself)."""
-        if len(slots) == len(self.active):
-            return self.policy
-        idx = torch.tensor(slots)
-        params = {k: v.index_select(0, idx) for k, v in self.policy.named_parameters()}
-        return functools.partial(call_with, self.policy, params)
 
     def token_logp(self, params: dict[str, Tensor], contexts: Tensor, actions: Tensor) -> Tensor:
         """log pi(a_t | x, a_<t) [S', B, T] under ``params`` (a dict of [S', ...] tensors)."""
@@ -306,47 +277,28 @@ class Runner(Actor, Learner):
                           r.steps)
                 for r in self.runs]
 
+    def act(self, t: int) -> None:
+        """Step 1 of step t: every chunk due at version t is sampled (`Actor.act`)."""
+        self.actor.act(t)
+
+    def learn(self, t: int) -> None:
+        """Step 2 of step t: every active run's update(s) (`Learner.learn`); a run whose update failed is recorded
+        as diverged."""
+        for r, step in self.learner.learn(t, self.on_batch):
+            self.runs[r].diverge(step)
+
     def publish(self, t: int) -> None:
         """After update t (t = -1: at the start): every run's version t + 1 is in the policy (each run's optimizer
         updates its slot in place); record runs whose parameters blew up as diverged at update t, and on a
         logged step evaluate and log."""
         if t >= 0:
-            self._drop(self._nonfinite(), t)
+            for r in self.loop.remove(self.loop.nonfinite()):
+                self.runs[r].diverge(t)
         if self.on_version is not None:
             for r in self.active:
                 self.on_version(r, t + 1, self.runs[r].params)
-        if t >= 0 and self._logs(t) and self.active:
+        if t >= 0 and self.loop.logs(t) and self.active:
             self._log(t)
-
-    def _logs(self, t: int) -> bool:
-        return (t + 1) % self.cfg0.log_every == 0 or t + 1 == self.cfg0.steps
-
-    def _drop(self, positions: list[int], step: int) -> None:
-        """Record the runs at these slot positions as diverged at update ``step`` and take them out."""
-        for pos in positions:
-            self._record_divergence(self.runs[self.active[pos]], step)
-        self._remove(positions)
-
-    @staticmethod
-    def _record_divergence(run: RunState, step: int) -> None:
-        run.status = "diverged"
-        while run.rows and run.rows[-1].get("step", 0) > step:
-            run.rows.pop()  # rows of updates at or after the one that diverged
-        run.rows.append({"step": step + 1, "diverged_at": step + 1})
-
-    def _remove(self, positions: list[int]) -> None:
-        if not positions:
-            return
-        keep = [pos for pos in range(len(self.active)) if pos not in positions]
-        self.active = [self.active[pos] for pos in keep]
-        idx = torch.tensor(keep, dtype=torch.long)
-        with torch.no_grad():
-            for name, p in self.policy.named_parameters():
-                p.data = p.data.index_select(0, idx)
-                p.grad = None
-                for pos, r in enumerate(self.active):  # the remaining runs' parameters: views of the new slots
-                    self.runs[r].params[name].data = p.data[pos]
-
 
     def _log(self, t: int) -> None:
         """Evaluate every active run at its new version and complete its row of step t."""
@@ -361,7 +313,6 @@ class Runner(Actor, Learner):
             run.rows[-1]["lost_classes"] = run.lost_final = lost[pos]
             run.rows[-1]["reward_avg"] = float(run.reward_sum) / run.reward_n
             run.reward_sum, run.reward_n = 0.0, 0
-
 
 
 def run_many(configs: Sequence[RunConfig], progress: bool = False, task: Any = None) -> list[RunResult]:

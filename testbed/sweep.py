@@ -30,7 +30,9 @@ from typing import Any
 import pandas as pd
 
 from testbed import limits, outcomes
+from testbed.checkpoint import CheckpointError
 from testbed.codeprint import run_code, stale_parts
+from testbed.config import Loop, RunConfig, RunSpec
 from testbed.plan import (  # noqa: F401  (re-exported: the sweep's public names)
     FORMATS,
     MAX_LAG,
@@ -45,7 +47,7 @@ from testbed.plan import (  # noqa: F401  (re-exported: the sweep's public names
 )
 from testbed.progress import Progress, interactive
 from testbed.results import ResultStore
-from testbed.runner import Interrupted, Loop, RunConfig, Runner, RunSpec
+from testbed.runner import Interrupted, Runner
 from testbed.stopping import StopRequest, note_in_worker, stop_on_signals, workers_start_ignoring_sigint
 from testbed.sweep_file import TOP_KEYS, expand, file_settings, load_file, parse_loop_size  # noqa: F401
 from testbed.usage import RunFailed, UsageError
@@ -131,10 +133,13 @@ def _resume(checkpoint: Path, task: Any, ids: list[str], code: list[dict[str, st
     except (OSError, ValueError):
         saved = None
     changed = list(dict.fromkeys(p for old, new in zip(saved or [], code, strict=False) for p in stale_parts(old, new)))
-    runner = None if changed else Runner.load(checkpoint, task, ids)
+    runner, why = None, f"the code of {', '.join(changed)} changed since it was saved"
+    if not changed:
+        try:
+            runner = Runner.load(checkpoint, task, ids)
+        except CheckpointError as exc:
+            why = exc.reason
     if runner is None:
-        why = (f"the code of {', '.join(changed)} changed since it was saved" if changed else
-               "it cannot be read (damaged, or saved by a version that wrote another format)")
         print(f"not resuming the saved loop {str(checkpoint)!r}: {why}; its {len(ids)} run(s) start over",
               file=sys.stderr, flush=True)
     return runner

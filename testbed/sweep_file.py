@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from testbed import limits
+from testbed.config import RunConfig, RunSpec
 from testbed.plan import FORMATS, build_task, parse_loop_size
-from testbed.runner import RunConfig, RunSpec
 from testbed.tasks import task_options
 from testbed.usage import UsageError
 

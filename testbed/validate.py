@@ -127,7 +127,7 @@ def select_battery(out: str | Path, candidates: tuple[Cell, ...] = CANDIDATES, s
 
 
 def _config(cell: Cell, recipe: str, delay: str, seed: int) -> Any:
-    from testbed.runner import RunConfig
+    from testbed.config import RunConfig
 
     settings = {"regime": "one_step", **cell.settings}  # the one-step learner: one optimizer step per batch
     return RunConfig(task=cell.task, recipe=recipe, delay=delay, seed=seed, steps=cell.steps,

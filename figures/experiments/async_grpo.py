@@ -56,8 +56,8 @@ from figures.records import (
     with_direction,
 )
 from figures.staging import cell_health, staged
+from testbed.config import RunConfig
 from testbed.regimes import Regime, get_regime
-from testbed.runner import RunConfig
 from testbed.stabilizers.spec import SpecError
 from testbed.util.stats import (
     Outcome,

@@ -23,7 +23,7 @@ from figures.common import Context, arr, values
 from figures.evidence import Evidence as ExperimentEvidence
 from figures.experiments import mnist_delay
 from figures.records import CONTAMINATION_SENSITIVITY, Claim, Judgement, Margin, judged_on
-from testbed.runner import RunConfig
+from testbed.config import RunConfig
 from testbed.util.stats import combine, exact, fmt, superiority
 from theory.checks import cosine
 from theory.delight import contamination_alignment, contamination_gradients

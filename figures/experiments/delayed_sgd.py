@@ -18,7 +18,7 @@ import torch
 
 from figures.budgets import Budget
 from figures.evidence import Evidence as ExperimentEvidence
-from testbed.runner import RunConfig
+from testbed.config import RunConfig
 from theory.delayed_optimization import critical_step, lag1_autocorrelation, sample_lag1, simulate_applied_gradients
 
 NAME = "delayed_sgd"

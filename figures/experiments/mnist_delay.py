@@ -47,7 +47,7 @@ from figures.records import (
     with_direction,
 )
 from figures.staging import cell_health, staged
-from testbed.runner import RunConfig
+from testbed.config import RunConfig
 from testbed.util.stats import Outcome, at_least, equivalence, exact, fmt, proportion, superiority
 
 NAME = "mnist_delay"

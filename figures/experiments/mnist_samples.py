@@ -32,7 +32,7 @@ from figures.records import (
     resolution,
 )
 from figures.staging import cell_health, staged
-from testbed.runner import RunConfig
+from testbed.config import RunConfig
 from testbed.util.stats import at_least, fmt, superiority
 
 NAME = "mnist_samples"

@@ -12,7 +12,7 @@ from typing import Any
 from figures.budgets import Budget
 from figures.evidence import Evidence as ExperimentEvidence
 from figures.records import Claim, Judgement
-from testbed.runner import RunConfig
+from testbed.config import RunConfig
 
 NAME = "system"
 

@@ -33,8 +33,8 @@ from figures.confirm import baselines_off_floor, solved_counts
 from figures.evidence import Evidence as ExperimentEvidence
 from figures.records import FRICTION_SENSITIVITY, Claim, Judgement, Margin, Precondition, judged_on
 from figures.staging import cell_health, staged
+from testbed.config import RunConfig
 from testbed.frictions import TOKEN_REVERSAL_PRESET, token_reversal_preset
-from testbed.runner import RunConfig
 from testbed.util.stats import Outcome, at_most, fmt, rate, superiority
 
 NAME = "token_frictions"

@@ -21,7 +21,7 @@ from figures.evidence import Evidence as ExperimentEvidence
 from figures.experiments import token_frictions as tf
 from figures.records import FRICTION_SENSITIVITY, Claim, Judgement, Margin, Precondition, judged_on
 from figures.staging import staged
-from testbed.runner import RunConfig
+from testbed.config import RunConfig
 from testbed.util.stats import Outcome, fmt, superiority
 
 NAME = "token_horizon"

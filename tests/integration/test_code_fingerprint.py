@@ -15,8 +15,8 @@ import pandas as pd
 import pytest
 
 from testbed.codeprint import run_code, source_digest, stale_parts
+from testbed.config import RunConfig
 from testbed.plan import build_task, plan_sweep
-from testbed.runner import RunConfig
 from testbed.stabilizers import registry
 from testbed.sweep import run_sweep
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from figures.common import Context
+from testbed.config import RunConfig
 from testbed.results import ResultStore
-from testbed.runner import RunConfig
 
 
 def _configs(n: int = 2) -> list[RunConfig]:

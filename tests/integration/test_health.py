@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from testbed import health
-from testbed.runner import RunConfig, Runner
+from testbed.config import RunConfig
+from testbed.runner import Runner
 from testbed.stabilizers.spec import SpecError
 from testbed.tasks import make_task
 
@@ -24,13 +25,13 @@ def _minibatch_rows(split: str) -> list[tuple[list[int], list[int]]]:
     runner = Runner(cfg)
     batches, seen = {}, []
     runner.on_batch = lambda r, t, batch: batches.__setitem__(t, batch)
-    original = runner._update
+    original = runner.learner._update
 
     def spy(work, idx, log_now, where):
         seen.append((work.t, idx[0].tolist()))
         return original(work, idx, log_now, where)
 
-    runner._update = spy
+    runner.learner._update = spy
     runner.run()
     return [(batches[t]["group_ids"][rows].tolist(), rows) for t, rows in seen]
 

@@ -31,7 +31,7 @@ import testbed.frictions as frictions_mod
 from figures import FIGURES
 from figures.__main__ import main as figures_main
 from testbed.cli import _run_parser, main
-from testbed.runner import RunConfig
+from testbed.config import RunConfig
 from testbed.stabilizers import build
 from testbed.stabilizers.registry import ADVANTAGES, NAMED_RECIPES, SURROGATES, TRANSFORMS
 from testbed.tasks import task_names, task_options

@@ -11,7 +11,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from testbed.runner import RunConfig, Runner
+from testbed.config import RunConfig
+from testbed.runner import Runner
 from tests.integration.test_runner import check_behaviour_logp
 
 pytestmark = pytest.mark.integration

@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 import torch
 
-from testbed.runner import RunConfig, Runner
+from testbed.config import RunConfig
+from testbed.runner import Runner
 from testbed.sweep import group_runs
 
 pytestmark = pytest.mark.integration

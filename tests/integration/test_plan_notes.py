@@ -10,9 +10,10 @@ import pytest
 
 from testbed import sweep as sweep_mod
 from testbed.cli import main
+from testbed.config import RunConfig
 from testbed.plan import plan_sweep
 from testbed.results import ResultStore
-from testbed.runner import Interrupted, RunConfig, Runner
+from testbed.runner import Interrupted, Runner
 from testbed.usage import RunFailed, UsageError
 from testbed.validate import format_card
 from tests.integration.test_stop_resume import _stop_after
@@ -147,7 +148,7 @@ def test_a_saved_loop_of_other_code_is_not_resumed(tmp_path, capsys):
 
 
 def test_lag_max_stays_an_integer_beside_a_diverged_loop_mate(tmp_path):
-    from testbed.runner import RunResult
+    from testbed.state import RunResult
 
     store = ResultStore(tmp_path)
     a, b = _bandit()

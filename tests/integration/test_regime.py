@@ -9,8 +9,9 @@ import pandas as pd
 import pytest
 import torch
 
+from testbed.config import RunConfig
 from testbed.regimes import get_regime
-from testbed.runner import RunConfig, Runner, run
+from testbed.runner import Runner, run
 
 pytestmark = pytest.mark.integration
 

@@ -8,9 +8,9 @@ import pytest
 
 import testbed.sweep as sweep_mod
 from testbed.cli import main
+from testbed.config import RunConfig
 from testbed.report import report
 from testbed.results import read_frame
-from testbed.runner import RunConfig
 from testbed.sweep import expand, run_sweep
 
 pytestmark = pytest.mark.integration

@@ -10,9 +10,10 @@ import torch
 from torch import nn
 
 from testbed import diagnostics as diag
+from testbed.config import RunConfig
 from testbed.delay import parse_staleness
 from testbed.frictions import sample_actions
-from testbed.runner import RunConfig, Runner, run
+from testbed.runner import Runner, run
 from testbed.seeding import generator, numpy_rng
 from testbed.stabilizers import PolicyTerms, build
 from testbed.tasks import TASKS, make_task, register_task, stacked

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from testbed.cli import main
-from testbed.runner import RunConfig, Runner, run_many
+from testbed.config import RunConfig
+from testbed.runner import Runner, run_many
 from tests.integration.test_runner import check_behaviour_logp
 
 pytestmark = pytest.mark.integration

@@ -239,7 +239,7 @@ def test_seed_curves_align_by_seed_and_fill_a_divergence_with_chance():
     import pandas as pd
 
     from figures.common import seed_curves
-    from testbed.runner import RunConfig
+    from testbed.config import RunConfig
 
     cfgs = [RunConfig(task="mnist", recipe="pg", delay="sync", seed=s, steps=30, log_every=10) for s in (1, 2, 3)]
     rows = [{"run_id": cfgs[0].run_id, "step": t, "test_error": e, "status": "ok"}

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from testbed.config import RunConfig
 from testbed.frictions import (
     PANEL,
     TOKEN_REVERSAL_LEVELS,
@@ -17,7 +18,6 @@ from testbed.frictions import (
     token_reversal_preset,
     token_reversal_setting,
 )
-from testbed.runner import RunConfig
 from testbed.tasks.token_reversal import TokenReversal, discovery_probability
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from testbed import limits, outcomes
+from testbed.config import RunConfig
 from testbed.progress import Progress
 from testbed.results import column_types, read_frame
-from testbed.runner import RunConfig
 from testbed.tasks import make_task
 from testbed.usage import ArgumentParser, UsageError, integer, number, one_line
 
