@@ -1,6 +1,6 @@
 """Command line: regenerate the figures and the claims report.
 
-    python -m figures all [--quick] [--out DIR] [--cache DIR] [--workers N]
+    python -m figures all [--quick] [--out DIR] [--cache DIR] [--workers N] [--executor ray [--address ADDR]]
     python -m figures NAME [NAME ...] [same options]     one or more figures (see `list`)
     python -m figures list                                 the figures and the claims each tests
     python -m figures claims [--out DIR]                   rebuild claims.md / claims.json from DIR/data
@@ -49,6 +49,10 @@ def _parser() -> ArgumentParser:
                    help="the pre-registered confirmatory design (figures/preregistration.toml) instead of the full setting")
     p.add_argument("--cached-only", action="store_true",
                    help="train nothing: plot and judge from the runs already cached (a partial report if some are missing)")
+    p.add_argument("--executor", choices=("local", "ray"), default="local",
+                   help="where training runs: local worker processes (default), or Ray tasks (the optional extra ray)")
+    p.add_argument("--address", default=None, metavar="ADDR",
+                   help="with --executor ray: the address of a running Ray cluster (default: Ray started on this machine)")
     return p
 
 
@@ -108,6 +112,9 @@ def _main(argv: list[str]) -> int:
                + (" --cached-only" if args.cached_only else ""))
     ctx = Context(out=out, cache=cache, quick=args.quick, workers=args.workers or (os.cpu_count() or 1),
                   progress=not args.no_progress, command=command, cached_only=args.cached_only)
+    from testbed.executor import make, using
+
+    executor = make(args.executor, args.address, num_cpus=ctx.workers)
     if targets == ["claims"]:
         evidence = read_evidence(out) if out.is_dir() else {}
         absent = [f for f in FIGURES if f not in evidence]
@@ -136,6 +143,7 @@ def _main(argv: list[str]) -> int:
             print(f"warning: --cached-only: none of the {n_missing} runs these figures need is in {str(cache)!r}; "
                   "the figures will be empty", file=sys.stderr)
     else:
+        executor.start(ctx.workers)
         check_output_dir(cache, create=True, what="--cache")
     check_output_dir(out, create=True)
     _OUT.append(out)
@@ -154,7 +162,8 @@ def _main(argv: list[str]) -> int:
     t0 = time.perf_counter()
     timings = None
     try:
-        timings = _make(ctx, names, configs, args, out)
+        with using(executor):  # every run the figures train (testbed/executor.py)
+            timings = _make(ctx, names, configs, args, out)
         entry["completed"] = True
     finally:  # finished or interrupted, the invocation is on record (a resumed run is timed whole)
         entry["wall_s"] = time.perf_counter() - t0

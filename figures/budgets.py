@@ -69,6 +69,7 @@ class Budget:
     async_steps: int
     async_log: int
     async_seeds: tuple[int, ...]
+    async_exact_until: int  # batches the exact-gradient probe measures (figures/gac_exact.py; GAC-1)
     # token reversal
     tr_H: int
     tr_M: int
@@ -109,7 +110,7 @@ FULL = Budget(
     mnist_steps=10_000, mnist_log=100, mnist_seeds=(0, 1, 2, 3, 4),
     mnist_delays=("sync", "fixed:10", "fixed:100", "fixed:1000"), samples_k=(1, 2, 4, 8, 16),
     ablation_delays=("fixed:100", "fixed:1000"),
-    async_steps=ASYNC_STEPS, async_log=50, async_seeds=(0, 1, 2, 3, 4),
+    async_steps=ASYNC_STEPS, async_log=50, async_seeds=(0, 1, 2, 3, 4), async_exact_until=200,
     tr_H=10, tr_M=2, tr_steps=1000, tr_log=200, tr_seeds=(0, 1, 2), tr_actors=10, tr_episodes=100, tr_n_eval=2048,
     tr_horizons=tuple(range(2, 17, 2)),
     stability_steps=6000, quadratic_steps=600, quadratic_seeds=(0, 1, 2), contamination_deltas=40,
@@ -121,7 +122,7 @@ QUICK = Budget(
     name="quick",
     mnist_steps=20, mnist_log=10, mnist_seeds=(0, 1),
     mnist_delays=("sync", "fixed:10"), samples_k=(1, 2), ablation_delays=("fixed:10",),
-    async_steps=6, async_log=3, async_seeds=(0, 1),
+    async_steps=6, async_log=3, async_seeds=(0, 1), async_exact_until=6,
     tr_H=3, tr_M=2, tr_steps=6, tr_log=3, tr_seeds=(0, 1), tr_actors=2, tr_episodes=20, tr_n_eval=32,
     tr_horizons=(2, 3),
     stability_steps=400, quadratic_steps=80, quadratic_seeds=(0,), contamination_deltas=12,
@@ -154,6 +155,7 @@ def confirmatory_budget(p: Any) -> Budget:
         FULL, name="confirmatory",
         mnist_seeds=p.seeds("mnist")[: d["mnist"].n0], async_seeds=p.seeds("async")[: d["async"].n0],
         tr_seeds=p.seeds("tr")[: d["tr"].n0], async_log=int(p.section("phase")["async_log"]),
+        async_exact_until=int(p.section("gac")["exact_until"]),
         tr_horizons=tuple(range(int(ddg["h_min"]), int(ddg["h_max"]) + 1)),
         mnist_design=d["mnist"], async_design=d["async"], tr_design=d["tr"], horizon_design=d["horizon"])
 

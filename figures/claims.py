@@ -298,7 +298,7 @@ def write_report(out: Path, evidence: dict, quick: bool, command: str, missing_r
                          machines={f: evidence[f].get("machines") for f in made})
     meta.update({"missing_runs": missing_runs, "total_runs": total_runs,
                  "provisional_regime": bool(grpo) and grpo.registered is False})
-    meta.update(protocol(out, reg, rows, Path(root or ".")))
+    meta.update(protocol(out, reg, rows, Path(root or "."), record_stamps(evidence)))
     payload = {"setting": "quick" if quick else "full", "command": command, "verdicts": list(VERDICTS),
                "stamp": meta, "missing_runs": missing_runs, "total_runs": total_runs, "shared_rules": SHARED_RULES,
                "claims": rows, "llm": llm}
@@ -309,11 +309,23 @@ def write_report(out: Path, evidence: dict, quick: bool, command: str, missing_r
     return rows
 
 
-def protocol(out: Path, reg: Prereg, rows: list[dict[str, Any]], root: Path) -> dict[str, Any]:
+def record_stamps(evidence: dict) -> dict[str, int]:
+    """The protocol stamps of the run records behind the figures' evidence ({digest or "none": records}, the most
+    any figure's payload counts; `figures.common.stamps`); {} when no payload records them."""
+    out: dict[str, int] = {}
+    for payload in evidence.values():
+        for k, n in ((payload or {}).get("stamps") or {}).items():
+            out[k] = max(out.get(k, 0), int(n))
+    return out
+
+
+def protocol(out: Path, reg: Prereg, rows: list[dict[str, Any]], root: Path,
+             stamps: dict[str, int] | None = None) -> dict[str, Any]:
     """The report's protocol stamp: the pre-registration's digest, commit and seed block, and its label,
-    "confirmatory" only when `figures.prereg.label` allows it (else "exploratory" with the reasons). The first
-    confirmatory report under ``out`` records the digest it was judged under (``out``/preregistration.json);
-    every later one is compared with it."""
+    "confirmatory" only when `figures.prereg.label` allows it and every run record read carries the registration's
+    stamp (``stamps``: `record_stamps`; else "exploratory" with the reasons). The first confirmatory report under
+    ``out`` records the digest it was judged under (``out``/preregistration.json); every later one is compared
+    with it."""
     first_file = out / "preregistration.json"
     try:
         first = json.loads(first_file.read_text()).get("sha256")
@@ -328,9 +340,15 @@ def protocol(out: Path, reg: Prereg, rows: list[dict[str, Any]], root: Path) -> 
     if reg.section("ddg").get("friction_preset") != TOKEN_REVERSAL_PRESET:
         label, why = "exploratory", [*why, f"the code's token-reversal preset is {TOKEN_REVERSAL_PRESET!r}, the "
                                            f"registered one {reg.section('ddg').get('friction_preset')!r}"]
+    other = {k: n for k, n in (stamps or {}).items() if k != reg.sha256}
+    if not stamps:
+        label, why = "exploratory", [*why, "no run record's protocol stamp is recorded in the evidence"]
+    elif other:
+        label, why = "exploratory", [*why, "run records without this pre-registration's stamp: " + ", ".join(
+            f"{n} {'unstamped' if k == 'none' else 'stamped ' + k[:12]}" for k, n in sorted(other.items()))]
     if label == "confirmatory" and first is None:
         atomic_write_text(first_file, json.dumps(st, indent=1))
-    return {"preregistration": st, "label": label, "label_reasons": why,
+    return {"preregistration": st, "label": label, "label_reasons": why, "record_stamps": stamps or {},
             "seed_block": st["seed_block"], "judged_seeds": [min(seeds), max(seeds)] if seeds else None}
 
 

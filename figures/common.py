@@ -79,7 +79,34 @@ class Context:
             if todo and not self.cached_only:
                 self._train(todo, store)
         finally:  # what finished is read, even when a stop cut the rest short
+            if todo and not self.cached_only:  # the runs this invocation trained carry its protocol stamp
+                self.stamp_records(store.runs / f"{c.run_id}.csv" for c in todo if store.done(c.run_id))
             self.touch(store.runs / f"{c.run_id}.csv" for c in configs if store.done(c.run_id))
+
+    # -- the protocol stamp of a confirmatory run (figures/preregistration.toml) ----------------------------
+    @property
+    def protocol_stamp(self) -> dict[str, Any] | None:
+        """`figures.prereg.stamp` when the budget is the pre-registered confirmatory one, else None."""
+        if self.budget.name != "confirmatory":
+            return None
+        from figures import prereg
+
+        return self.extra.setdefault("protocol_stamp", prereg.stamp())
+
+    def stamp_records(self, rows_files: Iterable[Path]) -> None:
+        """Write the protocol stamp into the records (``.json`` beside each rows file) of runs this invocation
+        trained, under ``preregistration``; nothing outside a confirmatory budget. Never called on runs reused from
+        the cache: a record without the stamp stays without it (`stamps` then refuses the label)."""
+        st = self.protocol_stamp
+        if st is None:
+            return
+        for rows in rows_files:
+            path = Path(rows).with_suffix(".json")
+            try:
+                record = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            atomic_write_text(path, json.dumps({**record, "preregistration": st}, indent=1, sort_keys=True))
 
     def _train(self, todo: list[RunConfig], store: Any) -> None:
         from testbed.limits import DiskTooSmall
@@ -102,6 +129,7 @@ class Context:
         paths = list(rows_files)
         for used in self.extra.setdefault("reading", []):
             used.update(paths)
+        self.extra.setdefault("read", set()).update(paths)  # every run this invocation read (`write_evidence`)
 
     @contextlib.contextmanager
     def reading(self) -> Iterator[set[Path]]:
@@ -373,13 +401,30 @@ def machines(rows_files: Iterable[Path]) -> dict[str, int]:
     return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
+def stamps(rows_files: Iterable[Path]) -> dict[str, int]:
+    """How many of these cached runs' records carry each pre-registration digest (``preregistration.sha256``,
+    written by `Context.stamp_records`), "none" for a record without a stamp; absent rows files are not counted."""
+    counts: Counter[str] = Counter()
+    for rows in rows_files:
+        if not Path(rows).is_file():
+            continue
+        try:
+            record = json.loads(Path(rows).with_suffix(".json").read_text())
+        except (OSError, ValueError):
+            record = {}
+        st = record.get("preregistration") if isinstance(record, dict) else None
+        counts[str(st.get("sha256")) if isinstance(st, dict) and st.get("sha256") else "none"] += 1
+    return dict(sorted(counts.items()))
+
+
 def write_evidence(ctx: Context, name: str, evidence: dict[str, Evidence],
                    machines: dict[str, int] | None = None) -> Path:
     """``<out>/data/NAME.json``: {figure, quick, evidence: {experiment: its evidence as JSON}, machines: runs per
-    machine that trained them (`machines`)}."""
+    machine that trained them (`machines`), stamps: the protocol stamps of every run record this invocation has read
+    so far (`stamps`; the report's label reads them)}."""
     path = ctx.data_dir / f"{name}.json"
     payload = {"figure": name, "quick": ctx.quick, "evidence": {exp: ev.to_json() for exp, ev in evidence.items()},
-               "machines": machines or {}}
+               "machines": machines or {}, "stamps": stamps(sorted(ctx.extra.get("read", ())))}
     atomic_write_text(path, json.dumps(payload, indent=1))
     return path
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -40,10 +40,11 @@ def _key(settings: dict) -> str:
 
 
 def train(kind: str, seeds: Sequence[int], steps: int, log_every: int, lr: float = 1e-3, batch: int = 100,
-          eta: float = 1.0) -> list[pd.DataFrame]:
+          eta: float = 1.0, stop: Callable[[], bool] | None = None) -> list[pd.DataFrame]:
     """One run per seed, trained together: the policy holds one slot per seed (the runner's stacked MLP),
     each slot's loss is formed row by row as a single run's, and the summed loss gives each slot exactly its
-    own gradient, so every seed's rows are the run alone's, bit for bit."""
+    own gradient, so every seed's rows are the run alone's, bit for bit. ``stop``: asked after every step;
+    when it says so, KeyboardInterrupt (nothing is kept: the runs are short, and start over)."""
     from testbed.seeding import generator
     from testbed.stabilizers import delight_gate
     from testbed.tasks import make_task
@@ -75,6 +76,8 @@ def train(kind: str, seeds: Sequence[int], steps: int, log_every: int, lr: float
         opt.zero_grad()
         loss.backward()
         opt.step()
+        if stop is not None and t + 1 < steps and stop():
+            raise KeyboardInterrupt
         if (t + 1) % log_every == 0 or t + 1 == steps:
             with torch.no_grad():
                 evals = task.evaluate(policy, [generator(s, "eval", t) for s in seeds])
@@ -96,9 +99,11 @@ def rows_path(cache: Path, kind: str, seed: int, steps: int, log_every: int) -> 
 
 
 def _train_to(paths: list[str], kind: str, seeds: list[int], steps: int, log_every: int) -> list[str]:
+    from testbed.executor import stop_requested
     from testbed.machine import machine
 
-    for path, seed, rows in zip(paths, seeds, train(kind, seeds, steps, log_every), strict=True):
+    rows_per_seed = train(kind, seeds, steps, log_every, stop=stop_requested)
+    for path, seed, rows in zip(paths, seeds, rows_per_seed, strict=True):
         record = {"settings": _settings(kind, seed, steps, log_every), "machine": machine()}
         atomic_write_text(Path(path).with_suffix(".json"), json.dumps(record, indent=1, sort_keys=True))
         atomic_write_text(path, rows.to_csv(index=False))  # the rows last: their file is the "done" marker
@@ -117,7 +122,8 @@ def batches(jobs: list[tuple[str, int]], workers: int) -> list[tuple[str, list[i
 
 def ensure(cache: Path, jobs: list[tuple[str, int]], steps: int, log_every: int, workers: int = 1,
            cached_only: bool = False) -> None:
-    """Train the (kind, seed) jobs not yet cached (`batches`), in ``workers`` processes."""
+    """Train the (kind, seed) jobs not yet cached (`batches`), in ``workers`` processes of the command's executor
+    (testbed/executor.py: the local pool, or Ray with ``--executor ray``)."""
     todo = [(k, s) for k, s in jobs if not rows_path(cache, k, s, steps, log_every).is_file()]
     if not todo or cached_only:
         return
@@ -127,13 +133,10 @@ def ensure(cache: Path, jobs: list[tuple[str, int]], steps: int, log_every: int,
         for kind, seeds, paths in runs:
             _train_to(paths, kind, seeds, steps, log_every)
         return
-    import concurrent.futures as cf
-    import multiprocessing
+    from testbed.executor import default
 
-    with cf.ProcessPoolExecutor(min(workers, len(runs)), mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = [pool.submit(_train_to, paths, kind, seeds, steps, log_every) for kind, seeds, paths in runs]
-        for f in cf.as_completed(futures):
-            f.result()
+    default().run(_train_to, [(paths, kind, seeds, steps, log_every) for kind, seeds, paths in runs],
+                  min(workers, len(runs)))
 
 
 def cached(cache: Path, kind: str, seed: int, steps: int, log_every: int, cached_only: bool = False) -> pd.DataFrame:

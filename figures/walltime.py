@@ -13,7 +13,10 @@ shortest, middle and longest H and b is interpolated in H per unit of `cost_esti
 priced as a + b x its steps x its cost relative to the timed loop, and the loops are list-scheduled over
 ``workers`` processes. One process, one loop at a time: it never starts a worker pool.
 
-The exact-gradient MNIST runs and the theory figures are not re-seeded by the design; their cost is
+The GAC probe (figures/gac_exact.py: the GAC-1 base's async runs re-trained through ``gac.exact_until`` batches
+with one exact gradient per optimizer step, in the main process) is timed on one of its loops the same way and
+added to the wall time (`probe_loops`). The exact-gradient MNIST runs and the theory figures are not re-seeded by
+the design; their cost is
 ``python -m figures.estimate``'s (the same for both reports). Times are for this machine at its load while
 sampling (the printed CPU share says how much of a core the samples got).
 """
@@ -54,6 +57,32 @@ def confirmatory_runs(b: Budget, cap: bool) -> list[RunConfig]:
             for n in design.looks[1:]:
                 out += exp.staged_runs(b, seeds[:n], staged)
     return dedupe(out)
+
+
+def probe_loops(b: Budget, cap: bool) -> list[list[RunConfig]]:
+    """The GAC probe's loops (as `figures.gac_exact.ensure` packs them): the first look's seeds, or every seed of
+    the async design's cap."""
+    from figures.experiments.async_grpo import exact_configs
+    from testbed.plan import MAX_LOOP, balanced_chunks
+
+    seeds = b.all_seeds("async") if cap else b.async_seeds
+    return balanced_chunks(exact_configs(b, tuple(seeds)), MAX_LOOP, 1)
+
+
+def _probe_seconds(b: Budget, steps: int) -> tuple[float, float, int]:
+    """(a, s per batch, runs) of the probe's largest loop, timed at ``steps`` and 2 x ``steps`` batches."""
+    from testbed.gac_signal import measure
+
+    loop = max(probe_loops(b, True), key=len)
+    measure(loop, 2)  # warm-up
+
+    def time_at(n: int) -> float:
+        t0 = time.perf_counter()
+        measure(loop, n)
+        return time.perf_counter() - t0
+
+    a, slope = fit_line(time_at, steps, 2 * steps, min_span_s=0.0)
+    return a, slope, len(loop)
 
 
 def _loops(configs: list[RunConfig], workers: int) -> list[list[RunConfig]]:
@@ -118,6 +147,8 @@ def predict(workers: int, steps: int, progress: bool = True) -> dict[str, Any]:
             if progress:
                 print(f"  timed {loop[0].task} H={h} x{len(loop)} runs: a = {a:.2f} s, {1e3 * slope:.1f} ms/step",
                       file=sys.stderr, flush=True)
+    pa, pslope, pruns = _probe_seconds(b, min(steps, b.async_exact_until))
+    samples.append({"task": "gac probe", "H": 0, "runs": pruns, "a_s": pa, "ms_per_step": 1e3 * pslope})
     share = (time.process_time() - cpu0) / max(time.perf_counter() - wall0, 1e-9)
 
     def seconds(loop: list[RunConfig]) -> float:
@@ -130,14 +161,16 @@ def predict(workers: int, steps: int, progress: bool = True) -> dict[str, Any]:
         per_unit = per_h[lo][1] * (1 - w) + per_h[hi][1] * w
         return a + per_unit * sum(cost_estimate(c) for c in loop)
 
-    def total(loops: list[list[RunConfig]]) -> dict[str, float]:
+    def total(loops: list[list[RunConfig]], probe: list[list[RunConfig]]) -> dict[str, float]:
         d = [seconds(x) for x in loops]
-        return {"runs": sum(len(x) for x in loops), "loops": len(loops), "cpu_s": sum(d),
-                "wall_s": list_schedule(d, workers)}
+        # the probe runs in the main process, one loop after another: its time adds to the wall time
+        p = [pa + pslope * b.async_exact_until * len(x) / pruns for x in probe]
+        return {"runs": sum(len(x) for x in loops), "loops": len(loops), "probe_runs": sum(len(x) for x in probe),
+                "probe_s": sum(p), "cpu_s": sum(d) + sum(p), "wall_s": list_schedule(d, workers) + sum(p)}
 
     return {"workers": workers, "sample_steps": steps, "samples": samples, "sampling_s": time.perf_counter() - wall0,
             "sampling_cpu_share": share, "load_at_start": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
-            "first_look": total(first), "cap": total(upper)}
+            "first_look": total(first, probe_loops(b, False)), "cap": total(upper, probe_loops(b, True))}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -160,8 +193,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for k in ("first_look", "cap"):
         r = res[k]
-        print(f"{k}: {r['runs']} runs in {r['loops']} loops, {hms(r['cpu_s'])} CPU, {hms(r['wall_s'])} wall with "
-              f"{res['workers']} worker(s)")
+        print(f"{k}: {r['runs']} runs in {r['loops']} loops and {r['probe_runs']} probe runs, {hms(r['cpu_s'])} CPU, "
+              f"{hms(r['wall_s'])} wall with {res['workers']} worker(s)")
     print(f"sampling took {res['sampling_s']:.0f} s at {res['sampling_cpu_share']:.0%} of a core"
           + ("" if res["sampling_cpu_share"] >= 0.9 else " (a shared core: the times above are too high)"))
     if args.json:

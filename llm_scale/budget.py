@@ -202,7 +202,7 @@ def main(argv: list[str]) -> int:
 
     from testbed.util.files import atomic_write_text
 
-    from .cli import parse
+    from .config import parse
     from .fingerprint import model_label, source_commit, task_label
 
     args = parse(BudgetArgs, argv, "python -m llm_scale budget")

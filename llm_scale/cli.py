@@ -18,19 +18,16 @@ traceback in OUT/error.log), 3 the run diverged (recorded in OUT/summary.json).
 from __future__ import annotations
 
 import contextlib
-import io
-import re
 import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from tyro.conf import Positional
 
-from .config import TrainConfig, UsageError, checkpoint_pointer
+from .config import TrainConfig, UsageError, checkpoint_pointer, parse
 
 COMMANDS = ("train", "recipes", "tasks", "scorecard", "models", "fingerprint", "budget", "study")
-T = TypeVar("T")
 
 
 @dataclass
@@ -120,40 +117,6 @@ def _models(argv: list[str]) -> int:
             f"missing: python -m llm_scale models build {name}"
         print(f"{name}: {pocket.summary}; {state}")
     return 0
-
-
-def _one_line(text: str) -> str:
-    """The message of tyro's boxed error (title, rule, message lines, rule, help), as one line."""
-    rows = [line.strip().strip("│╭╮╰╯").strip() for line in text.splitlines()]
-    is_rule = [bool(r) and set(r) <= set("─-━ ") for r in rows]
-    body, rules = [], 0
-    for row, rule in zip(rows, is_rule, strict=True):
-        if rule:
-            rules += 1
-            if rules == 2:
-                break
-            continue
-        if rules == 1 and row:
-            body.append(row)
-    message = " ".join(body) or next((r for r in rows if r and not set(r) <= set("─-━ ")), "invalid arguments")
-    return re.sub(r"\s+", " ", message).strip()
-
-
-def parse(kind: type[T], argv: list[str], prog: str) -> T:
-    """Parse ``argv`` into ``kind`` with tyro; a parse error becomes a one-line `UsageError`."""
-    import tyro
-
-    if any(a in ("-h", "--help") for a in argv):
-        return tyro.cli(kind, args=argv, prog=prog)  # prints the help and exits 0
-    buf = io.StringIO()
-    try:
-        with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
-            return tyro.cli(kind, args=argv, prog=prog)
-    except SystemExit as exc:
-        if exc.code in (0, None):
-            print(buf.getvalue(), end="")
-            raise
-        raise UsageError(f"{_one_line(buf.getvalue())} (see {prog} --help)") from None
 
 
 def _fmt(value: Any, spec: str = ".3f") -> str:

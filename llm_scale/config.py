@@ -3,17 +3,24 @@
 Every field is checked before any work starts (`TrainConfig.validate`: types, ranges and
 consistency; `check_environment`: devices, paths, disk space). A failure raises `UsageError`
 with one line naming the bad value and what is allowed; the CLI prints it and exits with code 2.
+
+`parse` turns a command line into any of the commands' dataclasses (tyro), a parse error into the same
+one-line `UsageError`: the commands (llm_scale/cli.py, budget.py, fingerprint.py) take it from here, so no
+module imports the entry point.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import math
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 from testbed.util.errors import UsageError
 
@@ -21,6 +28,7 @@ from .models import TinyConfig
 from .tasks import STYLES
 
 MAX_INT = 2**31 - 1
+T = TypeVar("T")
 
 
 # Allowed ranges: integers [low, high]; floats (low, low included?, high].
@@ -358,3 +366,40 @@ def check_space(out: str, need_bytes: int) -> None:
             f"--out {out!r}: the disk holding it has {free / 1e6:,.0f} MB free; this run writes up to about "
             f"{need_bytes / 1e6:,.0f} MB (checkpoints x --keep-checkpoints, final weights); free space or use another --out"
         )
+
+
+# -- the command line ----------------------------------------------------------------------------
+
+
+def _one_line(text: str) -> str:
+    """The message of tyro's boxed error (title, rule, message lines, rule, help), as one line."""
+    rows = [line.strip().strip("│╭╮╰╯").strip() for line in text.splitlines()]
+    is_rule = [bool(r) and set(r) <= set("─-━ ") for r in rows]
+    body, rules = [], 0
+    for row, rule in zip(rows, is_rule, strict=True):
+        if rule:
+            rules += 1
+            if rules == 2:
+                break
+            continue
+        if rules == 1 and row:
+            body.append(row)
+    message = " ".join(body) or next((r for r in rows if r and not set(r) <= set("─-━ ")), "invalid arguments")
+    return re.sub(r"\s+", " ", message).strip()
+
+
+def parse(kind: type[T], argv: list[str], prog: str) -> T:
+    """Parse ``argv`` into ``kind`` with tyro; a parse error becomes a one-line `UsageError`."""
+    import tyro
+
+    if any(a in ("-h", "--help") for a in argv):
+        return tyro.cli(kind, args=argv, prog=prog)  # prints the help and exits 0
+    buf = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
+            return tyro.cli(kind, args=argv, prog=prog)
+    except SystemExit as exc:
+        if exc.code in (0, None):
+            print(buf.getvalue(), end="")
+            raise
+        raise UsageError(f"{_one_line(buf.getvalue())} (see {prog} --help)") from None

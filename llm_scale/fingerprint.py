@@ -401,7 +401,7 @@ def _check(args: FingerprintArgs) -> None:
 def main(argv: list[str]) -> int:
     from testbed.util.files import atomic_write_text
 
-    from .cli import parse
+    from .config import parse
 
     args = parse(FingerprintArgs, argv, "python -m llm_scale fingerprint")
     _check(args)

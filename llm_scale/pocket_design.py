@@ -14,13 +14,18 @@ runs of those arms alone, seed by seed across the learning rates), and writes ``
    the largest mean gain, marked ``learns: false``. Neither the stale arm nor any method enters the choice.
 2. **Power** (`testbed.util.stats.seeds_needed`: one-sided alpha 0.05, power 0.8, Student t), from the pilot's
    spread, pooled over learning rates (paired by seed):
-   * AREAL-1 / GAC-2: the paired drop sync - stale in score, to resolve `MARGIN` (3 points);
+   * AREAL-1 / GAC-2: the paired drop sync - stale in score, to resolve `MARGIN` (3 points), its SD no
+     smaller than the evaluation's binomial floor ``sqrt(2 p (1 - p) / problems)`` at the sync score p;
    * GAC-1: the per-seed late within-batch gradient cosine of each arm (sync against the band +-0.2, stale
      above it), at the pilot's minibatch (the design's is at least B_noise);
    * VCPO-1: staleness-caused collapses (a stale run's collapse whose paired sync run has none) per stale run
      at the chosen rate; runs needed for `MIN_COLLAPSES` such collapses (with none observed: the bound from
      the exact 95% upper limit of the rate).
    Each with its cost in CPU-hours from the pilot's own wall time per update.
+
+``python -m llm_scale.pocket_design diagnose [--out FILE] MODEL...`` (`diagnose`) says what GRPO changed in a
+pocket LM: greedy and sampled accuracy on the build's known and unknown operand pairs, format and truncation,
+entropy, and the KL to version 0.
 """
 
 from __future__ import annotations
@@ -66,7 +71,7 @@ def sync_health(runs: Any, updates: Any, eval_problems: int, last_problems: int)
     """Per learning rate: the sync seeds' health, gains and whether the rate learns (module docstring, 1)."""
     out = []
     sync = runs[(runs["arm"] == "sync") & runs["finished"].astype(bool)]  # a run not finished is no evidence
-    for lr, rows in sync.groupby("lr"):
+    for (cell, lr), rows in _with_cell(sync).groupby(["cell", "lr"], sort=False):
         gains, healthy, ses = [], [], []
         for r in rows.itertuples():
             ev = _evals(updates, r.key)
@@ -78,16 +83,22 @@ def sync_health(runs: Any, updates: Any, eval_problems: int, last_problems: int)
         n = len(gains)
         mean = sum(gains) / n
         se = math.sqrt(sum(ses) / n / n)
-        out.append({"lr": float(lr), "seeds": n, "healthy": healthy, "gains": gains, "mean_gain": mean,
+        out.append({"cell": cell, "lr": float(lr), "seeds": n, "healthy": healthy, "gains": gains, "mean_gain": mean,
                     "gain_se": se, "learns": all(healthy) and mean > Z_LEARN * se})  # fmt: skip
     return out
 
 
-def choose_lr(health: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The largest rate that learns, else the healthy one with the largest mean gain (module docstring, 1)."""
+def _with_cell(runs: Any) -> Any:
+    """``runs`` with a ``cell`` column ("" for a pilot of one cell, whose tables have none)."""
+    return runs.assign(cell=runs["cell"].fillna("").astype(str) if "cell" in runs else "")
+
+
+def choose_lr(health: list[dict[str, Any]], choose: str = "largest_lr") -> dict[str, Any] | None:
+    """The setting that learns with the largest rate (``choose`` "largest_lr") or the largest mean gain
+    ("largest_gain"), else the healthy one with the largest mean gain (module docstring, 1)."""
     learning = [h for h in health if h["learns"]]
     if learning:
-        return max(learning, key=lambda h: h["lr"])
+        return max(learning, key=lambda h: h["lr"] if choose == "largest_lr" else h["mean_gain"])
     healthy = [h for h in health if all(h["healthy"])]
     return max(healthy, key=lambda h: h["mean_gain"]) if healthy else None
 
@@ -109,21 +120,27 @@ def design(pilot: Path) -> dict[str, Any]:
     from testbed.util.stats import clopper_pearson, seeds_needed
 
     runs, updates = _runs(pilot)
+    runs = _with_cell(runs)
     study = json.loads((pilot / "study.json").read_text())
     eval_size = int(study.get("eval_problems", 256)) // max(1, int(study.get("rule", {}).get("last_evals", 1)))
     last = int(study.get("eval_problems", eval_size))
     health = sync_health(runs, updates, eval_size, last)
-    chosen = choose_lr(health)
+    chosen = choose_lr(health, str(study.get("choose", "largest_lr")))
+    at = runs[(runs["cell"] == chosen["cell"]) & (runs["lr"] == chosen["lr"])] if chosen is not None else runs.iloc[:0]
     versions = updates.groupby("key")["version"].max()
-    per = [float(r.wall_seconds) / versions[r.key] for r in runs[runs["finished"].astype(bool)].itertuples()
+    timed = at if len(at) else runs  # the cost of the chosen setting's runs (all runs when there is none)
+    per = [float(r.wall_seconds) / versions[r.key] for r in timed[timed["finished"].astype(bool)].itertuples()
            if r.key in versions and versions[r.key] > 0]  # fmt: skip
     per_update_s = sum(per) / len(per) if per else math.nan
     steps = int(versions.max()) if len(versions) else 0
-    pair = runs.pivot_table(index=["lr", "seed"], columns="arm", values=["accuracy", "late_grad_cos_within"], dropna=False)
+    cos_column = "late_grad_cos_within"
+    if "late_grad_cos_across" in runs and not runs[cos_column].notna().any():  # one optimizer step per update
+        cos_column = "late_grad_cos_across"
+    pair = runs.pivot_table(index=["cell", "lr", "seed"], columns="arm", values=["accuracy", cos_column], dropna=False)
     arms = [a for a in ("sync", "stale") if ("accuracy", a) in pair]
 
     def by_lr(column: str, arm: str) -> list[list[float]]:
-        return [[float(v) for v in g[(column, arm)]] for _, g in pair.groupby(level="lr")] if arm in arms else []
+        return [[float(v) for v in g[(column, arm)]] for _, g in pair.groupby(level=["cell", "lr"])] if arm in arms else []
 
     if "stale" in arms:
         drop_sd, drop_df = _pooled_sd([[a - b for a, b in zip(x, y, strict=True)]
@@ -133,8 +150,9 @@ def design(pilot: Path) -> dict[str, Any]:
         sd, drop_df = _pooled_sd(by_lr("accuracy", "sync"))
         drop_sd = math.sqrt(2) * sd
         drop_basis = "sqrt(2) x the sync score's between-seed SD, pooled over learning rates (no stale arm in the pilot)"
-    cos = {arm: by_lr("late_grad_cos_within", arm) for arm in ("sync", "stale")}
+    cos = {arm: by_lr(cos_column, arm) for arm in ("sync", "stale")}
     out: dict[str, Any] = {"pilot": str(pilot), "health": health, "chosen_lr": None if chosen is None else chosen["lr"],
+                           "chosen_cell": None if chosen is None else chosen["cell"],
                            "chosen_learns": None if chosen is None else chosen["learns"],
                            "seconds_per_update": per_update_s,
                            "seconds_per_update_basis": "wall seconds of the pilot's finished runs over their updates "
@@ -143,23 +161,29 @@ def design(pilot: Path) -> dict[str, Any]:
     def cost(seeds: int | None, arms: int, updates_: int) -> float | None:
         return None if seeds is None else seeds * arms * updates_ * per_update_s / 3600
 
-    n_drop = seeds_needed(drop_sd, MARGIN)
+    # the spread a paired drop has from the evaluation's binomial noise alone, at the chosen setting's sync score:
+    # a pilot of few seeds may show less, never the design (sqrt(2 p (1 - p) / problems))
+    p_sync = float(at[at["arm"] == "sync"]["accuracy"].mean()) if len(at) else math.nan
+    floor = math.sqrt(2 * p_sync * (1 - p_sync) / last) if math.isfinite(p_sync) else math.nan
+    planned = max(drop_sd, floor) if math.isfinite(drop_sd) and math.isfinite(floor) else drop_sd
+    n_drop = seeds_needed(planned, MARGIN)
     out["AREAL-1/GAC-2"] = {"quantity": "paired drop sync - stale in score (greedy accuracy, 256 problems x 2 evals)",
-                            "sd": drop_sd, "df": drop_df, "sd_basis": drop_basis, "margin": MARGIN, "seeds": n_drop,
+                            "sd": planned, "pilot_sd": drop_sd, "binomial_floor_sd": floor, "df": drop_df,
+                            "sd_basis": drop_basis + "; the design uses the larger of it and the binomial floor",
+                            "margin": MARGIN, "seeds": n_drop,
                             "arms": "sync, stale, stale + decoupled_ppo, stale + gac",
                             "cpu_hours": cost(n_drop, 4, steps)}  # fmt: skip
     sync_sd, sync_df = _pooled_sd(cos["sync"])
     stale_sd, stale_df = _pooled_sd(cos["stale"])
-    mean = {arm: float(pair[("late_grad_cos_within", arm)].mean()) if arm in arms else math.nan for arm in ("sync", "stale")}
+    mean = {arm: float(pair[(cos_column, arm)].mean()) if arm in arms else math.nan for arm in ("sync", "stale")}
     n_sync = seeds_needed(sync_sd, BAND - abs(mean["sync"]))
     n_stale = seeds_needed(stale_sd, mean["stale"] - BAND)
     n_gac = None if n_sync is None or n_stale is None else max(n_sync, n_stale)
-    out["GAC-1"] = {"quantity": "late within-batch gradient cosine per seed", "mean": mean,
+    out["GAC-1"] = {"quantity": f"{cos_column} per seed (second half of the updates)", "mean": mean,
                     "sd": {"sync": sync_sd, "stale": stale_sd}, "df": {"sync": sync_df, "stale": stale_df},
                     "seeds": {"sync": n_sync, "stale": n_stale}, "cpu_hours": cost(n_gac, 2, steps),
-                    "note": "planning spread at the pilot's minibatch of 32 sequences",
+                    "note": "planning spread at the pilot's minibatch (its sequences per optimizer step)",
                     "why": "no stale arm in the pilot" if "stale" not in arms else "a spread or margin is undefined"}  # fmt: skip
-    at = runs[runs["lr"] == out["chosen_lr"]] if chosen is not None else runs.iloc[:0]
     events, stale_runs = 0, 0
     for _, g in at.groupby("seed"):
         arms = {r.arm: collapsed(_evals(updates, r.key)) or bool(r.diverged) for r in g.itertuples()}
@@ -180,66 +204,218 @@ def design(pilot: Path) -> dict[str, Any]:
     return out
 
 
-def _late_cos(directory: Path) -> float:
-    """NaN-aware mean of ``grad_cos_within`` over the second half of a run's updates (the study's quantity)."""
+def _late_cos(directory: Path, column: str = "grad_cos_within") -> float:
+    """NaN-aware mean of ``column`` (``grad_cos_within``: the study's quantity; ``grad_cos_across``: consecutive
+    updates') over the second half of a run's updates."""
     import pandas as pd
 
     try:
         m = pd.read_csv(directory / "metrics.csv")
     except (OSError, ValueError):
         return math.nan
-    late = m["grad_cos_within"].iloc[len(m) // 2 :] if "grad_cos_within" in m else []
+    late = m[column].iloc[len(m) // 2 :] if column in m else []
     return float(late.mean()) if len(late) and late.notna().any() else math.nan
 
 
-def run_pilot(sweep_file: str, runs: Path, out: Path, arms: tuple[str, ...], log: Any = print, start: bool = True) -> None:
-    """Run the pilot's ``arms`` (the study's runs of ``sweep_file``, same keys and directories; finished ones are
-    kept) seed by seed across the learning rates, then write ``out``/runs.csv, updates.csv and study.json in the
-    study's columns. ``start`` False: tabulate what has finished, start nothing (a run not finished is a row
-    with ``finished`` False)."""
+def load_pilot(sweep_file: str) -> tuple[Any, list[dict[str, Any]], str]:
+    """(the study's sweep, the pilot's cells, its choice rule) of a pilot file: a study sweep file (`study.load_sweep`)
+    optionally followed, last in the file, by a ``[pilot]`` table: ``cells``, each a ``name``, its learning rates
+    ``lr`` and the [train] settings it overrides, and ``choose`` (`choose_lr`). Without one: one cell named "" at
+    the sweep's learning rates, chosen by "largest_lr". A bad file: `UsageError`, one line."""
+    import dataclasses
+    import tempfile
+
+    import tomllib
+
+    from .config import TrainConfig, UsageError
+    from .study import load_sweep
+
+    text = Path(sweep_file).read_text() if Path(sweep_file).is_file() else ""
+    head, sep, tail = text.partition("\n[pilot]\n")
+    if not sep:
+        sweep = load_sweep(sweep_file)
+        return sweep, [{"name": "", "lr": list(sweep.lrs)}], "largest_lr"
+    with tempfile.TemporaryDirectory() as tmp:
+        base = Path(tmp) / Path(sweep_file).name
+        base.write_text(head + "\n")
+        sweep = dataclasses.replace(load_sweep(base), source=sweep_file)
+    pilot = tomllib.loads("[pilot]\n" + tail).get("pilot", {})
+    cells, choose = list(pilot.get("cells", [])), str(pilot.get("choose", "largest_gain"))
+    fields = set(TrainConfig.__dataclass_fields__)
+    for cell in cells:
+        bad = sorted(set(cell) - {"name", "lr"} - fields)
+        if bad or not cell.get("name") or not cell.get("lr"):
+            raise UsageError(f"pocket pilot: {sweep_file}: a [pilot] cell needs a name, lr and TrainConfig settings, got {cell}")
+    if not cells or choose not in ("largest_lr", "largest_gain"):
+        raise UsageError(f"pocket pilot: {sweep_file}: [pilot] needs cells and choose in largest_lr, largest_gain")
+    return sweep, cells, choose
+
+
+def run_pilot(sweep_file: str, runs: Path, out: Path, arms: tuple[str, ...], log: Any = print, start: bool = True,
+              only: tuple[str, float] | None = None) -> None:
+    """Run the pilot's ``arms`` (the study's runs of ``sweep_file``'s cells, `load_pilot`; same keys and directories
+    as the study's; finished ones are kept) seed by seed across the cells and learning rates, then write
+    ``out``/runs.csv, updates.csv and study.json in the study's columns (and the cell's). ``start`` False: tabulate
+    what has finished, start nothing (a run not finished is a row with ``finished`` False). ``only`` (cell, lr):
+    start runs of that setting alone (every setting's finished runs are tabulated)."""
+    import dataclasses
     import os
     import subprocess
 
     import pandas as pd
 
-    from .study import load_sweep, make_run, run_updates
+    from .study import make_run, run_updates
 
-    sweep = load_sweep(sweep_file)
+    sweep, cells, choose = load_pilot(sweep_file)
     rows, ups = [], []
     for seed in sweep.search_seeds:
-        for lr in sweep.lrs:
-            for arm in arms:
-                run = make_run(sweep, "search", arm, sweep.etas[0], lr, seed)
-                d = runs / run.key
-                summary = json.loads((d / "summary.json").read_text()) if (d / "summary.json").is_file() else {}
-                if start and summary.get("status") not in ("finished", "diverged"):
-                    log(f"pilot: {arm} lr={lr:g} seed={seed} -> {d}")
-                    subprocess.run([sys.executable, "-m", "llm_scale", *run.argv(d), "--resume", "auto"], check=False, env=dict(os.environ),
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        for cell in cells:
+            settings = {k: v for k, v in cell.items() if k not in ("name", "lr")}
+            at = dataclasses.replace(sweep, train={**sweep.train, **settings})
+            for lr in cell["lr"]:
+                for arm in arms:
+                    run = make_run(at, "search", arm, sweep.etas[0], float(lr), seed)
+                    d = runs / run.key
                     summary = json.loads((d / "summary.json").read_text()) if (d / "summary.json").is_file() else {}
-                trajectory = run_updates(d) if summary.get("status") in ("finished", "diverged") else []
-                evals = [r["eval_reward"] for r in trajectory if math.isfinite(r["eval_reward"])]
-                rows.append({"key": run.key, "stage": "search", "arm": arm, "eta": sweep.etas[0], "lr": lr, "seed": seed,
-                             "finished": summary.get("status") in ("finished", "diverged"),
-                             "accuracy": sum(evals[-sweep.last_evals :]) / sweep.last_evals if len(evals) > sweep.last_evals else math.nan,
-                             "diverged": summary.get("status") == "diverged", "accuracy_v0": evals[0] if evals else math.nan,
-                             "wall_seconds": summary.get("wall_seconds", math.nan), "late_grad_cos_within": _late_cos(d)})  # fmt: skip
-                ups += [{"key": run.key, **r} for r in trajectory]
+                    chosen = only is None or (cell["name"], float(lr)) == (only[0], float(only[1]))
+                    if start and chosen and summary.get("status") not in ("finished", "diverged"):
+                        log(f"pilot: {arm} {cell['name'] or 'lr'} lr={lr:g} seed={seed} -> {d}")
+                        subprocess.run([sys.executable, "-m", "llm_scale", *run.argv(d), "--resume", "auto"], check=False,
+                                       env=dict(os.environ), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+                        summary = json.loads((d / "summary.json").read_text()) if (d / "summary.json").is_file() else {}
+                    done = summary.get("status") in ("finished", "diverged")
+                    if not done and not chosen:
+                        continue  # a setting this invocation does not run: no row
+                    trajectory = run_updates(d) if done else []
+                    evals = [r["eval_reward"] for r in trajectory if math.isfinite(r["eval_reward"])]
+                    n = sweep.last_evals
+                    rows.append({"key": run.key, "stage": "search", "cell": cell["name"], "arm": arm, "eta": sweep.etas[0],
+                                 "lr": float(lr), "seed": seed, "sequences": at.train.get("prompts_per_step", 8) * at.train.get("group_size", 8),
+                                 "finished": done, "accuracy": sum(evals[-n:]) / n if len(evals) > n else math.nan,
+                                 "diverged": summary.get("status") == "diverged", "accuracy_v0": evals[0] if evals else math.nan,
+                                 "wall_seconds": summary.get("wall_seconds", math.nan), "late_grad_cos_within": _late_cos(d),
+                                 "late_grad_cos_across": _late_cos(d, "grad_cos_across")})  # fmt: skip
+                    ups += [{"key": run.key, **r} for r in trajectory]
     out.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(rows).to_csv(out / "runs.csv", index=False)
     pd.DataFrame(ups).to_csv(out / "updates.csv", index=False)
     (out / "study.json").write_text(json.dumps({"sweep": sweep_file, "arms": list(arms), "eval_problems": sweep.eval_problems,
-                                                "rule": {"last_evals": sweep.last_evals}}, indent=1) + "\n")  # fmt: skip
+                                                "rule": {"last_evals": sweep.last_evals}, "choose": choose,
+                                                "cells": cells}, indent=1) + "\n")  # fmt: skip
+
+
+def diagnose(models: list[str], base: str = "pocket-arithmetic", problems: int = 256, sampled: int = 64,
+             group: int = 8, seed: int = 0) -> dict[str, dict[str, Any]]:
+    """What GRPO changed in a pocket LM: per model (``base`` itself first, then each of ``models``, e.g. a run's
+    ``final`` directory), on ``problems`` held-out problems (the trainer's evaluation stream of ``seed``) at the
+    trainer's completion budget:
+
+    * greedy accuracy, overall and on the build's known / unknown operand pairs (`llm_scale.pocket.known_pairs`),
+      the share of greedy completions cut by the budget and the share that write the asked equation at all
+      (`llm_scale.tasks.equation_answer` not None) and of those that write it with a wrong result;
+    * on the first ``sampled`` problems, ``group`` samples each at temperature 1 (the rollouts' distribution):
+      accuracy (known / unknown), truncation, mean length, the share writing the asked equation, the share of
+      groups whose rewards are all equal (zero advantage), the mean per-token entropy of the model and the
+      mean per-token KL(model || base) on its own samples (sum over the vocabulary, exact).
+    """
+    import torch
+
+    from .generation import sample_completions
+    from .models import load_policy, stop_ids
+    from .pocket import POCKET_MODELS, known_pairs
+    from .sampler import Sampler
+    from .tasks import build_task, completion_budget, equation_answer
+
+    torch.set_num_threads(1)
+    spec = POCKET_MODELS[base]
+    task = build_task(spec.task)
+    known = known_pairs(spec)
+    ref, tok = load_policy(base)
+    budget = completion_budget(task, "chat", tok, seed=seed)
+    smp = Sampler(task, tok, "chat", seed, sampled, group, budget, eos_ids=stop_ids(ref, tok))
+    held = smp.eval_problems(problems)
+
+    def texts(ids: Any, mask: Any) -> list[str]:
+        return tok.batch_decode([ids[i][mask[i]].tolist() for i in range(ids.shape[0])], skip_special_tokens=True)
+
+    def share(flags: list[bool], within: list[bool] | None = None) -> float:
+        sel = [f for f, w in zip(flags, within or [True] * len(flags), strict=True) if w]
+        return sum(sel) / len(sel) if sel else math.nan
+
+    def stats(probs: list[Any], outs: list[str], lengths: list[int]) -> dict[str, float]:
+        right = [task.reward(p, t) > 0 for p, t in zip(probs, outs, strict=True)]
+        is_known = [(p.meta["a"], p.meta["op"], p.meta["b"]) in known for p in probs]
+        eq = [equation_answer(t, p.meta["a"], p.meta["op"], p.meta["b"]) is not None for p, t in zip(probs, outs, strict=True)]
+        return {"accuracy": share(right), "accuracy_known": share(right, is_known),
+                "accuracy_unknown": share(right, [not k for k in is_known]), "known_share": share(is_known),
+                "truncated": share([n >= budget for n in lengths]), "length_mean": sum(lengths) / len(lengths),
+                "writes_equation": share(eq), "equation_wrong": share([e and not r for e, r in zip(eq, right, strict=True)])}  # fmt: skip
+
+    out: dict[str, dict[str, Any]] = {}
+    for name in [base, *models]:
+        model = ref if name == base else load_policy(name)[0]
+        model.eval()
+        chunks = smp.greedy(model, held, 64)
+        outs = [t for _, ids, mask in chunks for t in texts(ids, mask)]
+        lengths = [int(n) for _, _, mask in chunks for n in mask.sum(1)]
+        row: dict[str, Any] = {f"greedy_{k}": v for k, v in stats(held, outs, lengths).items()}
+        sub = held[:sampled]
+        pid, pm = smp.encode(sub, group, torch.device("cpu"))
+        with torch.no_grad():
+            ids, mask, _, _ = sample_completions(model, pid, pm, max_new_tokens=budget, temperature=1.0, eos_ids=smp.eos_ids,
+                                                 pad_id=smp.pad_id, generator=torch.Generator().manual_seed(seed))  # fmt: skip
+            full, att = torch.cat([pid, ids], 1), torch.cat([pm, mask], 1).long()
+            cut = slice(pid.shape[1] - 1, -1)
+            lp = torch.log_softmax(model(full, attention_mask=att).logits[:, cut].float(), -1)
+            lq = torch.log_softmax(ref(full, attention_mask=att).logits[:, cut].float(), -1)
+        probs = [p for p in sub for _ in range(group)]
+        row.update({f"sampled_{k}": v for k, v in stats(probs, texts(ids, mask), [int(n) for n in mask.sum(1)]).items()})
+        rewards = torch.tensor([task.reward(p, t) for p, t in zip(probs, texts(ids, mask), strict=True)]).view(len(sub), group)
+        m = mask.float()
+        row["sampled_zero_advantage_groups"] = float((rewards.std(1) == 0).float().mean())
+        row["entropy_per_token"] = float(((-(lp.exp() * lp).sum(-1)) * m).sum() / m.sum())
+        row["kl_to_base_per_token"] = float((((lp.exp() * (lp - lq)).sum(-1)) * m).sum() / m.sum())
+        cfg = Path(name).parent / "config.json"  # a run's final directory: the run's settings beside its numbers
+        if cfg.is_file():
+            run = json.loads(cfg.read_text())
+            run = run.get("config", run) if isinstance(run, dict) else {}
+            row["run"] = {k: run.get(k) for k in ("recipe", "mode", "lr", "prompts_per_step", "group_size", "minibatches",
+                                                  "steps", "seed", "max_staleness")}  # fmt: skip
+        out[name] = row
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["pilot"] and len(argv) in (4, 5, 6):
+    if argv[:1] == ["diagnose"] and len(argv) >= 2:
+        from testbed.util.files import atomic_write_text
+
+        out_file, models = (Path(argv[2]), argv[3:]) if argv[1] == "--out" and len(argv) >= 3 else (None, argv[1:])
+        report = diagnose(models)
+        text = json.dumps(report, indent=1) + "\n"
+        if out_file is not None:
+            atomic_write_text(out_file, text)
+        print(text, end="")
+        return 0
+    if argv[:1] == ["pilot"] and len(argv) in (4, 5, 6, 7):
         arms = tuple(argv[4].split(",")) if len(argv) >= 5 else ("sync",)
-        if not set(arms) <= {"sync", "stale"} or argv[5:] not in ([], ["collect"]):
-            print(f"error: pilot SWEEP RUNS OUT [sync|sync,stale] [collect], got {' '.join(argv[1:])!r}", file=sys.stderr)
+        rest = argv[5:]
+        only = None
+        if len(rest) == 2:
+            try:
+                only = (rest[0], float(rest[1]))
+            except ValueError:
+                only = None
+        if not set(arms) <= {"sync", "stale"} or (rest not in ([], ["collect"]) and only is None):
+            print(f"error: pilot SWEEP RUNS OUT [sync|sync,stale] [collect | CELL LR], got {' '.join(argv[1:])!r}", file=sys.stderr)
             return 2
-        run_pilot(argv[1], Path(argv[2]), Path(argv[3]), arms, start=argv[5:] != ["collect"])
+        from .config import UsageError
+
+        try:
+            run_pilot(argv[1], Path(argv[2]), Path(argv[3]), arms, start=rest != ["collect"], only=only)
+        except UsageError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
         argv = [argv[3]]
     if len(argv) != 1 or not (Path(argv[0]) / "runs.csv").is_file():
         print(f"error: give one pilot directory holding runs.csv, updates.csv and study.json (or: pilot SWEEP RUNS OUT "

@@ -1,7 +1,7 @@
 """Command line: ``python -m testbed {run, sweep, demo, report, list, validate}``.
 
     python -m testbed run --task mnist --recipe dg --delay fixed:1000 --steps 10000 --seeds 3 --out DIR
-    python -m testbed sweep sweeps/mnist_delay.toml [--out DIR] [--workers N]
+    python -m testbed sweep sweeps/mnist_delay.toml [--out DIR] [--workers N] [--executor ray [--address ADDR]]
     python -m testbed demo [--out runs/demo]
     python -m testbed report DIR [--runs]  (final test error per setting, statuses, gradient cosines)
     python -m testbed list
@@ -57,6 +57,12 @@ def _parser_common(p: argparse.ArgumentParser) -> None:
                         "to 8, fewer when that keeps every worker busy; results do not depend on it")
     p.add_argument("--dry-run", action="store_true",
                    help="check everything, print what would run and what it needs; write nothing")
+    p.add_argument("--executor", choices=("local", "ray"), default="local",
+                   help="where the workers run: local processes (default), or Ray tasks (the optional extra "
+                        "ray; docs/simulator.md)")
+    p.add_argument("--address", default=None, metavar="ADDR",
+                   help="with --executor ray: the address of a running Ray cluster (default: a Ray instance "
+                        "started on this machine)")
 
 
 def _run_parser(task_opts: dict[str, Any] | None = None) -> argparse.ArgumentParser:
@@ -159,8 +165,12 @@ def _loop_size(args: argparse.Namespace) -> int | None:
 def _execute(configs: list, out: str, args: argparse.Namespace, meta: dict[str, Any],
              after: Any = None, specs: dict[str, Any] | None = None) -> int:
     """Plan (everything checked), then run (unless --dry-run), print the summary; exit 1 if a run failed."""
+    from testbed.executor import make
     from testbed.sweep import failure_message, failures, plan_sweep, run_sweep
 
+    executor = make(args.executor, args.address, num_cpus=args.workers)
+    if not args.dry_run:
+        executor.start(args.workers or 1)
     plan = plan_sweep(configs, out, workers=args.workers or 1, fmt=args.format or "csv", loop_size=_loop_size(args),
                       create=not args.dry_run, specs=specs)
     if args.dry_run:
@@ -171,7 +181,7 @@ def _execute(configs: list, out: str, args: argparse.Namespace, meta: dict[str, 
         print(f"dry run: {plan.describe()}; nothing written")
         return 0
     _OUT.append(Path(out))
-    run_sweep(configs, out, meta=meta, progress=not args.no_progress, warn=True, plan=plan)
+    run_sweep(configs, out, meta=meta, progress=not args.no_progress, warn=True, plan=plan, executor=executor)
     _print_summary(Path(out))
     if after is not None:
         after()
@@ -254,7 +264,7 @@ def _cmd_demo(argv: list[str]) -> int:
             "grid": {"recipe": _list_arg(args.recipes, "recipes"), "delay": _list_arg(args.delays, "delays")}}
     parsed: dict[str, Any] = {}
     configs = expand(spec, parsed)
-    args.format, args.loop_size = None, None
+    args.format, args.loop_size, args.executor, args.address = None, None, "local", None
     out = Path(args.out)
 
     def after() -> None:

@@ -4,22 +4,19 @@ parallel workers, resumable.
 While running: a run that raises an exception is recorded as ``failed`` (traceback in
 ``runs/<id>.log``; a loop of several runs that fails is retried run by run, so only the culprit
 fails) and the others go on; a run's status (``ok``, ``collapsed``, ``diverged``) is decided by
-testbed/outcomes.py. Worker processes end with their parent (testbed/workers.py). One sweep at a time
-writes to an output directory (a lock file, ``OUT/.lock``).
+testbed/outcomes.py. One sweep at a time writes to an output directory (a lock file, ``OUT/.lock``).
 
 Grouping is the sweep's decision, not the runner's: `group_runs` packs the configs that share a
 model shape (`testbed.runner.SHAPE_FIELDS`) into loops of at most ``loop_size`` runs, and each loop
-runs in this process or in a worker process. A run's results are the same whatever loop it ran in.
+runs in this process or as a job of an executor (testbed/executor.py: local worker processes, which end with
+their parent, or Ray tasks). A run's results are the same whatever loop it ran in, under either executor.
 """
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import contextlib
 import errno
 import json
-import multiprocessing
-import os
 import shutil
 import sys
 import traceback
@@ -33,6 +30,8 @@ from testbed import limits, outcomes
 from testbed.checkpoint import CheckpointError
 from testbed.codeprint import run_code, stale_parts
 from testbed.config import Loop, RunConfig, RunSpec
+from testbed.executor import Executor, LocalPool, WorkerLost, add_done, stop_requested
+from testbed.executor import default as default_executor
 from testbed.plan import (  # noqa: F401  (re-exported: the sweep's public names)
     FORMATS,
     MAX_LAG,
@@ -48,7 +47,7 @@ from testbed.plan import (  # noqa: F401  (re-exported: the sweep's public names
 from testbed.progress import Progress, interactive
 from testbed.results import ResultStore
 from testbed.runner import Interrupted, Runner
-from testbed.stopping import StopRequest, note_in_worker, stop_on_signals, workers_start_ignoring_sigint
+from testbed.stopping import StopRequest, stop_on_signals
 from testbed.sweep_file import TOP_KEYS, expand, file_settings, load_file, parse_loop_size  # noqa: F401
 from testbed.usage import RunFailed, UsageError
 from testbed.util.files import atomic_write_text
@@ -145,41 +144,21 @@ def _resume(checkpoint: Path, task: Any, ids: list[str], code: list[dict[str, st
     return runner
 
 
-_DONE: Any = None  # in a worker process: the sweep's shared count of runs done, fractions of runs included
-_STOP = StopRequest()  # in a worker process: the sweep's stop request (testbed/stopping.py)
-
-
-def _worker_init(threads: int, parent: int, done: Any = None, stop: Any = None) -> None:
-    import torch
-
-    from testbed.workers import die_with_parent
-
-    global _DONE, _STOP
-    _DONE = done
-    _STOP = StopRequest(stop)
-    note_in_worker(_STOP)
-    die_with_parent(parent)
-    torch.set_num_threads(threads)
-
-
 def _execute(configs: list[dict[str, Any]], out: str, chance: dict[str, float | None]) -> list[str]:
-    """A worker's loop. Every new version of a run adds 1 / steps to the shared count of runs done, so the
-    parent's bar moves while a loop trains; at the end the loop's share is made exactly its number of runs
-    (a run that diverged early, or a loop retried run by run)."""
+    """A worker's loop (a job of the executor, testbed/executor.py). Every new version of a run adds 1 / steps to
+    the command's count of runs done, so the parent's bar moves while a loop trains; at the end the loop's share
+    is made exactly its number of runs (a run that diverged early, or a loop retried run by run)."""
     cfgs = [RunConfig(**c) for c in configs]
     added = [0.0]
 
     def advance(run: int, version: int, params: Any) -> None:
-        if _DONE is not None and version > 0:
+        if version > 0:
             share = 1.0 / cfgs[run].steps
-            with _DONE.get_lock():
-                _DONE.value += share
+            add_done(share)
             added[0] += share
 
-    statuses = _train(cfgs, ResultStore(out), chance, on_version=advance, stop=_STOP)
-    if _DONE is not None:
-        with _DONE.get_lock():
-            _DONE.value += len(cfgs) - added[0]
+    statuses = _train(cfgs, ResultStore(out), chance, on_version=advance, stop=stop_requested)
+    add_done(len(cfgs) - added[0])
     return statuses
 
 
@@ -227,9 +206,12 @@ def run_sweep(
     warn: bool = False,
     plan: Plan | None = None,
     shared: bool = False,
+    executor: Executor | None = None,
 ) -> pd.DataFrame:
     """Run every config not already finished under ``out``; write the tables; return results.
-    ``shared``: ``out`` is a run store several commands add to (`plan_sweep`).
+    ``shared``: ``out`` is a run store several commands add to (`plan_sweep`). ``executor``: where the loops
+    run when there are several workers (testbed/executor.py; default: this process's, the local pool unless a
+    command chose another); the local pool with one worker runs them in this process.
 
     Runs sharing a model shape train together, at most ``loop_size`` per loop (None: up to `MAX_LOOP`,
     fewer when that keeps every worker busy). Everything is checked first (`plan_sweep`); ``warn`` prints
@@ -243,6 +225,7 @@ def run_sweep(
         print(line, file=sys.stderr, flush=True)
     out = Path(out)
     store = ResultStore(out)
+    executor = executor if executor is not None else default_executor()
     with _lock(out):
         store.write_config(meta or {}, plan.configs)
         chance = chance_levels(plan)
@@ -250,7 +233,7 @@ def run_sweep(
                        enabled=progress)
         inner = progress and interactive()
         try:
-            if plan.workers == 1:
+            if plan.workers == 1 and isinstance(executor, LocalPool):
                 import torch
 
                 torch.set_num_threads(threads_per_worker)
@@ -260,7 +243,7 @@ def run_sweep(
                                stop=stop)
                         bar.update(len(group))
             else:
-                _run_pool(plan, store, chance, threads_per_worker, bar)
+                _run_jobs(plan, store, chance, threads_per_worker, bar, executor)
         finally:
             bar.close()
         if not shared and all(store.done(plan.run_ids[id(c)]) for c in plan.configs):  # nothing left to resume
@@ -268,42 +251,25 @@ def run_sweep(
         return store.finish(plan.configs, plan.fmt)
 
 
-def _run_pool(plan: Plan, store: ResultStore, chance: dict[str, float | None], threads: int, bar: Progress) -> None:
-    """Run the plan's loops in worker processes. A stop request (testbed/stopping.py) cancels the loops not yet
-    started and waits for the running ones to save themselves, then raises KeyboardInterrupt."""
-    ctx = multiprocessing.get_context("spawn")
-    done = ctx.Value("d", 0.0)  # runs done in the workers, fractions of runs included (`_execute`)
-    with stop_on_signals(StopRequest(ctx.Event())) as stop, \
-            cf.ProcessPoolExecutor(plan.workers, mp_context=ctx, initializer=_worker_init,
-                                   initargs=(threads, os.getpid(), done, stop.event)) as pool:
-        with workers_start_ignoring_sigint():  # submitting starts the worker processes
-            futures = [pool.submit(_execute, [c.to_dict() for c in g], str(store.out),
-                                   {plan.run_ids[id(c)]: chance.get(plan.run_ids[id(c)]) for c in g})
-                       for g in plan.groups]
-        shown = 0.0
-        try:
-            pending = set(futures)
-            while pending:
-                finished, pending = cf.wait(pending, timeout=0.5, return_when=cf.FIRST_COMPLETED)
-                for fut in finished:
-                    if not fut.cancelled() and not isinstance(fut.exception(), KeyboardInterrupt):
-                        fut.result()  # a worker's exception surfaces here
-                if stop():
-                    for fut in pending:
-                        fut.cancel()
-                value = min(float(done.value), float(len(plan.todo)))
-                if value > shown:
-                    bar.update(value - shown)
-                    shown = value
-        except cf.process.BrokenProcessPool:
-            raise RunFailed(f"a worker process died unexpectedly (killed, or out of memory?); finished runs are "
-                            f"saved in {str(store.out)!r}; rerun the same command to resume") from None
-        except BaseException:
-            for f in futures:
-                f.cancel()
-            raise
-        if stop():
-            raise KeyboardInterrupt
+def _run_jobs(plan: Plan, store: ResultStore, chance: dict[str, float | None], threads: int, bar: Progress,
+              executor: Executor) -> None:
+    """Run the plan's loops as jobs of ``executor`` (testbed/executor.py). A stop request cancels the loops not
+    yet started and waits for the running ones to save themselves, then raises KeyboardInterrupt."""
+    jobs = [([c.to_dict() for c in g], str(store.out), {plan.run_ids[id(c)]: chance.get(plan.run_ids[id(c)]) for c in g})
+            for g in plan.groups]
+    shown = [0.0]
+
+    def show(done: float) -> None:
+        value = min(done, float(len(plan.todo)))
+        if value > shown[0]:
+            bar.update(value - shown[0])
+            shown[0] = value
+
+    try:
+        executor.run(_execute, jobs, plan.workers, threads, on_done=show)
+    except WorkerLost as exc:
+        raise RunFailed(f"{exc}; finished runs are saved in {str(store.out)!r}; rerun the same command to resume") \
+            from None
 
 
 def failures(out: str | Path, configs: list[RunConfig]) -> list[dict[str, Any]]:
@@ -323,9 +289,9 @@ def failure_message(out: str | Path, failed: list[dict[str, Any]], total: int) -
 
 def sweep_file(path: str | Path, out: str | Path | None = None, workers: int | None = None,
                fmt: str | None = None, progress: bool = True, loop_size: int | None = None,
-               warn: bool = False, dry_run: bool = False) -> pd.DataFrame | Plan:
+               warn: bool = False, dry_run: bool = False, executor: Executor | None = None) -> pd.DataFrame | Plan:
     """Load, validate and run a sweep file (``out``/``workers``/``fmt``/``loop_size`` override the file's);
-    with ``dry_run``, only check it and return the `Plan` (nothing written)."""
+    with ``dry_run``, only check it and return the `Plan` (nothing written). ``executor``: as `run_sweep`'s."""
     spec = load_file(path)
     settings = file_settings(spec)
     parsed: dict[str, RunSpec] = {}
@@ -341,4 +307,4 @@ def sweep_file(path: str | Path, out: str | Path | None = None, workers: int | N
         return plan
     meta = {"command": "sweep", "file": str(path), "spec": spec}
     return run_sweep(configs, out, workers=workers, fmt=fmt, meta=meta, progress=progress, loop_size=size, warn=warn,
-                     plan=plan)
+                     plan=plan, executor=executor)

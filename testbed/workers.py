@@ -1,7 +1,7 @@
 """Worker processes that end with their parent.
 
-A sweep's worker processes (`testbed.sweep.run_sweep`, ``--workers N``) call `die_with_parent` when
-they start. If the parent is killed (SIGKILL, the out-of-memory killer, a closed terminal), its
+The worker processes of the local pool (testbed/executor.py: a sweep's ``--workers N``) call
+`die_with_parent` when they start. If the parent is killed (SIGKILL, the out-of-memory killer, a closed terminal), its
 workers end too instead of training on, orphaned, and writing results that nobody collects: on
 Linux the kernel sends them SIGKILL (``prctl(PR_SET_PDEATHSIG)``); everywhere, a daemon thread that
 watches the parent's process id ends the worker within ``poll_s`` seconds. Finished runs are on

@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from figures import prereg
+from figures import gac_exact, prereg
 from figures.budgets import Budget, lag_of
 from figures.common import Context, arr, diverged, seed_curves, values
 from figures.confirm import (
@@ -148,7 +148,8 @@ class Evidence(ExperimentEvidence):
     rates per seed (``rates``); the threshold-sensitivity table (``sensitivity``: per variant and level, error
     and action rates per seed); the regime's settings and whether it is the registered one."""
 
-    PER_SEED: ClassVar[tuple[str, ...]] = ("error", "cos", "cos_across", "health", "curves")
+    PER_SEED: ClassVar[tuple[str, ...]] = ("error", "cos", "cos_across", "health", "curves", "cos_exact", "r_minibatch",
+                                           "cos_minibatch")
 
     registered: bool = True
     regime: dict[str, Any] = field(default_factory=dict)
@@ -166,6 +167,15 @@ class Evidence(ExperimentEvidence):
     versions: list[float] = field(default_factory=list)
     curves: dict[str, list[list[float | None]]] = field(default_factory=dict)
     confirmatory: bool = False
+    # GAC's signal without the noise cap (figures/gac_exact.py), per cell of the exact recipe, per seed, over the
+    # learning window ``exact_window`` (the base's, the registered phase rule): ``cos_exact`` the mean exact
+    # consecutive-update cosine, ``r_minibatch`` the learner's minibatch m / B_noise, ``cos_minibatch`` its own
+    # consecutive minibatch cosine; ``exact_until`` the batches the probe measured
+    exact_window: list[float] = field(default_factory=list)
+    exact_until: int = 0
+    cos_exact: dict[str, list[float | None]] = field(default_factory=dict)
+    r_minibatch: dict[str, list[float | None]] = field(default_factory=dict)
+    cos_minibatch: dict[str, list[float | None]] = field(default_factory=dict)
 
 
 def describe(b: Budget) -> str:
@@ -181,9 +191,23 @@ def evidence(ctx: Context) -> Evidence:
     seeds = b.all_seeds("async")
 
     def runs(train: list[int], claims: list | None) -> list[RunConfig]:
+        if claims is None or {"GAC-1", "GAC-2"} & {c.id for c in claims}:
+            # the exact-gradient probe's runs (figures/gac_exact.py; not stored as testbed runs)
+            gac_exact.ensure(ctx.cache, exact_configs(b, tuple(train)), b.async_exact_until, ctx.cached_only,
+                             ctx.protocol_stamp)
         return configs(b, tuple(train)) if claims is None else staged_runs(b, tuple(train), [c.id for c in claims])
 
     return staged(ctx, CLAIMS, b.async_design, seeds, runs, lambda: _evidence(ctx, seeds))
+
+
+def exact_recipe() -> str:
+    """The recipe whose exact consecutive-update cosine GAC-1 reads (the registration's gac.exact_recipe)."""
+    return str(prereg.load().section("gac")["exact_recipe"])
+
+
+def exact_configs(b: Budget, seeds: tuple[int, ...]) -> list[RunConfig]:
+    """The runs the exact-gradient probe re-trains: the GAC-1 base at sync and every stale level."""
+    return [c for d in levels() for c in cell(b, exact_recipe(), d, seeds)]
 
 
 def staged_runs(b: Budget, seeds: tuple[int, ...], claim_ids: list[str]) -> list[RunConfig]:
@@ -210,6 +234,7 @@ def _evidence(ctx: Context, seeds: tuple[int, ...]) -> Evidence:
             if r == "gac":  # how often the projection acts (per seed, second half of training)
                 ev.rates[f"gac|{d}"] = {k: values(table, c, f"gac_{k}_frac", start=0.5).tolist()
                                            for k in ("projected", "skipped")}
+    _exact_evidence(ctx, ev, seeds)
     sens = ctx.rows(sensitivity_configs(b))
     ev.sensitivity = {}
     for name, spec in GAC_VARIANTS.items():
@@ -220,6 +245,25 @@ def _evidence(ctx: Context, seeds: tuple[int, ...]) -> Evidence:
                 "error": values(src, c, "test_error", CHANCE).tolist(),
                 **{k: values(src, c, f"gac_{k}_frac", start=0.5).tolist() for k in ("projected", "skipped")}}
     return ev
+
+
+def _exact_evidence(ctx: Context, ev: Evidence, seeds: tuple[int, ...]) -> None:
+    """The exact-gradient probe's per-seed summaries over the base's learning window (`gac_exact.summary`)."""
+    b = ctx.budget
+    base = ev.curves.get("grpo|sync")
+    if not base:
+        return
+    ph = prereg.load().section("phase")
+    window = learning_window(ev.versions, np.array(base, dtype=float), ph["progress_lo"], ph["progress_hi"])
+    ev.exact_window, ev.exact_until = list(window), b.async_exact_until
+    recipe = exact_recipe()
+    for d in ev.levels:
+        c = cell(b, recipe, d, seeds)
+        ctx.touch([gac_exact.rows_path(ctx.cache, x, b.async_exact_until) for x in c])
+        rows = [gac_exact.summary(gac_exact.load(ctx.cache, x, b.async_exact_until), window) for x in c]
+        ev.cos_exact[f"{recipe}|{d}"] = [r["cos"] for r in rows]
+        ev.r_minibatch[f"{recipe}|{d}"] = [r["r"] for r in rows]
+        ev.cos_minibatch[f"{recipe}|{d}"] = [r["cos_minibatch"] for r in rows]
 
 
 def sensitivity_rows(ev: Evidence) -> list[Outcome]:
@@ -280,8 +324,15 @@ def gac1_parts(cos: dict[str, Any], levels: list[str], base: str = "grpo") -> li
     return parts
 
 
+def _has_exact(ev: Evidence) -> bool:
+    """Whether the exact-gradient probe gave a defined window mean for some seed."""
+    return any(np.isfinite(arr(v)).any() for v in (ev.cos_exact or {}).values())
+
+
 @judged_on(NAME)
 def judge_gac1(ev: Evidence) -> Judgement:
+    if _has_exact(ev):
+        return _exact_judgement(ev)
     per_base = {b: gac1_parts(ev.cos, ev.levels, b) for b in BASES}
     variants = {b: combine(p) for b, p in per_base.items()}
     ours = "; ".join(f"{b}: " + ", ".join(f"{'sync' if d == 'sync' else d} {fmt(arr(ev.cos[f'{b}|{d}']), 2)}"
@@ -289,6 +340,63 @@ def judge_gac1(ev: Evidence) -> Judgement:
     other = [p for b in BASES[1:] for p in per_base[b]]
     return Judgement(ours, per_base["grpo"], variants=variants, note="verdict of the paper's base (grpo); "
                      "pg and tis reported beside it", other_parts=other)
+
+
+def real_r() -> tuple[float, str]:
+    """(the real model's r = update minibatch / noise scale, its fingerprint file): GAC-1's stand-in for the r of
+    the paper's batches (registration, gac.real_fingerprint); (nan, reason) when not recorded."""
+    try:
+        path = real_fingerprint(Path(str(prereg.load().section("gac")["real_fingerprint"])))
+        fp = json.loads(path.read_text())
+        return float(fp["extra"]["update_sequences"]) / float(fp["noise_scale"]), str(path)
+    except (OSError, ValueError, IndexError, KeyError, TypeError, ZeroDivisionError) as exc:
+        return float("nan"), f"no real-model r ({exc!r})"
+
+
+def real_fingerprint(where: Path) -> Path:
+    """The newest SmolLM2 fingerprint file under ``where`` (IndexError when there is none)."""
+    from testbed.stabilizers.fingerprint import newest_files
+
+    return [f for f, _ in newest_files(where) if "smollm2" in f.name.lower()][0]  # noqa: RUF015 (IndexError wanted)
+
+
+def predicted_at(cos_exact: Any, r_level: Any, r_sync: Any, r: float) -> np.ndarray:
+    """Per seed, the minibatch cosine expected at the real model's ``r``: cos_exact x r_l / (1 + r_l), with
+    r_l = r x (the level's r / sync's r) at the regime's own minibatch (the level changes the noise scale)."""
+    scale = arr(r_level) / arr(r_sync)
+    return np.array([c * cosine_cap(x) if np.isfinite(c) and np.isfinite(x) else np.nan
+                     for c, x in zip(arr(cos_exact), r * scale, strict=True)])
+
+
+def _exact_judgement(ev: Evidence) -> Judgement:
+    """GAC-1 on cos_consecutive_exact (r = infinity), the registered rule (`gac1_parts`); beside it the learner's
+    capped minibatch cosine, its r and the cosine predicted at the real model's r (not judged)."""
+    recipe = exact_recipe()
+    parts = [dataclasses.replace(p, name=f"exact gradients: {p.name}") for p in gac1_parts(ev.cos_exact, ev.levels, recipe)]
+    beside = [dataclasses.replace(p, name=f"learner's minibatch cosine (capped): {p.name}", status="n/a")
+              for p in gac1_parts(ev.cos_minibatch, ev.levels, recipe)]
+    r, src = real_r()
+    sync_r = ev.r_minibatch.get(f"{recipe}|{ev.levels[0]}")
+    for d in ev.levels:
+        key = f"{recipe}|{d}"
+        beside.append(reported(f"{recipe}: r = m / B_noise of the learner's minibatch at {d}", arr(ev.r_minibatch.get(key)),
+                               "mean |exact|^2 / (mean |minibatch|^2 - mean |exact|^2) over the window"))
+        if np.isfinite(r):
+            beside.append(reported(f"{recipe}: minibatch cosine predicted at the real model's r = {r:.3f} at {d}",
+                                   predicted_at(ev.cos_exact.get(key), ev.r_minibatch.get(key), sync_r, r),
+                                   f"cos_consecutive_exact x r_l / (1 + r_l), r_l = r x (r at {d} / r at sync); r from {src}"))
+    w = ev.exact_window
+    ours = (f"{recipe}, exact consecutive-update cosine over versions {w[0]:g}-{w[1]:g}: "
+            + ", ".join(f"{d} {fmt(arr(ev.cos_exact[f'{recipe}|{d}']), 3)}" for d in ev.levels)
+            + "; the learner's minibatch cosine: "
+            + ", ".join(f"{d} {fmt(arr(ev.cos_minibatch[f'{recipe}|{d}']), 3)}" for d in ev.levels)
+            + "; r = m / B_noise: " + ", ".join(f"{d} {fmt(arr(ev.r_minibatch[f'{recipe}|{d}']), 3)}" for d in ev.levels)
+            + _tag(ev))
+    return Judgement(ours, parts, note=(
+        "read on exact expected gradients (testbed/gac_signal.py: every action under the batch's behaviour policies, "
+        "the whole training split; r = infinity): a minibatch cosine is this cosine times about r / (1 + r), so a "
+        "sync cosine near 1 here means the minibatch's near-orthogonality at sync is the noise cap, not the update "
+        "direction"), other_parts=beside)
 
 
 def rescue_parts(error: dict[str, Any], levels: list[str], method: str, floor: float,
@@ -441,9 +549,22 @@ def _degrades(ev: Evidence) -> tuple[str, str]:
 
 
 def _stale_aligned(ev: Evidence) -> tuple[str, str]:
-    """grpo's across-batch gradient cosine under staleness above its sync value (GAC's signal)."""
+    """GAC's signal in the base: grpo's exact consecutive-update cosine (figures/gac_exact.py) at some stale level
+    above its sync value (paired, one-sided, margin 0); without the probe, the exploratory reading (the
+    across-batch minibatch cosine)."""
+    if _has_exact(ev):
+        recipe, seen = exact_recipe(), []
+        sync = arr(ev.cos_exact.get(f"{recipe}|{ev.levels[0]}"))
+        for s in ev.levels[1:]:
+            o = superiority(f"exact consecutive-update cosine at {s} above sync", sync,
+                            arr(ev.cos_exact.get(f"{recipe}|{s}")), 0.0, higher=True)
+            seen.append(f"{s}: {fmt_interval(o)} -> {o.status}")
+            if o.status == "holds":
+                return "met", "exact gradients: " + "; ".join(seen)
+        return "failed", ("no stale level where grpo's exact consecutive-update cosine is significantly above sync's ("
+                          + "; ".join(seen) + ")")
     if ev.confirmatory:
-        return "met", "not a precondition of the registered design (GAC-1 reads the signal where it is not capped)"
+        return "unknown", "the exact-gradient probe measured nothing in the learning window (figures/gac_exact.py)"
     ca = ev.cos_across or {}
     sync = arr(ca.get("grpo|sync"))
     if not np.isfinite(sync).any():
@@ -465,7 +586,15 @@ def _uncapped(ev: Evidence) -> tuple[str, str]:
     """GAC-1's registered precondition: the cosine is read where the noise does not cap it, r = m / B_noise >=
     gac.r_min (m the minibatch in samples, B_noise the regime's noise scale from its fingerprint); else its
     expected value sits near r / (1 + r) whatever staleness does (`figures.confirm.cosine_cap`)."""
+    if _has_exact(ev):
+        w = ev.exact_window
+        return "met", (f"read on exact expected gradients (r = infinity; testbed/gac_signal.py) over the learning "
+                       f"window, versions {w[0]:g}-{w[1]:g}")
     r_min = float(prereg.load().section("gac")["r_min"])
+    w = ev.exact_window
+    if w and not w[1] <= ev.exact_until:
+        return "failed", (f"the exact-gradient probe measured batches below {ev.exact_until}; the learning window "
+                          f"{w[0]:g}-{w[1]:g} is not inside it")
     try:
         m = float(ev.regime["batch_size"]) / float(ev.regime["minibatches"])
         b_noise = float(json.loads(FINGERPRINT.read_text())["noise_scale"])
@@ -488,12 +617,10 @@ def _fingerprint_matches(ev: Evidence) -> tuple[str, str]:
     real model's token level for token level (`figures.confirm.fingerprint_gap`; the newest SmolLM2 file)."""
     if not ev.confirmatory:
         return "met", "a precondition of the registered design only"
-    from testbed.stabilizers.fingerprint import newest_files
-
     ph = prereg.load().section("phase")
     try:
         mine = json.loads(FINGERPRINT.read_text())
-        real_files = [f for f, _ in newest_files(REAL_FINGERPRINTS) if "smollm2" in f.name.lower()]
+        real_files = [real_fingerprint(REAL_FINGERPRINTS)]
         real = json.loads(real_files[0].read_text())
     except (OSError, ValueError, IndexError) as exc:
         return "unknown", f"no testbed or real-model fingerprint to compare ({exc!r})"
@@ -517,14 +644,16 @@ _HEALTHY = healthy_base(lambda ev: ["grpo|sync"],
 _DEGRADING = Precondition("the base (grpo) degrades under staleness", _degrades,
                           "a regime in which grpo's error rises by at least 2 points at some staleness level")
 _UNCAPPED = Precondition(
-    "the cosine is read where the gradient noise does not cap it (r = m / B_noise >= gac.r_min)", _uncapped,
-    "log the consecutive-update cosine of gradients accumulated over >= r_min x B_noise samples "
-    "(figures.confirm.accumulated_cosines) and of exact expected gradients, at sync and each stale level, with the "
-    "cap r / (1 + r) beside it: one extra gradient per accumulated block on the runs the design already trains")
+    "the cosine is read where the gradient noise does not cap it (exact gradients, or r = m / B_noise >= gac.r_min)",
+    _uncapped,
+    "run the exact-gradient probe (figures/gac_exact.py, testbed/gac_signal.py) through the learning window at "
+    "sync and each stale level: one exact gradient over the training split per optimizer step of the measured "
+    "batches, on the runs the design already trains")
 _FINGERPRINT = Precondition(
     "the base's token-level fingerprint at the registered version matches the real model's", _fingerprint_matches,
     "a regime whose base matches the real model's token-level ESS and clip fraction by lag in its learning phase")
-_ALIGNED = Precondition("the base shows the stale-aligned signal (across-batch cosine above sync's)", _stale_aligned,
+_ALIGNED = Precondition("the base shows the stale-aligned signal (exact consecutive-update cosine above sync's)",
+                        _stale_aligned,
                         "a regime where consecutive batches' gradients align under staleness and not at sync "
                         "(minibatches of whole prompt groups, m well below the gradient noise scale)")
 
@@ -541,15 +670,20 @@ _RESCUE_RULE = (
 
 CLAIMS = (
     Claim("GAC-1", "consecutive policy gradients: high cosine under async, near orthogonal under sync", "2603.01501",
-          "qualitative", NAME, "async-GRPO regime, per base (grpo = the paper's, pg, tis), sync and each staleness "
-          "level; per-seed mean of the consecutive-step gradient cosine over the second half of training", (BAND,),
-          "Per base: the sync cosine's 90% interval lies inside (-0.2, 0.2), and at every staleness level the "
-          "cosine's 90% interval lies above 0.2 ('direction only' where it is significantly above sync but not "
-          "above 0.2). The verdict is grpo's; pg and tis are reported beside it.",
+          "qualitative", NAME, "async-GRPO regime, grpo (the paper's base) at sync and each staleness level: per seed, "
+          "the mean over the learning window of cos_consecutive_exact, the cosine between the exact expected raw "
+          "gradients of consecutive optimizer steps (every action under the batch's behaviour policies, the whole "
+          "training split: r = infinity; testbed/gac_signal.py). Without that measurement (runs made before the "
+          "probe): the learner's own consecutive-step cosine over the second half of training, per base (grpo, pg, "
+          "tis), capped at about r / (1 + r)", (BAND,),
+          "The sync cosine's 90% interval lies inside (-0.2, 0.2), and at every staleness level the cosine's 90% "
+          "interval lies above 0.2 ('direction only' where it is significantly above sync but not above 0.2). "
+          "Beside it, not judged: the learner's minibatch cosine, r = m / B_noise of its minibatch, and the cosine "
+          "predicted at the real model's r.",
           judge_gac1, ("grad_cosine", "stability_map", "quadratic_gac"),
           preconditions=(_HEALTHY, _UNCAPPED, _FINGERPRINT),
           cells=_recipe_cells(("grpo",)),
-          seed_values=("cos", "mean consecutive-step gradient cosine over the second half of training"),
+          seed_values=("cos_exact", "mean exact consecutive-update cosine over the learning window"),
           mechanism="delayed SGD on a noisy quadratic: without delay the lag-1 autocorrelation of applied gradients "
           "is exactly -a/2; with delay it turns positive (theory/delayed_optimization.py, result 2; figure "
           "stability_map). In the regime the minibatches are whole prompt groups and a minibatch is a small "

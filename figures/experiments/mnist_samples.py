@@ -104,8 +104,12 @@ def evidence(ctx: Context) -> Evidence:
     def runs(train: list[int], claims: list | None) -> list[RunConfig]:
         # the exact-gradient and cross-entropy runs of these seeds are trained here (they are not testbed runs);
         # tiny quick runs train in this process: spawning workers would cost more than the training
-        oracle_runs.ensure(ctx.cache, oracle_jobs(b, tuple(train)), b.mnist_steps, b.mnist_log,
-                           1 if b.quick else ctx.workers, ctx.cached_only)
+        jobs = oracle_jobs(b, tuple(train))
+        new = [p for p in (oracle_runs.rows_path(ctx.cache, k, s, b.mnist_steps, b.mnist_log) for k, s in jobs)
+               if not p.is_file()]
+        oracle_runs.ensure(ctx.cache, jobs, b.mnist_steps, b.mnist_log, 1 if b.quick else ctx.workers, ctx.cached_only)
+        if not ctx.cached_only:
+            ctx.stamp_records(p for p in new if p.is_file())  # trained now: the protocol stamp
         return configs(b, tuple(train)) if claims is None else staged_runs(b, tuple(train), [c.id for c in claims])
 
     return staged(ctx, CLAIMS, b.mnist_design, seeds, runs, lambda: _evidence(ctx, seeds))

@@ -134,3 +134,18 @@ def test_learning_rate_schedule_per_phase():
     assert phase_lr(p - 1, s) == pytest.approx(s.min_lr_ratio * s.lr)  # cosine end of pretraining
     assert phase_lr(p, s) == pytest.approx(s.sft_lr / w)  # fine-tuning warms up again to its own peak
     assert phase_lr(p + s.sft_steps - 1, s) == pytest.approx(s.min_lr_ratio * s.sft_lr)
+
+
+def test_diagnose_reports_consistent_shares_and_zero_kl_to_itself(two_tiny_builds, monkeypatch):
+    from llm_scale.pocket_design import diagnose
+
+    monkeypatch.setenv("STALENESS_TESTBED_MODELS", str(two_tiny_builds[0].parent))
+    out = diagnose([str(two_tiny_builds[0])], base="pocket-tiny", problems=16, sampled=4, group=2)
+    base, same = out["pocket-tiny"], out[str(two_tiny_builds[0])]
+    assert base["kl_to_base_per_token"] == 0.0 and abs(same["kl_to_base_per_token"]) < 1e-6  # the same weights
+    assert same["greedy_accuracy"] == base["greedy_accuracy"] and same["entropy_per_token"] == base["entropy_per_token"]
+    for kind in ("greedy", "sampled"):
+        k, acc = base[f"{kind}_known_share"], base[f"{kind}_accuracy"]
+        parts = [(k, base[f"{kind}_accuracy_known"]), (1 - k, base[f"{kind}_accuracy_unknown"])]
+        assert acc == pytest.approx(sum(w * a for w, a in parts if w > 0))  # the split adds up
+        assert base[f"{kind}_equation_wrong"] <= base[f"{kind}_writes_equation"] <= 1

@@ -30,21 +30,21 @@ def committed(monkeypatch):
 def test_first_confirmatory_report_records_the_rules_and_later_ones_are_checked_against_them(tmp_path, committed):
     reg = committed
     seeds = reg.seeds("async")
-    meta = claims.protocol(tmp_path, reg, _rows(seeds), ROOT)
+    meta = claims.protocol(tmp_path, reg, _rows(seeds), ROOT, {reg.sha256: 3})
     assert meta["label"] == "confirmatory" and meta["label_reasons"] == []
     assert meta["judged_seeds"] == [10000, 10029] and meta["seed_block"] == [10000, 10099]
     first = json.loads((tmp_path / "preregistration.json").read_text())
     assert first["sha256"] == reg.sha256 and first["commit"] == "c0ffee"
-    assert claims.protocol(tmp_path, reg, _rows(seeds), ROOT)["label"] == "confirmatory"
+    assert claims.protocol(tmp_path, reg, _rows(seeds), ROOT, {reg.sha256: 3})["label"] == "confirmatory"
     # the rules changed after the first confirmatory run: refused
     (tmp_path / "preregistration.json").write_text(json.dumps({**first, "sha256": "f" * 64}))
-    meta = claims.protocol(tmp_path, reg, _rows(seeds), ROOT)
+    meta = claims.protocol(tmp_path, reg, _rows(seeds), ROOT, {reg.sha256: 3})
     assert meta["label"] == "exploratory" and "rules changed" in meta["label_reasons"][0]
 
 
 def test_judges_that_do_not_read_the_registration_refuse_the_label(tmp_path, committed, monkeypatch):
     monkeypatch.setattr(claims, "WIRED", frozenset(committed.claims) - {"AREAL-1", "DDG-3"})
-    meta = claims.protocol(tmp_path, committed, _rows(committed.seeds("async")), ROOT)
+    meta = claims.protocol(tmp_path, committed, _rows(committed.seeds("async")), ROOT, {committed.sha256: 3})
     assert meta["label"] == "exploratory"
     assert meta["label_reasons"] == ["the judges of AREAL-1, DDG-3 do not read their pre-registered endpoint and "
                                      "estimator"]
@@ -54,17 +54,52 @@ def test_another_friction_preset_refuses_the_label(tmp_path, committed, monkeypa
     import testbed.frictions
 
     monkeypatch.setattr(testbed.frictions, "TOKEN_REVERSAL_PRESET", "G9")
-    meta = claims.protocol(tmp_path, committed, _rows(committed.seeds("async")), ROOT)
+    meta = claims.protocol(tmp_path, committed, _rows(committed.seeds("async")), ROOT, {committed.sha256: 3})
     assert meta["label"] == "exploratory"
     assert meta["label_reasons"] == ["the code's token-reversal preset is 'G9', the registered one 'F1'"]
 
 
 def test_exploratory_seeds_refuse_the_label(tmp_path, committed):
-    meta = claims.protocol(tmp_path, committed, _rows(range(15)), ROOT)
+    meta = claims.protocol(tmp_path, committed, _rows(range(15)), ROOT, {committed.sha256: 3})
     assert meta["label"] == "exploratory"
     assert any("outside the block" in w for w in meta["label_reasons"])
     assert any("appear in earlier records" in w for w in meta["label_reasons"])
     assert not (tmp_path / "preregistration.json").exists()
+
+
+def test_run_records_without_the_registrations_stamp_refuse_the_label(tmp_path, committed):
+    """Every confirmatory run record carries the stamp (`Context.stamp_records` on the runs an invocation trains);
+    a record without it, or with another registration's digest, keeps the report exploratory."""
+    from figures import budgets
+    from figures.common import Context, stamps
+
+    reg = committed
+    trained, reused, foreign = (tmp_path / f"{n}.csv" for n in ("trained", "reused", "foreign"))
+    for rows in (trained, reused, foreign):
+        rows.write_text("step\n1\n")
+        rows.with_suffix(".json").write_text(json.dumps({"run_id": rows.stem}))
+    foreign.with_suffix(".json").write_text(json.dumps({"preregistration": {"sha256": "e" * 64}}))
+    ctx = Context(out=tmp_path, cache=tmp_path)
+    ctx.stamp_records([trained])  # outside the confirmatory budget: nothing written
+    assert stamps([trained]) == {"none": 1}
+    budgets.activate(budgets.confirmatory_budget(reg))
+    try:
+        Context(out=tmp_path, cache=tmp_path).stamp_records([trained])
+    finally:
+        budgets.activate(None)
+    assert json.loads(trained.with_suffix(".json").read_text())["preregistration"]["sha256"] == reg.sha256
+    seeds = reg.seeds("async")
+    ok = claims.protocol(tmp_path / "a", reg, _rows(seeds), ROOT, stamps([trained]))
+    assert ok["label"] == "confirmatory" and ok["record_stamps"] == {reg.sha256: 1}
+    for files, why in (([trained, reused], "1 unstamped"), ([trained, foreign], "1 stamped eeeeeeeeeeee")):
+        meta = claims.protocol(tmp_path / "b", reg, _rows(seeds), ROOT, stamps(files))
+        assert meta["label"] == "exploratory"
+        assert meta["label_reasons"] == [f"run records without this pre-registration's stamp: {why}"]
+    meta = claims.protocol(tmp_path / "c", reg, _rows(seeds), ROOT)
+    assert meta["label"] == "exploratory" and "no run record's protocol stamp" in meta["label_reasons"][0]
+    # the report reads the stamps the figures' evidence payloads recorded (the most any payload counts)
+    assert claims.record_stamps({"a": {"stamps": {reg.sha256: 2}}, "b": {"stamps": {reg.sha256: 5, "none": 1}},
+                                 "c": {}}) == {reg.sha256: 5, "none": 1}
 
 
 def test_report_carries_the_design_edges_and_the_table_prints_it(tmp_path):

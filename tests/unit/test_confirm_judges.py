@@ -264,3 +264,54 @@ def test_dg1_reads_the_learning_phase_from_pg_at_one_sample():
     assert [p["status"] for p in j.preconditions] == ["met", "met"]
     assert [p.status for p in j.parts] == ["holds", "holds"] and j.verdict == "reproduced"
     assert any(p.name.startswith("secondary, final error") for p in j.other_parts)
+
+
+def _exact_evidence(cos: dict[str, list[float]], r: dict[str, list[float]] | None = None) -> ag.Evidence:
+    rec = "grpo"
+    r = r or {d: [0.25] * len(v) for d, v in cos.items()}
+    return ag.Evidence(grid="t", seeds=list(range(10000, 10000 + len(cos["sync"]))), levels=list(cos),
+                       exact_window=[30.0, 70.0], exact_until=200,
+                       cos_exact={f"{rec}|{d}": v for d, v in cos.items()},
+                       r_minibatch={f"{rec}|{d}": v for d, v in r.items()},
+                       cos_minibatch={f"{rec}|{d}": [0.2 * x for x in v] for d, v in cos.items()})
+
+
+def test_gac1_reads_the_exact_cosine_and_its_rule_where_the_probe_measured():
+    rng = np.random.default_rng(0)
+    near_one = {d: list(0.97 + 0.005 * rng.standard_normal(N)) for d in LEVELS}
+    j = ag.judge_gac1(_exact_evidence(near_one))
+    assert [p.name.split(":")[0] for p in j.parts] == ["exact gradients"] * 2
+    assert [p.status for p in j.parts] == ["fails", "holds"]  # aligned at sync too: not near orthogonal
+    assert ag._uncapped(_exact_evidence(near_one))[0] == "met"
+    assert "r = infinity" in ag._uncapped(_exact_evidence(near_one))[1]
+    orth = {"sync": list(0.01 * rng.standard_normal(N)), LEVELS[1]: list(0.6 + 0.02 * rng.standard_normal(N))}
+    assert [p.status for p in ag.judge_gac1(_exact_evidence(orth)).parts] == ["holds", "holds"]
+    # beside the verdict: the learner's capped cosine, r per level and the prediction at the real model's r
+    names = [p.name for p in j.other_parts]
+    assert any(n.startswith("learner's minibatch cosine (capped)") for n in names)
+    assert sum("predicted at the real model's r" in n for n in names) == len(LEVELS)
+
+
+def test_prediction_at_the_real_models_r_scales_by_the_levels_noise():
+    """cos x r_l / (1 + r_l), r_l = r x (r at the level / r at sync): exact numbers."""
+    got = ag.predicted_at([0.9, float("nan")], [0.5, 0.5], [0.25, 0.25], 0.04)
+    assert got[0] == pytest.approx(0.9 * 0.08 / 1.08) and math.isnan(got[1])
+
+
+def test_gac2_premise_reads_the_exact_cosine_above_sync():
+    rng = np.random.default_rng(1)
+    same = {d: list(0.97 + 0.005 * rng.standard_normal(N)) for d in LEVELS}
+    status, text = ag._stale_aligned(_exact_evidence(same))
+    assert status == "failed" and "exact consecutive-update cosine" in text
+    up = {"sync": same["sync"], LEVELS[1]: [x + 0.02 for x in same["sync"]]}
+    assert ag._stale_aligned(_exact_evidence(up))[0] == "met"
+    # the registered design without the probe's measurement: unknown, never the capped reading
+    assert ag._stale_aligned(ag.Evidence(grid="t", seeds=[10000], levels=LEVELS, confirmatory=True))[0] == "unknown"
+
+
+def test_a_window_the_probe_did_not_reach_is_not_testable(tmp_path, monkeypatch):
+    monkeypatch.setattr(ag, "FINGERPRINT", tmp_path / "none.json")
+    ev = ag.Evidence(grid="t", seeds=[10000], levels=LEVELS, exact_window=[30.0, 250.0], exact_until=200,
+                     cos_exact={"grpo|sync": [float("nan")], f"grpo|{LEVELS[1]}": [float("nan")]})
+    status, text = ag._uncapped(ev)
+    assert status == "failed" and "not inside it" in text

@@ -100,6 +100,8 @@ def test_pilot_design_numbers(tmp_path):
     assert out["chosen_lr"] == 1e-3 and out["chosen_learns"]
     # paired drops: lr 1e-4: 0.05, 0.09; lr 1e-3: 0.10, 0.04 -> pooled SD sqrt((0.0008 + 0.0018) / 2)
     assert math.isclose(out["AREAL-1/GAC-2"]["sd"], math.sqrt(0.0013)) and out["AREAL-1/GAC-2"]["df"] == 2
+    floor = math.sqrt(2 * 0.68 * 0.32 / 512)  # sync score 0.68 at the chosen rate, 512 problems
+    assert math.isclose(out["AREAL-1/GAC-2"]["binomial_floor_sd"], floor) and floor < math.sqrt(0.0013)
     assert math.isclose(out["seconds_per_update"], 2.0)  # 60 s over 30 updates
     assert out["VCPO-1"]["events"] == 0 and out["VCPO-1"]["needed_is_lower_bound"]
 

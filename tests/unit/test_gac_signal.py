@@ -1,0 +1,141 @@
+"""The exact expected gradient behind ``cos_consecutive_exact`` (testbed/gac_signal.py), on closed forms."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from testbed.config import RunConfig
+from testbed.gac_signal import Probe, advantage_means, expected_loss, noise_ratio, steps_mean
+from testbed.runner import Runner
+from testbed.stabilizers import build
+from testbed.stabilizers.advantages import Group
+
+
+@pytest.mark.parametrize("p", [0.0, 0.3, 0.9])
+def test_group_advantage_means_equal_the_enumeration_of_every_group(p: float) -> None:
+    """E[A | r] of GRPO's z-score, by enumerating all 2^G reward vectors through the project's own `Group`."""
+    g = 4
+    sums = {1: 0.0, 0: 0.0}
+    probs = {1: 0.0, 0: 0.0}
+    for rewards in itertools.product((0.0, 1.0), repeat=g):
+        prob = math.prod(p if r else 1 - p for r in rewards)
+        a = Group()(torch.tensor(rewards), group_ids=torch.zeros(g, dtype=torch.long))
+        first = int(rewards[0])  # condition on the first member's reward
+        sums[first] += prob * float(a[0])
+        probs[first] += prob
+    a1, a0 = advantage_means("group", torch.tensor([p]), g)
+    for r, got in ((1, a1), (0, a0)):
+        want = sums[r] / probs[r] if probs[r] > 0 else None
+        if want is not None:
+            assert float(got) == pytest.approx(want, abs=1e-6)
+
+
+def _two_action(recipe: str, theta: torch.Tensor, logmu: torch.Tensor, group: int = 1) -> torch.Tensor:
+    """The exact expected loss gradient of a one-context, two-action softmax bandit with logits ``theta``."""
+    theta = theta.clone().requires_grad_(True)
+    logp = torch.log_softmax(theta, -1)[None]
+    loss = expected_loss(build(recipe), logp, [(1.0, logmu[None])], torch.tensor([0]), group)
+    return torch.autograd.grad(loss, theta)[0]
+
+
+def test_on_policy_pg_gradient_is_minus_the_gradient_of_the_expected_reward() -> None:
+    """pg with raw rewards, behaviour = policy: -grad pi_0 = -pi_0 (1 - pi_0) (1, -1) for reward 1[a = 0]."""
+    theta = torch.tensor([0.3, -0.4], dtype=torch.float64)
+    pi0 = float(torch.softmax(theta, -1)[0])
+    got = _two_action("raw+pg", theta, torch.log_softmax(theta, -1))
+    want = -pi0 * (1 - pi0) * torch.tensor([1.0, -1.0], dtype=torch.float64)
+    assert torch.allclose(got, want, atol=1e-12)
+
+
+def test_stale_ppo_drops_the_clipped_action_exactly() -> None:
+    """PPO (eps 0.2) with raw rewards from a stale mu: action 0 (reward 1, A = 1) has ratio pi_0 / mu_0 > 1.2, so
+    its term is clipped (zero gradient); action 1 (A = 0) adds nothing: the expected gradient is exactly zero.
+    With mu_0 such that the ratio is inside the clip range, it is -mu_0 * rho_0 * grad log pi_0 = -grad pi_0."""
+    theta = torch.tensor([1.0, -1.0], dtype=torch.float64)
+    pi = torch.softmax(theta, -1)
+    far = torch.log(torch.tensor([0.5, 0.5], dtype=torch.float64))  # ratio pi_0 / 0.5 = 1.76 > 1.2
+    assert torch.count_nonzero(_two_action("raw+ppo", theta, far)) == 0
+    near = torch.log(torch.tensor([float(pi[0]) / 1.1, 1 - float(pi[0]) / 1.1], dtype=torch.float64))
+    pi0 = float(pi[0])
+    want = -pi0 * (1 - pi0) * torch.tensor([1.0, -1.0], dtype=torch.float64)
+    assert torch.allclose(_two_action("raw+ppo", theta, near), want, atol=1e-12)
+
+
+def test_group_advantages_weight_each_action_by_its_conditional_mean() -> None:
+    """grpo on policy: sum_a pi_a E[A | r_a] (-grad log pi_a), with E[A | r] from `advantage_means`."""
+    theta = torch.tensor([0.2, 0.1], dtype=torch.float64)
+    pi = torch.softmax(theta, -1)
+    a1, a0 = advantage_means("group", pi[:1], 10)
+    grad_logpi = torch.stack([torch.tensor([1.0, 0.0]) - pi, torch.tensor([0.0, 1.0]) - pi]).double()
+    want = -(pi[0] * a1 * grad_logpi[0] + pi[1] * a0 * grad_logpi[1])
+    got = _two_action("grpo", theta, torch.log_softmax(theta, -1), group=10)
+    assert torch.allclose(got, want, atol=1e-6)
+
+
+def test_unsupported_recipes_are_refused() -> None:
+    with pytest.raises(ValueError, match="surrogate"):
+        _two_action("dg", torch.zeros(2, dtype=torch.float64), torch.log(torch.tensor([0.5, 0.5])).double())
+    with pytest.raises(ValueError, match="advantage"):
+        advantage_means("opob", torch.tensor([0.5]), 10)
+
+
+def test_noise_ratio_inverts_the_minibatch_norm_excess() -> None:
+    """E|g_k|^2 = |g|^2 (1 + 1 / r): norms 1 and sqrt(1 + 1/4) give r = 4; no excess is undefined."""
+    assert noise_ratio([1.0, 1.0], [math.sqrt(1.25)] * 2) == pytest.approx(4.0)
+    assert math.isnan(noise_ratio([1.0], [1.0]))
+    assert math.isnan(noise_ratio([float("nan")], [2.0]))
+
+
+def test_steps_mean_reads_only_the_window() -> None:
+    assert steps_mean([1, 1, 2, 3, 4], [0.0, 1.0, 2.0, np.nan, 9.0], (1, 3)) == pytest.approx(1.0)
+    assert math.isnan(steps_mean([1, 2], [1.0, 2.0], (float("nan"), 2)))
+    assert math.isnan(steps_mean([1, 2], [1.0, 2.0], (5, 6)))
+
+
+def test_the_probe_leaves_training_bit_for_bit_and_measures_every_step() -> None:
+    cfgs = [RunConfig(task="mnist", recipe="grpo", delay=d, seed=3, steps=6, log_every=3, regime="async_grpo")
+            for d in ("sync", "bounded:8,4")]
+    plain = Runner(cfgs).run()
+    runner = Runner(cfgs)
+    probe = Probe(runner, until=4)
+    watched = runner.run()
+    for a, b in zip(plain, watched, strict=True):
+        assert a.rows == b.rows
+    for rows in probe.rows:
+        assert [r["k"] for r in rows] == list(range(8))  # 4 batches x 2 minibatches, then nothing
+        assert math.isnan(rows[0]["cos_consecutive_exact"])
+        cos = np.array([r["cos_consecutive_exact"] for r in rows[1:]])
+        assert np.all((cos > -1) & (cos <= 1 + 1e-9))
+        # the minibatch gradient is an estimate of the exact one: noisier, so longer on average
+        assert np.mean([r["norm_minibatch"] for r in rows]) > np.mean([r["norm_exact"] for r in rows])
+
+
+def test_the_probe_refuses_a_recipe_it_cannot_take_exactly() -> None:
+    with pytest.raises(ValueError, match="surrogate"):
+        Probe(Runner([RunConfig(task="mnist", recipe="dg", seed=0, steps=2)]), until=1)
+
+
+def test_figures_summary_is_undefined_outside_the_measured_batches():
+    from figures.gac_exact import summary
+
+    rows = [{"step": s, "cos_consecutive_exact": c, "norm_exact": 1.0, "norm_minibatch": math.sqrt(1.25),
+             "cos_minibatch_prev": 0.1} for s, c in ((1, float("nan")), (2, 0.5), (3, 0.7), (4, 0.9))]
+    rec = {"settings": {"until": 4}, "probe": rows}
+    got = summary(rec, (2.0, 3.0))
+    assert got["cos"] == pytest.approx(0.6) and got["r"] == pytest.approx(4.0) and got["cos_minibatch"] == 0.1
+    assert all(math.isnan(v) for v in summary(rec, (2.0, 5.0)).values())  # the window ends after the probe
+    assert all(math.isnan(v) for v in summary(None, (2.0, 3.0)).values())
+
+
+def test_exploration_refuses_the_confirmatory_block(tmp_path, capsys):
+    from figures.gac_exact import main
+
+    assert main(["--seeds", "3", "10000", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "10000" in err[0] and "exploratory seeds are 0 .. 9999" in err[0]
+    assert not any(tmp_path.iterdir())
