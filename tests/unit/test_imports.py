@@ -118,7 +118,6 @@ def circles(graph: dict[str, dict[str, int]]) -> list[frozenset[str]]:
 KNOWN_CIRCLES = {
     frozenset({"testbed.codeprint", "testbed.plan", "testbed.results"}),  # config_code builds a task through plan
     frozenset({"llm_scale.models", "llm_scale.pocket"}),  # models lists pocket models; pocket builds in the cache
-    frozenset({"llm_scale.budget", "llm_scale.cli", "llm_scale.fingerprint"}),  # parse lives in the CLI
 }
 
 
