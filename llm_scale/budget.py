@@ -36,21 +36,16 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .config import ModelAndTask
 from .generation import hit_budget
 
 CONFIDENCE = 0.95
 
 
 @dataclass
-class BudgetArgs:
+class BudgetArgs(ModelAndTask):
     """Measure how the completion budget changes a model's rewards on a task (see llm_scale/budget.py)."""
 
-    model: str = "smollm2-135m-instruct"
-    """model: a known name (python -m llm_scale models), a .gguf file, a directory, or tiny"""
-    task: str = "arithmetic(max_operand=20)"
-    """task spec (python -m llm_scale tasks)"""
-    data: str | None = None
-    """data file for tasks that read one"""
     max_new_tokens: int | None = None
     """the budget under test (default: the task's budget for the prompt style, as train)"""
     longer: int | None = None

@@ -48,16 +48,26 @@ FLOAT_RANGES: dict[str, tuple[float, bool, float]] = {
 
 
 @dataclass
-class TrainConfig:
+class ModelAndTask:
+    """The model and the task: the first options of every LLM command (train, fingerprint, budget), declared
+    here once. The defaults are the measuring commands'; `TrainConfig` overrides them with a model and task
+    that need no download."""
+
+    model: str = "smollm2-135m-instruct"
+    """'tiny' (built locally, no download), a known name (python -m llm_scale models), 'random:qwen2.5-0.5b' (that architecture, random weights), a .gguf file, a local directory, or a hub id"""
+    task: str = "arithmetic(max_operand=20)"
+    """task spec, e.g. 'arithmetic(max_operand=20)'; tasks: copy, arithmetic, countdown, gsm8k, prompts (python -m llm_scale tasks), or package.module:factory"""
+    data: str | None = None
+    """data file for the tasks that read one (gsm8k: JSONL, question/answer per line; prompts: parquet or JSONL)"""
+
+
+@dataclass
+class TrainConfig(ModelAndTask):
     """Asynchronous GRPO on a Hugging Face causal LM with a testbed stabilizer recipe."""
 
-    # -- what to train ----------------------------------------------------------------------------
+    # -- what to train (model, task, data: `ModelAndTask`) ------------------------------------------
     model: str = "tiny"
-    """'tiny' (built locally, no download), 'random:qwen2.5-0.5b' (that architecture, random weights), a local directory, or a hub id"""
     task: str = "copy"
-    """task spec, e.g. 'arithmetic(max_operand=20)'; tasks: copy, arithmetic, countdown, gsm8k"""
-    data: str | None = None
-    """JSONL file for the gsm8k task (question/answer per line)"""
     recipe: str = "pg"
     """stabilizer recipe spec, e.g. 'dg', 'tis(c=2)+ess_lr' (python -m llm_scale recipes)"""
     seed: int = 0

@@ -41,21 +41,16 @@ from testbed.stabilizers import fingerprint as fp
 from testbed.util.files import atomic_open
 from testbed.util.provenance import source
 
+from .config import ModelAndTask
 from .generation import hit_budget
 
 MEASURE_SEED_OFFSET = 1_000_000  # batch indices of the measurement batches (disjoint from the updates' 0, 1, ...)
 
 
 @dataclass
-class FingerprintArgs:
+class FingerprintArgs(ModelAndTask):
     """Measure the staleness fingerprint of a model on a task (see llm_scale/fingerprint.py)."""
 
-    model: str = "smollm2-135m-instruct"
-    """model: a known name (python -m llm_scale models), a .gguf file, a directory, or tiny"""
-    task: str = "arithmetic(max_operand=20)"
-    """task spec (python -m llm_scale tasks)"""
-    data: str | None = None
-    """data file for tasks that read one"""
     recipe: str = "grpo"
     """recipe whose advantages and loss give the gradients and the updates"""
     prompts: int = 64

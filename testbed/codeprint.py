@@ -152,6 +152,19 @@ def source_digest(*objs: Any) -> str:
 
 def run_code(spec: Any, task: Any) -> dict[str, str]:
     """The fingerprint of the code a run of ``spec`` (a `testbed.config.RunSpec`) on ``task`` runs, by part."""
+    return _code(spec, type(task))
+
+
+def config_code(config: Any) -> dict[str, str]:
+    """`run_code` of a `testbed.config.RunConfig`, parsed; the task is not built: its class is what the fingerprint
+    reads (`testbed.tasks.make_task` gives an instance of `testbed.tasks.task_class`)."""
+    from testbed.tasks import task_class
+
+    spec = config.parse()
+    return _code(spec, task_class(spec.config.task))
+
+
+def _code(spec: Any, task_type: type) -> dict[str, str]:
     from testbed.runner import Runner
 
     recipe = spec.recipe
@@ -159,17 +172,9 @@ def run_code(spec: Any, task: Any) -> dict[str, str]:
            f"surrogate {recipe.surrogate.name}": source_digest(type(recipe.surrogate))}
     for t in recipe.transforms:
         out[f"transform {t.name}"] = source_digest(type(t))
-    out[f"task {spec.config.task}"] = source_digest(type(task))
+    out[f"task {spec.config.task}"] = source_digest(task_type)
     out["loop"] = source_digest(Runner, type(spec.staleness), type(spec.frictions))
     return out
-
-
-def config_code(config: Any) -> dict[str, str]:
-    """`run_code` of a `testbed.config.RunConfig` (parsed, its task built once per process)."""
-    from testbed.plan import build_task
-
-    spec = config.parse()
-    return run_code(spec, build_task(spec))
 
 
 def stale_parts(recorded: dict[str, str] | None, current: dict[str, str]) -> list[str]:

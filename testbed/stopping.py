@@ -1,7 +1,7 @@
 """Stopping a sweep without losing work.
 
 The first Ctrl-C (SIGINT) or SIGTERM asks every loop in progress to stop after its current learner step:
-the loop is then whole (every run at the same version) and saves itself (`testbed.runner.Interrupted`,
+the loop is then whole (every run at the same version) and saves itself (`testbed.state.Interrupted`,
 `Runner.save`, in ``OUT/checkpoints/``); loops not yet started are not started; finished runs are on disk
 already. Rerunning the same command resumes each saved loop at its step and finishes it exactly as an
 uninterrupted one would have. A second Ctrl-C stops at once (the loops in progress then start over).
