@@ -116,10 +116,7 @@ def circles(graph: dict[str, dict[str, int]]) -> list[frozenset[str]]:
 # Circles whose removal is under way in the modules named; any other circle fails the suite at once, and the suite
 # asserts that there is none at all once these are gone.
 KNOWN_CIRCLES = {
-    frozenset({"testbed.actor", "testbed.learner", "testbed.runner"}),  # the loop's state, shared through RunState
-    frozenset({"testbed.codeprint", "testbed.plan", "testbed.results"}),  # config_code builds a task through plan
     frozenset({"llm_scale.models", "llm_scale.pocket"}),  # models lists pocket models; pocket builds in the cache
-    frozenset({"llm_scale.budget", "llm_scale.cli", "llm_scale.fingerprint"}),  # parse lives in the CLI
 }
 
 
