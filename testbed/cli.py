@@ -65,38 +65,33 @@ def _parser_common(p: argparse.ArgumentParser) -> None:
                         "started on this machine)")
 
 
-def _run_parser(task_opts: dict[str, Any] | None = None) -> argparse.ArgumentParser:
-    from testbed.config import DEFAULTS, MINIBATCH_SPLITS, OPTIMIZERS, PROXIMAL
-    from testbed.regimes import REGIMES
-    from testbed.stabilizers import AGG_MODES
+def _config_flags(p: argparse.ArgumentParser) -> None:
+    """A flag per field of `RunConfig` (but ``task_args``), and ``--seeds`` before ``--seed``: name, type and
+    default the field's, order, help and allowed values from `testbed.config.FLAGS`."""
+    import dataclasses
+    import typing
 
+    from testbed.config import FLAGS, RunConfig
+
+    types = typing.get_type_hints(RunConfig)
+    fields = {f.name: f for f in dataclasses.fields(RunConfig) if f.name != "task_args"}
+    for name in sorted(fields, key=lambda n: list(FLAGS).index(n) if n in FLAGS else len(FLAGS)):
+        shown = FLAGS.get(name, {})
+        kind = next(t for t in typing.get_args(types[name]) or (types[name],) if t is not type(None))
+        extra: dict[str, Any] = {"choices": shown["choices"]} if "choices" in shown else {}
+        if kind is int:
+            extra["type"] = integer(shown.get("min", 1))
+        elif kind is float:
+            extra["type"] = number(0, open_lo=True)
+        if name == "seed":
+            p.add_argument("--seeds", type=integer(1), default=1, help="number of seeds (seed, seed+1, ...)")
+        p.add_argument(*shown.get("flags", ("--" + name.replace("_", "-"),)), dest=name, default=fields[name].default,
+                       help=shown.get("help"), **extra)
+
+
+def _run_parser(task_opts: dict[str, Any] | None = None) -> argparse.ArgumentParser:
     p = ArgumentParser(prog="python -m testbed run", description="Train one config over one or more seeds.")
-    p.add_argument("--task", default="mnist", help='task name, or name with options, e.g. "token_reversal(H=10, M=2)" '
-                   "(see `python -m testbed list`)")
-    p.add_argument("--recipe", default="pg", help='stabilizer spec, e.g. dg, "tis(c=2)", "dg+gac"')
-    p.add_argument("--delay", default=None, help="staleness model: sync, fixed:D, uniform:D, geometric:p,max, "
-                   "pareto:alpha,max, bounded:eta[,speed], and +mixed:q (default: the regime's, else sync)")
-    p.add_argument("--friction", "--frictions", dest="frictions", default="none",
-                   help='frictions, e.g. "bug(frac=0.2, kind=random)+reward(p=0.1)+mismatch(sigma=0.1)"')
-    p.add_argument("--steps", type=integer(1), default=1000)
-    p.add_argument("--seeds", type=integer(1), default=1, help="number of seeds (seed, seed+1, ...)")
-    p.add_argument("--seed", type=integer(0), default=0, help="first seed")
-    p.add_argument("--batch-size", type=integer(1), default=None, help=f"default: the task's, else {DEFAULTS['batch_size']}")
-    p.add_argument("--lr", type=number(0, open_lo=True), default=None, help=f"default: the task's, else {DEFAULTS['lr']}")
-    p.add_argument("--n-actors", type=integer(1), default=None, help="actors per learner step (each has its own lag)")
-    p.add_argument("--regime", default="one_step", choices=tuple(REGIMES),
-                   help="preset of the learner settings below (testbed/regimes.py); explicit flags win")
-    p.add_argument("--group-size", type=integer(1), default=None, help="samples per context (GRPO groups)")
-    p.add_argument("--epochs", type=integer(1), default=None, help="passes over each batch (PPO/GRPO trainers' K)")
-    p.add_argument("--minibatches", type=integer(1), default=None,
-                   help="optimizer steps per pass (the batch split in N)")
-    p.add_argument("--minibatch-split", default=None, choices=MINIBATCH_SPLITS,
-                   help="how a batch is cut into minibatches: groups (whole prompt groups, in order, as verl; the "
-                        "default when group-size > 1) or random (a permutation of the samples per epoch)")
-    p.add_argument("--log-every", type=integer(1), default=100, help="diagnostics interval in steps")
-    p.add_argument("--agg", default=None, choices=AGG_MODES, help="loss aggregation (verl's mode names)")
-    p.add_argument("--optimizer", default="adam", choices=OPTIMIZERS)
-    p.add_argument("--proximal", default="current", choices=PROXIMAL)
+    _config_flags(p)
     p.add_argument("--task-arg", action="append", default=[], metavar="KEY=VALUE", help="a task option (repeatable)")
     _parser_common(p)
     taken = {a.dest for a in p._actions}
@@ -144,12 +139,8 @@ def _cmd_run(argv: list[str]) -> int:
             _set_option(task_name, task_args, given, name, value, f"--{name.replace('_', '-')}")
     limits.check_count(args.seeds, f"--seeds {args.seeds}")
     configs = [
-        RunConfig(task=args.task, recipe=args.recipe, delay=args.delay, frictions=args.frictions, seed=args.seed + i,
-                  steps=args.steps, batch_size=args.batch_size, lr=args.lr, n_actors=args.n_actors,
-                  group_size=args.group_size, epochs=args.epochs, minibatches=args.minibatches,
-                  log_every=args.log_every, agg=args.agg, optimizer=args.optimizer,
-                  proximal=args.proximal, regime=args.regime, minibatch_split=args.minibatch_split,
-                  task_args=dict(task_args))
+        RunConfig(**{**{name: getattr(args, name) for name in RunConfig.field_names() if name != "task_args"},
+                     "seed": args.seed + i, "task_args": dict(task_args)})
         for i in range(args.seeds)
     ]
     out = args.out or "runs/run"

@@ -11,7 +11,7 @@ from typing import Any
 
 from testbed.delay import Staleness, parse_staleness
 from testbed.frictions import Frictions, parse_frictions
-from testbed.regimes import get_regime
+from testbed.regimes import REGIMES, get_regime
 from testbed.seeding import SCHEME
 from testbed.stabilizers import AGG_MODES, Recipe, build
 from testbed.stabilizers.spec import SpecError
@@ -31,6 +31,37 @@ _ID_OMITTED = {"minibatch_split": "random"}
 # how batches are cut too: a bandit's groups are computed once per group (`grouped_logits`), for all runs or none).
 SHAPE_FIELDS = ("task", "task_args", "steps", "log_every", "batch_size", "n_actors", "epochs",
                 "minibatches", "group_size", "minibatch_split")
+
+# How the command line (`python -m testbed run`, testbed/cli.py) shows each field, in the order listed (fields
+# not listed follow): its flag is --NAME (``_`` as ``-``), its type the field's (an integer at least ``min``,
+# default 1; a float > 0), its default the field's; here the help line, the allowed values, other spellings.
+# ``task_args`` has flags of its own (the task's options).
+FLAGS: dict[str, dict[str, Any]] = {
+    "task": {"help": 'task name, or name with options, e.g. "token_reversal(H=10, M=2)" (see `python -m testbed '
+                     'list`)'},
+    "recipe": {"help": 'stabilizer spec, e.g. dg, "tis(c=2)", "dg+gac"'},
+    "delay": {"help": "staleness model: sync, fixed:D, uniform:D, geometric:p,max, pareto:alpha,max, "
+                      "bounded:eta[,speed], and +mixed:q (default: the regime's, else sync)"},
+    "frictions": {"flags": ("--friction", "--frictions"),
+                  "help": 'frictions, e.g. "bug(frac=0.2, kind=random)+reward(p=0.1)+mismatch(sigma=0.1)"'},
+    "steps": {},
+    "seed": {"min": 0, "help": "first seed"},
+    "batch_size": {"help": f"default: the task's, else {DEFAULTS['batch_size']}"},
+    "lr": {"help": f"default: the task's, else {DEFAULTS['lr']}"},
+    "n_actors": {"help": "actors per learner step (each has its own lag)"},
+    "regime": {"choices": tuple(REGIMES),
+               "help": "preset of the learner settings below (testbed/regimes.py); explicit flags win"},
+    "group_size": {"help": "samples per context (GRPO groups)"},
+    "epochs": {"help": "passes over each batch (PPO/GRPO trainers' K)"},
+    "minibatches": {"help": "optimizer steps per pass (the batch split in N)"},
+    "minibatch_split": {"choices": MINIBATCH_SPLITS,
+                        "help": "how a batch is cut into minibatches: groups (whole prompt groups, in order, as verl; "
+                                "the default when group-size > 1) or random (a permutation of the samples per epoch)"},
+    "log_every": {"help": "diagnostics interval in steps"},
+    "agg": {"choices": AGG_MODES, "help": "loss aggregation (verl's mode names)"},
+    "optimizer": {"choices": OPTIMIZERS},
+    "proximal": {"choices": PROXIMAL},
+}
 
 
 @dataclass

@@ -84,13 +84,13 @@ class Plan:
     """A validated sweep: what runs, in which loops, what it needs, and what looks pointless."""
 
     out: Path
-    configs: list[RunConfig]
-    todo: list[RunConfig]
-    groups: list[list[RunConfig]]
+    configs: list[RunConfig]  # as given
+    runs: list[RunSpec]  # each config parsed once (in the order of ``configs``), carrying its run id
+    todo: list[RunSpec]  # the runs not finished in ``out``, in order
+    groups: list[list[RunSpec]]  # ``todo`` packed into loops (`group_runs`)
     workers: int
     fmt: str
     specs: dict[str, RunSpec]  # by run id
-    run_ids: dict[int, str]  # by id() of each config (a config's id is a hash, costly to recompute)
     memory: int
     memory_available: int | None
     disk: int
@@ -218,10 +218,10 @@ def plan_sweep(configs: list[RunConfig], out: str | Path, *, workers: int = 1, f
     if not configs:
         raise UsageError("nothing to run: the sweep has no runs")
     parsed = dict(specs or {})
-    specs, run_ids = {}, {}
+    specs, runs = {}, []
     for cfg in configs:
-        run_id = run_ids[id(cfg)] = cfg.run_id
-        spec = parsed.get(run_id) or cfg.parse()
+        run_id = cfg.run_id
+        spec = specs.get(run_id) or parsed.get(run_id) or cfg.parse()
         if spec.staleness.max_lag >= MAX_LAG:
             raise UsageError(f"delay {cfg.delay!r}: the lag must be below 2^62, got {spec.staleness.max_lag}")
         _check_float32(cfg.recipe, spec.recipe)
@@ -229,24 +229,24 @@ def plan_sweep(configs: list[RunConfig], out: str | Path, *, workers: int = 1, f
             raise UsageError(f"lr {spec.config.lr:g} is too large for float32 parameters (every update would "
                              f"overflow them); lr must be at most {MAX_PARAM:g}")
         specs[run_id] = spec
+        runs.append(spec)
     tasks = {task_key(s): build_task(s) for s in specs.values()}
     shapes = {k: limits.task_shape(t) for k, t in tasks.items()}
     store = ResultStore(out)
     if not shared:
-        _check_other_runs(Path(out), set(run_ids.values()), what)
+        _check_other_runs(Path(out), set(specs), what)
     from testbed.codeprint import run_code
 
     code = {rid: run_code(spec, tasks[task_key(spec)]) for rid, spec in specs.items()}
-    todo = [c for c in configs if not store.done(run_ids[id(c)], code[run_ids[id(c)]])]
-    stale, unchecked = _reuse_notes(store, configs, todo, run_ids, code)
+    todo = [s for s in runs if not store.done(s.run_id, code[s.run_id])]
+    stale, unchecked = _reuse_notes(store, runs, {s.run_id for s in todo}, code)
     if loop_size is None:
         loop_size = default_loop_size(len(todo), workers)
-    groups = group_runs(todo, loop_size, {id(c): specs[run_ids[id(c)]] for c in todo}, workers)
+    groups = group_runs(todo, loop_size, workers)
     loops = []
     for group in groups:
         est = limits.Estimate()
-        for cfg in group:
-            spec = specs[run_ids[id(cfg)]]
+        for spec in group:
             est.add(limits.estimate_run(spec, shapes[task_key(spec)]))
         est.why["runs"] = f"{len(group)} run(s) in one loop"
         loops.append(est)
@@ -258,42 +258,40 @@ def plan_sweep(configs: list[RunConfig], out: str | Path, *, workers: int = 1, f
     disk += checkpoints
     n_workers = max(1, min(workers, len(groups)))
     need, avail, free = limits.check_fits(loops, n_workers, len(todo), disk, Path(out))
-    plan = Plan(Path(out), configs, todo, groups, n_workers, fmt, specs, run_ids, need, avail, disk, free,
+    plan = Plan(Path(out), configs, runs, todo, groups, n_workers, fmt, specs, need, avail, disk, free,
                 _warnings(list(specs.values()), tasks), code=code, stale=stale, unchecked=unchecked,
-                checkpoint_disk=checkpoints, saved_loops=_saved_loops(store, groups, run_ids, shared))
+                checkpoint_disk=checkpoints, saved_loops=_saved_loops(store, groups, shared))
     plan.created = limits.check_output_dir(out, create, what)
     return plan
 
 
-def _saved_loops(store: ResultStore, groups: list[list[RunConfig]], run_ids: dict[int, str],
-                 shared: bool = False) -> tuple[int, list[Path]]:
+def _saved_loops(store: ResultStore, groups: list[list[RunSpec]], shared: bool = False) -> tuple[int, list[Path]]:
     """(how many of the planned loops have a saved checkpoint, the saved checkpoints no planned loop matches; in a
     shared store those may be other commands', so none is listed)."""
     folder = store.out / "checkpoints"
     saved = set(folder.glob("loop-*.pt")) if folder.is_dir() else set()
     if not saved:
         return 0, []
-    mine = {store.checkpoint([run_ids[id(c)] for c in g]) for g in groups}
+    mine = {store.checkpoint([s.run_id for s in g]) for g in groups}
     return len(saved & mine), [] if shared else sorted(saved - mine)
 
 
-def _reuse_notes(store: ResultStore, configs: list[RunConfig], todo: list[RunConfig], run_ids: dict[int, str],
+def _reuse_notes(store: ResultStore, runs: list[RunSpec], waiting: set[str],
                  code: dict[str, dict[str, str]]) -> tuple[dict[str, list[str]], int]:
     """(the finished runs retrained because their code changed, with the parts that did; how many reused runs
-    have no code fingerprint to check)."""
+    have no code fingerprint to check). ``waiting``: the run ids still to train."""
     from testbed.codeprint import stale_parts
 
     stale, unchecked = {}, 0
-    waiting = {id(c) for c in todo}
-    for cfg in configs:
-        rid = run_ids[id(cfg)]
+    for spec in runs:
+        rid = spec.run_id
         if not store.has_record(rid):
             continue
         try:
             record = store.record(rid)
         except (OSError, ValueError):
             continue
-        if id(cfg) not in waiting:
+        if rid not in waiting:
             unchecked += "code" not in record
         elif record.get("status") != "failed" and (parts := stale_parts(record.get("code"), code[rid])):
             stale[rid] = parts
@@ -340,18 +338,21 @@ def balanced_chunks(items: list[T], max_size: int, workers: int = 1) -> list[lis
     return [items[lo:hi] for lo, hi in itertools.pairwise(bounds)]
 
 
-def group_runs(configs: list[RunConfig], loop_size: int, specs: dict[int, RunSpec] | None = None,
-               workers: int = 1) -> list[list[RunConfig]]:
-    """Configs packed into loops of at most ``loop_size`` runs that share a model shape (order kept within a
-    loop; loops in order of their first config). ``specs``: the parsed configs by ``id()``, if at hand.
+R = TypeVar("R", RunConfig, RunSpec)
+
+
+def group_runs(runs: list[R], loop_size: int, workers: int = 1) -> list[list[R]]:
+    """Runs (configs, or the specs a plan parsed them into) packed into loops of at most ``loop_size`` runs that
+    share a model shape (order kept within a loop; loops in order of their first run). A config is parsed to
+    find its shape; a spec carries it.
 
     The runs of one shape are cut into loops by `balanced_chunks`: loops of one shape cost about the same, so
     the workers finish them together instead of one worker training the last loop alone. A run's results are
     the same whatever loop it trains in."""
-    buckets: dict[str, list[tuple[int, RunConfig]]] = {}
-    for i, cfg in enumerate(configs):
-        spec = specs[id(cfg)] if specs is not None else cfg.parse()
-        buckets.setdefault(repr(spec.shape), []).append((i, cfg))
-    loops = [loop for runs in buckets.values() for loop in balanced_chunks(runs, loop_size, workers)]
+    buckets: dict[str, list[tuple[int, R]]] = {}
+    for i, run in enumerate(runs):
+        spec = run if isinstance(run, RunSpec) else run.parse()
+        buckets.setdefault(repr(spec.shape), []).append((i, run))
+    loops = [loop for chunk in buckets.values() for loop in balanced_chunks(chunk, loop_size, workers)]
     loops.sort(key=lambda loop: loop[0][0])
-    return [[cfg for _, cfg in loop] for loop in loops]
+    return [[run for _, run in loop] for loop in loops]

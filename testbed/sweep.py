@@ -180,9 +180,8 @@ def chance_levels(plan: Plan) -> dict[str, float | None]:
     """The chance reward (testbed/outcomes.py) of every run still to train, by run id (one per task)."""
     by_task: dict[str, float | None] = {}
     out = {}
-    for cfg in plan.todo:
-        run_id = plan.run_ids[id(cfg)]
-        spec = plan.specs[run_id]
+    for spec in plan.todo:
+        run_id = spec.run_id
         key = task_key(spec)
         if key not in by_task:
             try:
@@ -239,14 +238,13 @@ def run_sweep(
                 torch.set_num_threads(threads_per_worker)
                 with stop_on_signals(StopRequest()) as stop:
                     for group in plan.groups:
-                        _train(group, store, chance, progress=inner, specs=[plan.specs[plan.run_ids[id(c)]] for c in group],
-                               stop=stop)
+                        _train([s.config for s in group], store, chance, progress=inner, specs=group, stop=stop)
                         bar.update(len(group))
             else:
                 _run_jobs(plan, store, chance, threads_per_worker, bar, executor)
         finally:
             bar.close()
-        if not shared and all(store.done(plan.run_ids[id(c)]) for c in plan.configs):  # nothing left to resume
+        if not shared and all(store.done(s.run_id) for s in plan.runs):  # nothing left to resume
             shutil.rmtree(store.out / "checkpoints", ignore_errors=True)  # (a shared store keeps other commands')
         return store.finish(plan.configs, plan.fmt)
 
@@ -255,7 +253,7 @@ def _run_jobs(plan: Plan, store: ResultStore, chance: dict[str, float | None], t
               executor: Executor) -> None:
     """Run the plan's loops as jobs of ``executor`` (testbed/executor.py). A stop request cancels the loops not
     yet started and waits for the running ones to save themselves, then raises KeyboardInterrupt."""
-    jobs = [([c.to_dict() for c in g], str(store.out), {plan.run_ids[id(c)]: chance.get(plan.run_ids[id(c)]) for c in g})
+    jobs = [([s.config.to_dict() for s in g], str(store.out), {s.run_id: chance.get(s.run_id) for s in g})
             for g in plan.groups]
     shown = [0.0]
 

@@ -77,7 +77,7 @@ def test_editing_a_user_stabilizer_retrains_its_runs_only(tmp_path, user_module,
     # the helper the surrogate calls changes (not the class itself): its runs are retrained, pg's are not
     user_module("0.0")
     plan = plan_sweep(cfgs, out)
-    assert [c.recipe for c in plan.todo] == ["fp_scaled", "fp_scaled"]
+    assert [s.config.recipe for s in plan.todo] == ["fp_scaled", "fp_scaled"]
     assert set(map(tuple, plan.stale.values())) == {("surrogate fp_scaled",)}
     second = run_sweep(cfgs, out, progress=False)
     err = capsys.readouterr().err
