@@ -184,6 +184,9 @@ def design(pilot: Path) -> dict[str, Any]:
                     "seeds": {"sync": n_sync, "stale": n_stale}, "cpu_hours": cost(n_gac, 2, steps),
                     "note": "planning spread at the pilot's minibatch (its sequences per optimizer step)",
                     "why": "no stale arm in the pilot" if "stale" not in arms else "a spread or margin is undefined"}  # fmt: skip
+    by_seed = at.pivot_table(index="seed", columns="arm", values="accuracy") if len(at) else None
+    out["stale_drops"] = ([float(a - b) for a, b in zip(by_seed["sync"], by_seed["stale"], strict=True)
+                           if math.isfinite(a - b)] if by_seed is not None and "stale" in by_seed else [])  # fmt: skip
     events, stale_runs = 0, 0
     for _, g in at.groupby("seed"):
         arms = {r.arm: collapsed(_evals(updates, r.key)) or bool(r.diverged) for r in g.itertuples()}

@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from figures.llm_column import fingerprints, llm_rows, markdown, pocket_cells, rung_fingerprints
 from llm_scale.pocket_design import choose_lr, collapsed, design, sync_health
@@ -104,6 +105,7 @@ def test_pilot_design_numbers(tmp_path):
     assert math.isclose(out["AREAL-1/GAC-2"]["binomial_floor_sd"], floor) and floor < math.sqrt(0.0013)
     assert math.isclose(out["seconds_per_update"], 2.0)  # 60 s over 30 updates
     assert out["VCPO-1"]["events"] == 0 and out["VCPO-1"]["needed_is_lower_bound"]
+    assert out["stale_drops"] == pytest.approx([0.10, 0.04])  # at the chosen rate, by seed
 
 
 def test_transfer_output_command(tmp_path, monkeypatch, capsys):
@@ -118,3 +120,17 @@ def test_transfer_output_command(tmp_path, monkeypatch, capsys):
     (tmp_path / "bad.json").write_text("[]")
     assert main(["--claims", "bad.json"]) == 2
     assert capsys.readouterr().err.strip() == "error: --claims 'bad.json' is not a claims report with an 'llm' list"
+
+
+def test_pocket_setting_line_reads_the_chosen_setting(tmp_path):
+    from figures.llm_column import pocket_setting
+
+    (tmp_path / "sweeps/llm").mkdir(parents=True)
+    (tmp_path / "sweeps/llm/pocket_prereg.toml").write_text('status = "draft"\npilot = "p/design.json"\n')
+    _write(tmp_path / "p/design.json", {"chosen_cell": "b256", "chosen_lr": 1e-4, "chosen_learns": True, "stale_drops": [0.02, -0.01],
+                                        "health": [{"cell": "b64", "lr": 1e-4, "gains": [0.5]},
+                                                   {"cell": "b256", "lr": 1e-4, "gains": [0.137, 0.127], "mean_gain": 0.132, "gain_se": 0.027}]})  # fmt: skip
+    assert pocket_setting(tmp_path) == ["", "Setting of the pocket LM's designs (p/design.json): b256, lr 0.0001; synchronous "
+                                        "GRPO learns: greedy-accuracy gain per seed +0.137, +0.127, mean +0.132 (binomial SE "
+                                        "0.027). Stale arm (naive GRPO, eta = 4) there: paired drop sync - stale per seed "
+                                        "+0.020, -0.010."]  # fmt: skip
