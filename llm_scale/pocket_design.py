@@ -394,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
         from testbed.util.files import atomic_write_text
 
         out_file, models = (Path(argv[2]), argv[3:]) if argv[1] == "--out" and len(argv) >= 3 else (None, argv[1:])
-        report = diagnose(models)
+        report = {"command": "python -m llm_scale.pocket_design " + " ".join(argv), "models": diagnose(models)}
         text = json.dumps(report, indent=1) + "\n"
         if out_file is not None:
             atomic_write_text(out_file, text)
