@@ -12,6 +12,7 @@ import pytest
 
 from figures.llm_column import fingerprints, llm_rows, markdown, pocket_cells, rung_fingerprints
 from llm_scale.pocket_design import choose_lr, collapsed, design, sync_health
+from testbed.util.stats import seeds_needed
 
 
 def _fp(model: str, date: str, ess1: float, entropy: float = 1.0) -> dict:
@@ -106,6 +107,10 @@ def test_pilot_design_numbers(tmp_path):
     assert math.isclose(out["seconds_per_update"], 2.0)  # 60 s over 30 updates
     assert out["VCPO-1"]["events"] == 0 and out["VCPO-1"]["needed_is_lower_bound"]
     assert out["stale_drops"] == pytest.approx([0.10, 0.04])  # at the chosen rate, by seed
+    gac = out["GAC-1"]  # means at the chosen rate (1e-3), SDs pooled over the cell's rates: seeds 0, 1 differ by 0.01
+    assert gac["mean"] == pytest.approx({"sync": 0.055, "stale": 0.405})
+    assert gac["sd"]["sync"] == pytest.approx(math.sqrt(0.00005)) and gac["df"]["sync"] == 2
+    assert gac["seeds_either_way"]["stale"] == seeds_needed(math.sqrt(0.00005), 0.205) == gac["seeds"]["stale"]
 
 
 def test_transfer_output_command(tmp_path, monkeypatch, capsys):
