@@ -504,6 +504,10 @@ def pocket_cells(root: Path) -> dict[str, dict[str, str]]:
             seeds = max((v for v in seeds.values() if isinstance(v, int)), default=None)
         if isinstance(seeds, int) and isinstance(hours, int | float):
             need = f"{seeds} {'stale runs' if cid == 'VCPO-1' else 'seeds per arm'}, {hours:.1f} CPU-hours at the pilot's cost"
+        elif isinstance(plan.get("cpu_hours_either_way"), int | float):  # GAC-1: the stale part decided either way
+            either = max(v for v in plan["seeds_either_way"].values() if isinstance(v, int))
+            need = (f"the registered formula is undefined at the pilot's means; to decide the stale part either way: "
+                    f"{either} seeds per arm, {plan['cpu_hours_either_way']:.1f} CPU-hours at the pilot's cost")  # fmt: skip
         elif plan:
             need = f"not computable from the pilot ({plan.get('why', 'its spread is undefined')})"
         else:

@@ -55,6 +55,9 @@ def test_pocket_cells_say_what_each_design_needs(tmp_path):
     _write(tmp_path / "p/design.json", {"GAC-1": {"seeds": {"sync": 3, "stale": 7}, "cpu_hours": 1.25},
                                         "AREAL-1/GAC-2": {"seeds": None, "cpu_hours": None}})
     cells = pocket_cells(tmp_path)
+    _write(tmp_path / "p/design.json", {"GAC-1": {"seeds": {"sync": 3, "stale": None}, "cpu_hours": None,
+                                                  "seeds_either_way": {"sync": 3, "stale": 4}, "cpu_hours_either_way": 0.81}})  # fmt: skip
+    assert "either way: 4 seeds per arm, 0.8 CPU-hours" in pocket_cells(tmp_path)["GAC-1"]["pocket_evidence"]
     assert cells["GAC-1"]["pocket"] == "not measured"
     assert "7 seeds per arm, 1.2 CPU-hours" in cells["GAC-1"]["pocket_evidence"]  # the larger arm's need
     assert cells["GAC-1"]["gpu"] == "not measured: needs G1 (C1)"
