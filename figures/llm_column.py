@@ -504,6 +504,10 @@ def pocket_cells(root: Path) -> dict[str, dict[str, str]]:
             seeds = max((v for v in seeds.values() if isinstance(v, int)), default=None)
         if isinstance(seeds, int) and isinstance(hours, int | float):
             need = f"{seeds} {'stale runs' if cid == 'VCPO-1' else 'seeds per arm'}, {hours:.1f} CPU-hours at the pilot's cost"
+        elif isinstance(plan.get("cpu_hours_either_way"), int | float):  # GAC-1: the stale part decided either way
+            either = max(v for v in plan["seeds_either_way"].values() if isinstance(v, int))
+            need = (f"the registered formula is undefined at the pilot's means; to decide the stale part either way: "
+                    f"{either} seeds per arm, {plan['cpu_hours_either_way']:.1f} CPU-hours at the pilot's cost")  # fmt: skip
         elif plan:
             need = f"not computable from the pilot ({plan.get('why', 'its spread is undefined')})"
         else:
@@ -514,6 +518,33 @@ def pocket_cells(root: Path) -> dict[str, dict[str, str]]:
                                        f"status {status})",
                     "gpu": f"not measured: needs {spec.get('gpu_command', '?')} ({spec.get('gpu_cost', '?')})"}  # fmt: skip
     return out
+
+
+def pocket_setting(root: Path) -> list[str]:
+    """Lines on the setting the pocket LM's designs use, from the pilot's ``design.json`` named by `POCKET_PREREG`:
+    the chosen (cell, learning rate), whether synchronous GRPO learns there (its gain per seed and the binomial
+    standard error of the mean gain) and, where the pilot ran it, the stale arm's paired drop per seed."""
+    import tomllib
+
+    root = Path(root)
+    try:
+        prereg = tomllib.loads((root / POCKET_PREREG).read_text())
+    except (OSError, ValueError):
+        return []
+    design = _load_json(root / str(prereg.get("pilot", ""))) if prereg.get("pilot") else None
+    if not isinstance(design, dict) or design.get("chosen_lr") is None:
+        return []
+    cell, lr = design.get("chosen_cell") or "", design["chosen_lr"]
+    chosen = next((h for h in design.get("health", []) if h.get("lr") == lr and (h.get("cell") or "") == cell), {})
+    gains = ", ".join(f"{g:+.3f}" for g in chosen.get("gains", []))
+    learns = "learns" if design.get("chosen_learns") else "does not learn (the healthy setting with the largest gain)"
+    line = (f"Setting of the pocket LM's designs ({prereg['pilot']}): {cell + ', ' if cell else ''}lr {lr:g}; synchronous "
+            f"GRPO {learns}: greedy-accuracy gain per seed {gains}, mean {chosen.get('mean_gain', math.nan):+.3f} "
+            f"(binomial SE {chosen.get('gain_se', math.nan):.3f}).")  # fmt: skip
+    drops = design.get("stale_drops") or []
+    if drops:
+        line += " Stale arm (naive GRPO, eta = 4) there: paired drop sync - stale per seed " + ", ".join(f"{d:+.3f}" for d in drops) + "."
+    return ["", line]
 
 
 def llm_rows(root: Path, testbed: dict[str, str], m_testbed: float | None = None) -> list[dict[str, str]]:
@@ -660,6 +691,7 @@ def markdown(rows: list[dict[str, str]], root: Path | None = None) -> list[str]:
                   f"{r.get('pocket_agreement', '-')} / {r['agreement']} |" for r in rows]  # fmt: skip
         lines += ["", "What the pocket LM's cells need:", ""]
         lines += [f"- **{r['id']}**: {r['pocket_evidence']}" for r in rows]
+        lines += pocket_setting(Path(root)) if root is not None else []
     if root is not None:
         lines += rung_markdown(rung_fingerprints(Path(root)))
     return lines

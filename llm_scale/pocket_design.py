@@ -16,8 +16,9 @@ runs of those arms alone, seed by seed across the learning rates), and writes ``
    spread, pooled over learning rates (paired by seed):
    * AREAL-1 / GAC-2: the paired drop sync - stale in score, to resolve `MARGIN` (3 points), its SD no
      smaller than the evaluation's binomial floor ``sqrt(2 p (1 - p) / problems)`` at the sync score p;
-   * GAC-1: the per-seed late within-batch gradient cosine of each arm (sync against the band +-0.2, stale
-     above it), at the pilot's minibatch (the design's is at least B_noise);
+   * GAC-1: the per-seed late gradient cosine of each arm (within-batch, or across consecutive updates when an
+     update is one optimizer step) at the chosen cell's batch, its mean at the chosen setting (sync against the
+     band +-0.2, stale above it; and the seeds that decide the stale part either way, above or below 0.2);
    * VCPO-1: staleness-caused collapses (a stale run's collapse whose paired sync run has none) per stale run
      at the chosen rate; runs needed for `MIN_COLLAPSES` such collapses (with none observed: the bound from
      the exact 95% upper limit of the rate).
@@ -150,7 +151,12 @@ def design(pilot: Path) -> dict[str, Any]:
         sd, drop_df = _pooled_sd(by_lr("accuracy", "sync"))
         drop_sd = math.sqrt(2) * sd
         drop_basis = "sqrt(2) x the sync score's between-seed SD, pooled over learning rates (no stale arm in the pilot)"
-    cos = {arm: by_lr(cos_column, arm) for arm in ("sync", "stale")}
+    # GAC-1 at the design's batch: SDs pooled over the chosen cell's learning rates (the cosine depends on the
+    # sequences per optimizer step), means at the chosen setting
+    in_cell = pair.xs(chosen["cell"], level="cell", drop_level=False) if chosen is not None else pair
+    cos = {arm: [[float(v) for v in g[(cos_column, arm)]] for _, g in in_cell.groupby(level=["cell", "lr"])]
+           if arm in arms else [] for arm in ("sync", "stale")}  # fmt: skip
+    at_pair = in_cell.xs(chosen["lr"], level="lr", drop_level=False) if chosen is not None else pair
     out: dict[str, Any] = {"pilot": str(pilot), "health": health, "chosen_lr": None if chosen is None else chosen["lr"],
                            "chosen_cell": None if chosen is None else chosen["cell"],
                            "chosen_learns": None if chosen is None else chosen["learns"],
@@ -175,15 +181,22 @@ def design(pilot: Path) -> dict[str, Any]:
                             "cpu_hours": cost(n_drop, 4, steps)}  # fmt: skip
     sync_sd, sync_df = _pooled_sd(cos["sync"])
     stale_sd, stale_df = _pooled_sd(cos["stale"])
-    mean = {arm: float(pair[(cos_column, arm)].mean()) if arm in arms else math.nan for arm in ("sync", "stale")}
+    mean = {arm: float(at_pair[(cos_column, arm)].mean()) if arm in arms else math.nan for arm in ("sync", "stale")}
     n_sync = seeds_needed(sync_sd, BAND - abs(mean["sync"]))
     n_stale = seeds_needed(stale_sd, mean["stale"] - BAND)
     n_gac = None if n_sync is None or n_stale is None else max(n_sync, n_stale)
+    # the seeds that decide the stale part either way (its interval clear of the band's edge, above or below)
+    n_either = seeds_needed(stale_sd, abs(mean["stale"] - BAND))
+    n_gac_either = None if n_sync is None or n_either is None else max(n_sync, n_either)
     out["GAC-1"] = {"quantity": f"{cos_column} per seed (second half of the updates)", "mean": mean,
                     "sd": {"sync": sync_sd, "stale": stale_sd}, "df": {"sync": sync_df, "stale": stale_df},
                     "seeds": {"sync": n_sync, "stale": n_stale}, "cpu_hours": cost(n_gac, 2, steps),
+                    "seeds_either_way": {"sync": n_sync, "stale": n_either}, "cpu_hours_either_way": cost(n_gac_either, 2, steps),
                     "note": "planning spread at the pilot's minibatch (its sequences per optimizer step)",
                     "why": "no stale arm in the pilot" if "stale" not in arms else "a spread or margin is undefined"}  # fmt: skip
+    by_seed = at.pivot_table(index="seed", columns="arm", values="accuracy") if len(at) else None
+    out["stale_drops"] = ([float(a - b) for a, b in zip(by_seed["sync"], by_seed["stale"], strict=True)
+                           if math.isfinite(a - b)] if by_seed is not None and "stale" in by_seed else [])  # fmt: skip
     events, stale_runs = 0, 0
     for _, g in at.groupby("seed"):
         arms = {r.arm: collapsed(_evals(updates, r.key)) or bool(r.diverged) for r in g.itertuples()}
@@ -391,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
         from testbed.util.files import atomic_write_text
 
         out_file, models = (Path(argv[2]), argv[3:]) if argv[1] == "--out" and len(argv) >= 3 else (None, argv[1:])
-        report = diagnose(models)
+        report = {"command": "python -m llm_scale.pocket_design " + " ".join(argv), "models": diagnose(models)}
         text = json.dumps(report, indent=1) + "\n"
         if out_file is not None:
             atomic_write_text(out_file, text)

@@ -8,9 +8,11 @@ import math
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from figures.llm_column import fingerprints, llm_rows, markdown, pocket_cells, rung_fingerprints
 from llm_scale.pocket_design import choose_lr, collapsed, design, sync_health
+from testbed.util.stats import seeds_needed
 
 
 def _fp(model: str, date: str, ess1: float, entropy: float = 1.0) -> dict:
@@ -53,6 +55,9 @@ def test_pocket_cells_say_what_each_design_needs(tmp_path):
     _write(tmp_path / "p/design.json", {"GAC-1": {"seeds": {"sync": 3, "stale": 7}, "cpu_hours": 1.25},
                                         "AREAL-1/GAC-2": {"seeds": None, "cpu_hours": None}})
     cells = pocket_cells(tmp_path)
+    _write(tmp_path / "p/design.json", {"GAC-1": {"seeds": {"sync": 3, "stale": None}, "cpu_hours": None,
+                                                  "seeds_either_way": {"sync": 3, "stale": 4}, "cpu_hours_either_way": 0.81}})  # fmt: skip
+    assert "either way: 4 seeds per arm, 0.8 CPU-hours" in pocket_cells(tmp_path)["GAC-1"]["pocket_evidence"]
     assert cells["GAC-1"]["pocket"] == "not measured"
     assert "7 seeds per arm, 1.2 CPU-hours" in cells["GAC-1"]["pocket_evidence"]  # the larger arm's need
     assert cells["GAC-1"]["gpu"] == "not measured: needs G1 (C1)"
@@ -104,6 +109,11 @@ def test_pilot_design_numbers(tmp_path):
     assert math.isclose(out["AREAL-1/GAC-2"]["binomial_floor_sd"], floor) and floor < math.sqrt(0.0013)
     assert math.isclose(out["seconds_per_update"], 2.0)  # 60 s over 30 updates
     assert out["VCPO-1"]["events"] == 0 and out["VCPO-1"]["needed_is_lower_bound"]
+    assert out["stale_drops"] == pytest.approx([0.10, 0.04])  # at the chosen rate, by seed
+    gac = out["GAC-1"]  # means at the chosen rate (1e-3), SDs pooled over the cell's rates: seeds 0, 1 differ by 0.01
+    assert gac["mean"] == pytest.approx({"sync": 0.055, "stale": 0.405})
+    assert gac["sd"]["sync"] == pytest.approx(math.sqrt(0.00005)) and gac["df"]["sync"] == 2
+    assert gac["seeds_either_way"]["stale"] == seeds_needed(math.sqrt(0.00005), 0.205) == gac["seeds"]["stale"]
 
 
 def test_transfer_output_command(tmp_path, monkeypatch, capsys):
@@ -118,3 +128,17 @@ def test_transfer_output_command(tmp_path, monkeypatch, capsys):
     (tmp_path / "bad.json").write_text("[]")
     assert main(["--claims", "bad.json"]) == 2
     assert capsys.readouterr().err.strip() == "error: --claims 'bad.json' is not a claims report with an 'llm' list"
+
+
+def test_pocket_setting_line_reads_the_chosen_setting(tmp_path):
+    from figures.llm_column import pocket_setting
+
+    (tmp_path / "sweeps/llm").mkdir(parents=True)
+    (tmp_path / "sweeps/llm/pocket_prereg.toml").write_text('status = "draft"\npilot = "p/design.json"\n')
+    _write(tmp_path / "p/design.json", {"chosen_cell": "b256", "chosen_lr": 1e-4, "chosen_learns": True, "stale_drops": [0.02, -0.01],
+                                        "health": [{"cell": "b64", "lr": 1e-4, "gains": [0.5]},
+                                                   {"cell": "b256", "lr": 1e-4, "gains": [0.137, 0.127], "mean_gain": 0.132, "gain_se": 0.027}]})  # fmt: skip
+    assert pocket_setting(tmp_path) == ["", "Setting of the pocket LM's designs (p/design.json): b256, lr 0.0001; synchronous "
+                                        "GRPO learns: greedy-accuracy gain per seed +0.137, +0.127, mean +0.132 (binomial SE "
+                                        "0.027). Stale arm (naive GRPO, eta = 4) there: paired drop sync - stale per seed "
+                                        "+0.020, -0.010."]  # fmt: skip
