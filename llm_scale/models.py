@@ -426,7 +426,7 @@ def fetch_model(
 
 def pocket_names() -> tuple[str, ...]:
     """The names of the pocket LMs that ``python -m llm_scale models build NAME`` builds (`llm_scale.pocket`)."""
-    from .pocket import POCKET_MODELS
+    from .pocket_specs import POCKET_MODELS
 
     return tuple(POCKET_MODELS)
 

@@ -113,11 +113,6 @@ def circles(graph: dict[str, dict[str, int]]) -> list[frozenset[str]]:
     return sorted(found, key=sorted)
 
 
-# Circles whose removal is under way in the modules named; any other circle fails the suite at once, and the suite
-# asserts that there is none at all once these are gone.
-KNOWN_CIRCLES = {
-    frozenset({"llm_scale.models", "llm_scale.pocket"}),  # models lists pocket models; pocket builds in the cache
-}
 
 
 def _show(cycle: list[str]) -> str:
@@ -166,17 +161,11 @@ def test_find_cycle_and_circles_on_small_graphs():
     assert find_cycle(two) == ["b", "c", "b"] and circles(two) == [frozenset("bc"), frozenset("de")]
 
 
-def test_no_import_circle_besides_those_being_removed():
-    new = [c for c in circles(GRAPH) if c not in KNOWN_CIRCLES]
-    if new:
-        cycle = find_cycle({m: {n: ln for n, ln in GRAPH[m].items() if n in new[0]} for m in new[0]})
-        pytest.fail(f"{len(new)} import circle(s); one of them:\n" + _show(cycle or []))
-
-
 def test_the_import_graph_has_no_circle():
-    left = circles(GRAPH)
-    if left:
-        pytest.xfail(f"{len(left)} import circle(s) left: " + "; ".join(" <-> ".join(sorted(c)) for c in left))
+    found = circles(GRAPH)
+    if found:
+        cycle = find_cycle({m: {n: ln for n, ln in GRAPH[m].items() if n in found[0]} for m in found[0]})
+        pytest.fail(f"{len(found)} import circle(s); one of them:\n" + _show(cycle or []))
 
 
 def test_llm_scale_imports_testbed_only_through_the_stabilizers_and_the_utilities():
