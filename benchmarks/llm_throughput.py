@@ -33,6 +33,8 @@ from typing import Any
 
 import torch
 
+from testbed.util.files import atomic_write_text
+
 
 def _sync(device: str) -> None:
     if device.startswith("cuda"):
@@ -169,7 +171,7 @@ def learner_costs(args: argparse.Namespace, report: dict[str, Any], what: str) -
 
 def _save(args: argparse.Namespace, report: dict[str, Any]) -> None:
     if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=1, default=float))
+        atomic_write_text(args.json, json.dumps(report, indent=1, default=float))
 
 
 def device_name(device: str) -> str:
@@ -255,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
         _save(args, report)
     print(table(report))
     if args.markdown:
-        Path(args.markdown).write_text(table(report) + "\n")
+        atomic_write_text(args.markdown, table(report) + "\n")
     return 1 if report.get("errors") else 0
 
 

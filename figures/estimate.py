@@ -54,6 +54,7 @@ from figures.common import cost_estimate, dedupe
 from testbed.config import RunConfig
 from testbed.runner import run_many
 from testbed.sweep import default_loop_size, group_runs
+from testbed.util.files import atomic_write_text
 
 DRAW_S = 2.0  # seconds to read back, judge and draw one figure (measured in the quick setting: 0.4 to 2.2 s)
 
@@ -411,8 +412,7 @@ def main(argv: list[str] | None = None) -> int:
     if res["loaded"]:
         print(f"warning: {load_warning(res['loaded'], res['sampling_cpu_share'])}")
     if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(res, fh, indent=1)
+        atomic_write_text(args.json, json.dumps(res, indent=1))
     return 0
 
 

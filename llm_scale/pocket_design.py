@@ -37,6 +37,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from testbed.util.files import atomic_write_frame, atomic_write_text
+
 COLLAPSE = 0.2  # an evaluation this far below the run's running best is a collapse (the testbed's rule)
 Z_LEARN = 2.0
 MARGIN = 0.03  # the few points AREAL-1 / GAC-2 must resolve
@@ -310,9 +312,9 @@ def run_pilot(sweep_file: str, runs: Path, out: Path, arms: tuple[str, ...], log
                                  "late_grad_cos_across": _late_cos(d, "grad_cos_across")})  # fmt: skip
                     ups += [{"key": run.key, **r} for r in trajectory]
     out.mkdir(parents=True, exist_ok=True)
-    pd.DataFrame(rows).to_csv(out / "runs.csv", index=False)
-    pd.DataFrame(ups).to_csv(out / "updates.csv", index=False)
-    (out / "study.json").write_text(json.dumps({"sweep": sweep_file, "arms": list(arms), "eval_problems": sweep.eval_problems,
+    atomic_write_frame(pd.DataFrame(rows), out / "runs.csv")
+    atomic_write_frame(pd.DataFrame(ups), out / "updates.csv")
+    atomic_write_text(out / "study.json", json.dumps({"sweep": sweep_file, "arms": list(arms), "eval_problems": sweep.eval_problems,
                                                 "rule": {"last_evals": sweep.last_evals}, "choose": choose,
                                                 "cells": cells}, indent=1) + "\n")  # fmt: skip
 
@@ -401,8 +403,6 @@ def diagnose(models: list[str], base: str = "pocket-arithmetic", problems: int =
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["diagnose"] and len(argv) >= 2:
-        from testbed.util.files import atomic_write_text
-
         out_file, models = (Path(argv[2]), argv[3:]) if argv[1] == "--out" and len(argv) >= 3 else (None, argv[1:])
         report = {"command": "python -m llm_scale.pocket_design " + " ".join(argv), "models": diagnose(models)}
         text = json.dumps(report, indent=1) + "\n"
@@ -434,7 +434,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: give one pilot directory holding runs.csv, updates.csv and study.json (or: pilot SWEEP RUNS OUT "
               f"[ARMS]), got {argv!r}", file=sys.stderr)  # fmt: skip
         return 2
-    from testbed.util.files import atomic_write_text
 
     out = design(Path(argv[0]))
     atomic_write_text(Path(argv[0]) / "design.json", json.dumps(out, indent=1, default=str) + "\n")

@@ -352,7 +352,7 @@ def execute(
                     shutil.rmtree(out)
                     argv = argv[:-2]
             out.parent.mkdir(parents=True, exist_ok=True)
-            (root / f"{run.key}.json").write_text(json.dumps({"stage": run.stage, "arm": run.arm, "eta": run.eta,
+            atomic_write_text(root / f"{run.key}.json", json.dumps({"stage": run.stage, "arm": run.arm, "eta": run.eta,
                                                               "lr": run.lr, "seed": run.seed,
                                                               "options": dict(run.options)}, default=str, indent=1))  # fmt: skip
             handle = (root / f"{run.key}.log").open("a")
