@@ -45,9 +45,9 @@ def train(kind: str, seeds: Sequence[int], steps: int, log_every: int, lr: float
     each slot's loss is formed row by row as a single run's, and the summed loss gives each slot exactly its
     own gradient, so every seed's rows are the run alone's, bit for bit. ``stop``: asked after every step;
     when it says so, KeyboardInterrupt (nothing is kept: the runs are short, and start over)."""
-    from testbed.seeding import generator
     from testbed.stabilizers import delight_gate
     from testbed.tasks import make_task
+    from testbed.util.seeding import generator
 
     if kind not in KINDS:
         raise ValueError(f"oracle kind must be one of {', '.join(KINDS)}, got {kind!r}")
@@ -87,7 +87,7 @@ def train(kind: str, seeds: Sequence[int], steps: int, log_every: int, lr: float
 
 
 def _settings(kind: str, seed: int, steps: int, log_every: int) -> dict:
-    from testbed.seeding import SCHEME
+    from testbed.util.seeding import SCHEME
 
     return {"kind": kind, "seed": seed, "steps": steps, "log_every": log_every, "lr": 1e-3, "batch": 100,
             "task": "mnist", "seed_scheme": SCHEME}

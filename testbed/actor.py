@@ -13,10 +13,10 @@ from torch import Tensor
 
 from testbed.delay import Chunk
 from testbed.frictions import act
-from testbed.seeding import generator
 from testbed.slots import call_with, cat, stack
 from testbed.state import LoopState, RunState
 from testbed.tasks.base import grouped_logits, token_logp
+from testbed.util.seeding import generator
 
 
 class Actor:

@@ -12,10 +12,10 @@ from typing import Any
 from testbed.delay import Staleness, parse_staleness
 from testbed.frictions import Frictions, parse_frictions
 from testbed.regimes import REGIMES, get_regime
-from testbed.seeding import SCHEME
 from testbed.stabilizers import AGG_MODES, Recipe, build
 from testbed.stabilizers.spec import SpecError
 from testbed.tasks import runner_defaults, task_options
+from testbed.util.seeding import SCHEME
 
 DEFAULTS: dict[str, Any] = {"batch_size": 100, "lr": 1e-3, "n_actors": 1, "agg": "token-mean", "delay": "sync",
                             "group_size": 1, "epochs": 1, "minibatches": 1}

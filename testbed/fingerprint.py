@@ -39,7 +39,6 @@ from torch.func import functional_call
 
 from testbed.config import RunConfig
 from testbed.runner import Runner
-from testbed.seeding import generator
 from testbed.stabilizers import PolicyTerms, Recipe
 from testbed.stabilizers.fingerprint import (
     Fingerprint,
@@ -54,6 +53,7 @@ from testbed.stabilizers.fingerprint import (
 )
 from testbed.tasks.base import token_logp
 from testbed.util.provenance import commit
+from testbed.util.seeding import generator
 
 DEFAULT_LAGS = (1, 2, 4, 8, 16, 32)
 REAL_DIR = Path("results/llm/fingerprint")

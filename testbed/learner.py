@@ -18,12 +18,12 @@ from torch import Tensor
 from testbed import diagnostics as diag
 from testbed import health
 from testbed.delay import Chunk
-from testbed.seeding import generator
 from testbed.slots import cat, stack, take_rows
 from testbed.stabilizers import PolicyTerms, Recipe
 from testbed.stabilizers.numerics import sequence_log_ratio
 from testbed.state import LoopState, RunState
 from testbed.tasks.base import grouped_logits, token_logp
+from testbed.util.seeding import generator
 
 
 @dataclass

@@ -113,7 +113,7 @@ class TaskShape:
 def task_shape(task: Any) -> TaskShape:
     import torch
 
-    from testbed.seeding import generator
+    from testbed.util.seeding import generator
 
     x = task.sample_contexts(1, generator(0, "estimate"), "train")
     n_params = None

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 from torch.func import functional_call
 
-from testbed.seeding import generator
+from testbed.util.seeding import generator
 
 STATUSES = ("ok", "collapsed", "diverged", "failed")
 COLLAPSE_TOL = 0.1

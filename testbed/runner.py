@@ -41,7 +41,7 @@ Recorded behaviour log-probs are those of the clean policy of the version that s
 with inference mismatch or an actor bug the actor *samples* from something else (frictions.py) but
 records these, as a real system would.
 
-Randomness (testbed/seeding.py): every stream is keyed by (seed, purpose, ...): ``init`` (weights),
+Randomness (testbed/util/seeding.py): every stream is keyed by (seed, purpose, ...): ``init`` (weights),
 ``lags``, ``bugs`` (sticky bugs), ``slot, step, actor`` (everything one chunk draws: its contexts,
 bug status, token versions, sampling uniforms and friction noise at its start; perturbed weights at
 each of its events; reward corruption at its end), ``minibatch, step, epoch`` and ``eval, step``. A
@@ -67,12 +67,12 @@ from testbed.config import OPTIMIZERS, SHAPE_FIELDS, Loop, RunConfig, RunSpec, c
 from testbed.delay import Schedule
 from testbed.learner import Learner, NoCompileAdam, NoCompileSGD, skip_dynamo_import
 from testbed.machine import describe, machine
-from testbed.seeding import generator, numpy_rng
 from testbed.slots import call_with
 from testbed.stabilizers.spec import SpecError
 from testbed.state import Interrupted, LoopState, RunResult, RunState
 from testbed.tasks import make_task
 from testbed.tasks.base import token_logp
+from testbed.util.seeding import generator, numpy_rng
 
 
 class Runner:

@@ -44,13 +44,13 @@ from testbed.plan import (  # noqa: F401  (re-exported: the sweep's public names
     plan_sweep,
     task_key,
 )
-from testbed.progress import Progress, interactive
 from testbed.results import ResultStore
 from testbed.runner import Interrupted, Runner
 from testbed.stopping import StopRequest, stop_on_signals
 from testbed.sweep_file import TOP_KEYS, expand, file_settings, load_file, parse_loop_size  # noqa: F401
 from testbed.usage import RunFailed, UsageError
 from testbed.util.files import atomic_write_text
+from testbed.util.progress import Progress, interactive
 
 # -- running ----------------------------------------------------------------------------------------------
 

@@ -30,11 +30,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import scorecard
-from .scorecard import BATTERY_VERSION, DEFAULT_DIR, slug  # noqa: F401  (re-exported: the scorecard path convention)
+from testbed.util import scorecard
+from testbed.util.scorecard import BATTERY_VERSION, DEFAULT_DIR, slug  # noqa: F401  (re-exported: the scorecard path convention)
 
 TOL = 0.02
-scorecard_path = scorecard.path_for  # the file format lives in testbed/scorecard.py
+scorecard_path = scorecard.path_for  # the file format lives in testbed/util/scorecard.py
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from testbed.seeding import generator
 from testbed.tasks import make_task
+from testbed.util.seeding import generator
 
 FASHION = "/usr/share/datasets/fashion-mnist"
 DATA = {"fashion": {"data_dir": FASHION}, "mnist": {}}

@@ -14,10 +14,10 @@ from testbed.config import RunConfig
 from testbed.delay import parse_staleness
 from testbed.frictions import sample_actions
 from testbed.runner import Runner, run
-from testbed.seeding import generator, numpy_rng
 from testbed.stabilizers import PolicyTerms, build
 from testbed.tasks import TASKS, make_task, register_task, stacked
 from testbed.tasks.base import Task, token_logp
+from testbed.util.seeding import generator, numpy_rng
 
 pytestmark = pytest.mark.integration
 

@@ -64,7 +64,7 @@ def test_selection_rule_is_on_the_baselines_only():
 
 
 def test_stale_scorecard_is_reported_as_stale(tmp_path):
-    from testbed import scorecard
+    from testbed.util import scorecard
 
     card = {"recipe": "dg", "score": 0.9, "threshold": 0.5, "passed": True, **scorecard.provenance(),
             "cells": [{"task": "bandit", "staleness": "fixed:8", "score": 0.9}]}  # fmt: skip
@@ -117,7 +117,7 @@ def test_validate_rejects_unknown_recipe(tmp_path):
 
 
 def test_scorecard_format_module_checks_the_schema_and_the_pass_rule(tmp_path):
-    from testbed import scorecard
+    from testbed.util import scorecard
 
     card = {"recipe": "dg", "score": 0.6, "threshold": 0.5, "passed": True,
             "cells": [{"task": "bandit", "staleness": "fixed:8", "score": 0.6}]}  # fmt: skip
@@ -142,7 +142,7 @@ def _umask() -> int:
 
 def test_the_readme_examples_have_shipped_passing_scorecards():
     """Every recipe the LLM guide's and README's llm_scale examples run has a scorecard that ships with the package."""
-    from testbed import scorecard
+    from testbed.util import scorecard
 
     root = Path(__file__).parents[2]
     text = (root / "docs" / "llm_scale.md").read_text() + (root / "README.md").read_text()
@@ -173,8 +173,8 @@ def test_shipped_scorecard_reproduces(tmp_path, spec):
     on a machine like the one that made the card (`testbed.machine.describe`): a change to the loop, the seeds or
     the battery that moves them fails here until the cards are regenerated. Elsewhere the same verdict and each
     cell's score within `ACROSS_MACHINES`."""
-    from testbed import scorecard
     from testbed.machine import describe, machine
+    from testbed.util import scorecard
 
     shipped = scorecard.read(scorecard.path_for(spec, scorecard.SHIPPED_DIR))
     assert not scorecard.stale_reasons(shipped), scorecard.stale_reasons(shipped)
@@ -193,7 +193,7 @@ def test_shipped_scorecard_reproduces(tmp_path, spec):
 
 def test_battery_baselines_lose_to_staleness_in_every_cell():
     """The rule the battery was chosen by, on the shipped numbers: stale PG below synchronous PG by >= 0.1 in every cell."""
-    from testbed import scorecard
+    from testbed.util import scorecard
     from testbed.validate import MIN_GAP
 
     for spec in SHIPPED:

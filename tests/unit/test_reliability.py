@@ -13,10 +13,10 @@ import torch
 
 from testbed import limits, outcomes
 from testbed.config import RunConfig
-from testbed.progress import Progress
 from testbed.results import column_types, read_frame
 from testbed.tasks import make_task
 from testbed.usage import ArgumentParser, UsageError, integer, number, one_line
+from testbed.util.progress import Progress
 
 
 @pytest.mark.parametrize(
