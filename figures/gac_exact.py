@@ -110,16 +110,16 @@ def findings_markdown(res: dict[str, Any]) -> str:
     ev = ag.Evidence(grid="exploratory", seeds=res["seeds"], levels=levels,
                      regime={"batch_size": 400, "minibatches": 2}, exact_window=res["window"],
                      exact_until=res["until"], cos_exact=ps["cos"], r_minibatch=ps["r"], cos_minibatch=ps["cos_minibatch"])
-    before = ag._uncapped(ag.Evidence(grid="exploratory", seeds=res["seeds"], levels=levels,
+    before = ag.uncapped(ag.Evidence(grid="exploratory", seeds=res["seeds"], levels=levels,
                                       regime={"batch_size": 400, "minibatches": 2}))
     j = ag.judge_gac1(ev)
     lines += ["## GAC-1 before and after", "",
               f"- Before (the capped instrument): precondition {before[0]}: {before[1]}; verdict not testable.",
-              f"- After (registered rule on cos_consecutive_exact): precondition {ag._uncapped(ev)[0]}; verdict "
+              f"- After (registered rule on cos_consecutive_exact): precondition {ag.uncapped(ev)[0]}; verdict "
               f"{combine(j.parts)}: " + "; ".join(f"{p.name} -> {p.status}" for p in j.parts) + ".",
               f"- The same rule on the learner's minibatch cosine over the window (capped; beside, not judged): "
               f"{res['gac1']['minibatch']['verdict']}.",
-              f"- GAC-2's premise (exact cosine above sync at some stale level): {': '.join(ag._stale_aligned(ev))}.",
+              f"- GAC-2's premise (exact cosine above sync at some stale level): {': '.join(ag.stale_aligned(ev))}.",
               ""]
     return "\n".join(lines)
 

@@ -29,7 +29,7 @@ def make(ctx: Context) -> dict:
     ev = ctx.evidence(exp)
     table = ctx.table(exp.configs(b))
     levels = ev.levels
-    exact = exp._has_exact(ev)
+    exact = exp.has_exact(ev)
     fig, axes = style.subplots(len(exp.BASES) + 1 + exact, ncols=4, width=3.2, height=2.9)
     for ax, base in zip(axes, exp.BASES, strict=False):
         for j, d in enumerate(levels):

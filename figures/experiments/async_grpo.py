@@ -333,14 +333,14 @@ def gac1_parts(cos: dict[str, Any], levels: list[str], base: str = "grpo") -> li
     return parts
 
 
-def _has_exact(ev: Evidence) -> bool:
+def has_exact(ev: Evidence) -> bool:
     """Whether the exact-gradient probe gave a defined window mean for some seed."""
     return any(np.isfinite(arr(v)).any() for v in (ev.cos_exact or {}).values())
 
 
 @judged_on(NAME)
 def judge_gac1(ev: Evidence) -> Judgement:
-    if _has_exact(ev):
+    if has_exact(ev):
         return _exact_judgement(ev)
     per_base = {b: gac1_parts(ev.cos, ev.levels, b) for b in BASES}
     variants = {b: combine(p) for b, p in per_base.items()}
@@ -559,11 +559,11 @@ def _degrades(ev: Evidence) -> tuple[str, str]:
     return "failed", "grpo's error increase under staleness is below 2 points at every level (" + "; ".join(found) + ")"
 
 
-def _stale_aligned(ev: Evidence) -> tuple[str, str]:
+def stale_aligned(ev: Evidence) -> tuple[str, str]:
     """GAC's signal in the base: grpo's exact consecutive-update cosine (figures/gac_probe.py) at some stale level
     above its sync value (paired, one-sided, margin 0); without the probe, the exploratory reading (the
     across-batch minibatch cosine)."""
-    if _has_exact(ev):
+    if has_exact(ev):
         recipe, seen = exact_recipe(), []
         sync = arr(ev.cos_exact.get(f"{recipe}|{ev.levels[0]}"))
         for s in ev.levels[1:]:
@@ -593,11 +593,11 @@ def _stale_aligned(ev: Evidence) -> tuple[str, str]:
 FINGERPRINT = Path("results/fingerprint/async_grpo.json")  # the regime's fingerprint: its gradient noise scale
 
 
-def _uncapped(ev: Evidence) -> tuple[str, str]:
+def uncapped(ev: Evidence) -> tuple[str, str]:
     """GAC-1's registered precondition: the cosine is read where the noise does not cap it, r = m / B_noise >=
     gac.r_min (m the minibatch in samples, B_noise the regime's noise scale from its fingerprint); else its
     expected value sits near r / (1 + r) whatever staleness does (`figures.confirm.cosine_cap`)."""
-    if _has_exact(ev):
+    if has_exact(ev):
         w = ev.exact_window
         return "met", (f"read on exact expected gradients (r = infinity; testbed/gac_signal.py) over the learning "
                        f"window, versions {w[0]:g}-{w[1]:g}")
@@ -656,7 +656,7 @@ _DEGRADING = Precondition("the base (grpo) degrades under staleness", _degrades,
                           "a regime in which grpo's error rises by at least 2 points at some staleness level")
 _UNCAPPED = Precondition(
     "the cosine is read where the gradient noise does not cap it (exact gradients, or r = m / B_noise >= gac.r_min)",
-    _uncapped,
+    uncapped,
     "run the exact-gradient probe (figures/gac_probe.py, testbed/gac_signal.py) through the learning window at "
     "sync and each stale level: one exact gradient over the training split per optimizer step of the measured "
     "batches, on the runs the design already trains")
@@ -664,7 +664,7 @@ _FINGERPRINT = Precondition(
     "the base's token-level fingerprint at the registered version matches the real model's", _fingerprint_matches,
     "a regime whose base matches the real model's token-level ESS and clip fraction by lag in its learning phase")
 _ALIGNED = Precondition("the base shows the stale-aligned signal (exact consecutive-update cosine above sync's)",
-                        _stale_aligned,
+                        stale_aligned,
                         "a regime where consecutive batches' gradients align under staleness and not at sync "
                         "(minibatches of whole prompt groups, m well below the gradient noise scale)")
 

@@ -197,12 +197,12 @@ def test_gac1_is_not_testable_where_the_noise_caps_the_cosine(tmp_path, monkeypa
     fp = tmp_path / "async_grpo.json"
     monkeypatch.setattr(ag, "FINGERPRINT", fp)
     ev = ag.Evidence(grid="t", seeds=[10000], regime={"batch_size": 400, "minibatches": 2})
-    assert ag._uncapped(ev)[0] == "unknown"  # no fingerprint: not checkable
+    assert ag.uncapped(ev)[0] == "unknown"  # no fingerprint: not checkable
     fp.write_text('{"noise_scale": 6370.0}')
-    status, text = ag._uncapped(ev)  # m = 200: r = 0.0314, cap 0.0305; r >= 1 needs ceil(6370 / 200) = 32 blocks
+    status, text = ag.uncapped(ev)  # m = 200: r = 0.0314, cap 0.0305; r >= 1 needs ceil(6370 / 200) = 32 blocks
     assert status == "failed" and "r = 0.031, cap r / (1 + r) = 0.030" in text and "32 consecutive minibatches" in text
     fp.write_text('{"noise_scale": 150.0}')
-    assert ag._uncapped(ev)[0] == "met"
+    assert ag.uncapped(ev)[0] == "met"
     claim = next(c for c in ag.CLAIMS if c.id == "GAC-1")
     assert "the cosine is read where the gradient noise does not cap it" in claim.preconditions[1].name
 
@@ -282,8 +282,8 @@ def test_gac1_reads_the_exact_cosine_and_its_rule_where_the_probe_measured():
     j = ag.judge_gac1(_exact_evidence(near_one))
     assert [p.name.split(":")[0] for p in j.parts] == ["exact gradients"] * 2
     assert [p.status for p in j.parts] == ["fails", "holds"]  # aligned at sync too: not near orthogonal
-    assert ag._uncapped(_exact_evidence(near_one))[0] == "met"
-    assert "r = infinity" in ag._uncapped(_exact_evidence(near_one))[1]
+    assert ag.uncapped(_exact_evidence(near_one))[0] == "met"
+    assert "r = infinity" in ag.uncapped(_exact_evidence(near_one))[1]
     orth = {"sync": list(0.01 * rng.standard_normal(N)), LEVELS[1]: list(0.6 + 0.02 * rng.standard_normal(N))}
     assert [p.status for p in ag.judge_gac1(_exact_evidence(orth)).parts] == ["holds", "holds"]
     # beside the verdict: the learner's capped cosine, r per level and the prediction at the real model's r
@@ -301,17 +301,17 @@ def test_prediction_at_the_real_models_r_scales_by_the_levels_noise():
 def test_gac2_premise_reads_the_exact_cosine_above_sync():
     rng = np.random.default_rng(1)
     same = {d: list(0.97 + 0.005 * rng.standard_normal(N)) for d in LEVELS}
-    status, text = ag._stale_aligned(_exact_evidence(same))
+    status, text = ag.stale_aligned(_exact_evidence(same))
     assert status == "failed" and "exact consecutive-update cosine" in text
     up = {"sync": same["sync"], LEVELS[1]: [x + 0.02 for x in same["sync"]]}
-    assert ag._stale_aligned(_exact_evidence(up))[0] == "met"
+    assert ag.stale_aligned(_exact_evidence(up))[0] == "met"
     # the registered design without the probe's measurement: unknown, never the capped reading
-    assert ag._stale_aligned(ag.Evidence(grid="t", seeds=[10000], levels=LEVELS, confirmatory=True))[0] == "unknown"
+    assert ag.stale_aligned(ag.Evidence(grid="t", seeds=[10000], levels=LEVELS, confirmatory=True))[0] == "unknown"
 
 
 def test_a_window_the_probe_did_not_reach_is_not_testable(tmp_path, monkeypatch):
     monkeypatch.setattr(ag, "FINGERPRINT", tmp_path / "none.json")
     ev = ag.Evidence(grid="t", seeds=[10000], levels=LEVELS, exact_window=[30.0, 250.0], exact_until=200,
                      cos_exact={"grpo|sync": [float("nan")], f"grpo|{LEVELS[1]}": [float("nan")]})
-    status, text = ag._uncapped(ev)
+    status, text = ag.uncapped(ev)
     assert status == "failed" and "not inside it" in text
