@@ -146,6 +146,10 @@ class TrainConfig(ModelAndTask):
     """non-finite log-probs in the loss: mask those tokens, or raise"""
     grad_cosine: bool = True
     """log cos(g_t, g_{t-1}) per optimizer step in grad_steps.csv (one gradient-sized buffer, in memory and in checkpoints)"""
+    grad_split_half: bool = False
+    """also accumulate each step's gradient as two halves of its prompt groups and log <g_t, g_t-1> and <half 1,
+    half 2> (grad_steps.csv), the terms of the consecutive cosine without the minibatch noise
+    (fingerprint.consecutive_cosine_split_half); one more forward and backward pass per step"""
     dynamic_sampling: bool = False
     """drop the prompt groups whose rewards are all equal (zero advantage) before the update, as DAPO does"""
 
@@ -234,6 +238,14 @@ class TrainConfig(ModelAndTask):
                 f"--minibatches {self.minibatches} must divide --prompts-per-step {self.prompts_per_step} with "
                 "--minibatch-split groups (each minibatch holds whole prompt groups); or use --minibatch-split random"
             )
+        if self.grad_split_half and not self.grad_cosine:
+            raise UsageError("--grad-split-half logs the terms of the consecutive cosine: it needs --grad-cosine")
+        if self.grad_split_half and self.minibatch_split != "groups":
+            raise UsageError("--grad-split-half splits each minibatch into halves of whole prompt groups: it needs "
+                             f"--minibatch-split groups, got {self.minibatch_split}")
+        if self.grad_split_half and self.prompts_per_step // self.minibatches < 2:
+            raise UsageError("--grad-split-half needs at least 2 prompt groups per minibatch, got "
+                             f"{self.prompts_per_step} prompts in {self.minibatches} minibatch(es)")
         if self.partial_chunk and (self.mode == "sync" or self.lag_policy != "latest"):
             raise UsageError("--partial-chunk needs asynchronous rollouts (--mode thread or process) with --lag-policy latest")
         if self.mode == "sync" and self.max_staleness:

@@ -30,7 +30,11 @@ What an update logs, each named for what it measures:
 * per optimizer step (``Learner.steps``, written to grad_steps.csv): the raw gradient norm and its
   cosine to the previous step's raw gradient, with the kind of pair (``within`` the batch,
   ``across`` batches, ``none`` for the first step); NaN when a gradient is zero. Per update:
-  ``grad_cos_within`` / ``grad_cos_across`` (NaN-aware means), ``zero_grad_frac``;
+  ``grad_cos_within`` / ``grad_cos_across`` (NaN-aware means), ``zero_grad_frac``; with
+  ``grad_split_half`` each step's gradient is accumulated as two halves of its prompt groups (`split_halves`:
+  one more backward pass, the sum equal to the one-pass gradient up to float rounding) and the step also logs
+  ``grad_dot_prev`` (<g, previous step's g>) and ``grad_half_dot`` (<first half, second half>), the terms of
+  the noise-free consecutive cosine `fingerprint.consecutive_cosine_split_half`;
 * ``zero_adv_frac``: fraction of prompt groups whose rewards are all equal (`fingerprint.zero_advantage_frac`);
   with ``dynamic_sampling`` those groups are dropped before the update (DAPO, arXiv 2503.14476) and
   ``dropped_seq_frac`` says how many sequences went.
@@ -100,6 +104,7 @@ class LearnerSettings:
     autocast: str = "off"  # off | bf16
     grad_checkpointing: bool = False
     grad_cosine: bool = True
+    grad_split_half: bool = False  # each step's gradient as two halves of its groups (`split_halves`)
     seed: int = 0
     dynamic_sampling: bool = False  # drop the prompt groups whose rewards are all equal (DAPO)
     max_grad_norm: float = 0.0  # clip the global gradient norm before the recipe's transforms; 0: off
@@ -211,20 +216,26 @@ class Learner:
             batch.completion_mask.to(torch.float32), method="loop",
         ).to(self.device)  # fmt: skip
 
-    def _grad_stats(self, same_batch: bool) -> dict[str, float]:
+    def _grad_stats(self, same_batch: bool, first_half: dict[int, Tensor] | None = None) -> dict[str, float]:
         """Norm of the raw gradient and its cosine with the previous optimizer step's raw gradient, the cosine by
         `global_dots` (the products GAC acts on); one host synchronisation for each, not one per parameter.
 
         The pair's kind is ``within`` when the previous step was taken on the same rollout batch,
         ``across`` when it was the last step on the previous batch. The cosine is NaN when either
-        gradient is zero (undefined, as `fingerprint.cosine`) or there is no previous step.
+        gradient is zero (undefined, as `fingerprint.cosine`) or there is no previous step. With ``first_half``
+        (the gradient after the minibatch's first half of groups, `split_halves`) also ``grad_half_dot`` =
+        <first half, second half> and ``grad_dot_prev`` = <g, previous g> (NaN with no previous step).
         """
         grads = [p.grad for p in self.model.parameters() if p.grad is not None]
         sq = float(torch.stack([g.detach().double().pow(2).sum() for g in grads]).sum()) if grads else 0.0
         out = {"grad_norm_raw": math.sqrt(sq)}
         if not self.s.grad_cosine:
             return out
-        cos = float("nan")
+        cos = dot = float("nan")
+        if first_half is not None:  # a parameter without a gradient after the first half had a zero one
+            pairs = [(first_half[id(p)], p.grad.detach().float() - first_half[id(p)]) for p in self.model.parameters()
+                     if p.grad is not None and id(p) in first_half]
+            out["grad_half_dot"] = global_dots(pairs)[0] if pairs else 0.0
         if self.prev_grad is not None and len(self.prev_grad) == len(grads):
             dot, g_sq, prev_sq = global_dots(list(zip(grads, self.prev_grad, strict=True)))
             if g_sq > 0 and prev_sq > 0 and math.isfinite(dot):
@@ -236,6 +247,8 @@ class Learner:
             self.prev_grad = [g.detach().float().clone() for g in grads]
             kind = "none"
         out["grad_cos_prev"] = cos
+        if first_half is not None:
+            out["grad_dot_prev"] = dot
         out["grad_cos_kind"] = kind  # type: ignore[assignment]  # popped by update()
         return out
 
@@ -266,7 +279,9 @@ class Learner:
         n = batch.completion_ids.shape[0]
         mask, blogp = batch.completion_mask, batch.behavior_logp
         micro = s.micro_batch_size or n
-        one_pass = s.epochs == 1 and s.minibatches == 1 and micro >= n and s.kl_coef == 0 and s.entropy_coef == 0
+        halves = s.grad_split_half and s.grad_cosine
+        one_pass = (s.epochs == 1 and s.minibatches == 1 and micro >= n and s.kl_coef == 0 and s.entropy_coef == 0
+                    and not halves)
         logp_first = None
         if one_pass:  # the only forward gives the proximal log-probs and the gradient
             logp_first, _ = self.token_logp(batch, slice(None))
@@ -294,9 +309,12 @@ class Learner:
                 self.optimizer.zero_grad(set_to_none=True)
                 n_tok = float(mask[rows].sum())
                 n_seq = float(mask[rows].any(-1).sum())
-                detached, loss_total = [], 0.0
-                for i in range(0, size, micro):
-                    sub = rows[i : i + micro]
+                detached, loss_total, first_half = [], 0.0, None
+                parts = split_halves(batch.group_ids[rows]) if halves else (torch.arange(size, device=rows.device),)
+                for j, i in ((j, i) for j, part in enumerate(parts) for i in range(0, part.numel(), micro)):
+                    if halves and j == 1 and first_half is None:  # the first half's gradient, before the second's
+                        first_half = {id(p): p.grad.detach().float().clone() for p in self.model.parameters() if p.grad is not None}
+                    sub = rows[parts[j][i : i + micro]]
                     whole = sub.numel() == size
                     if logp_first is not None:
                         logp, ent = logp_first, None
@@ -322,7 +340,7 @@ class Learner:
                     loss_total += float(loss.detach())
                     pooled.append((part, float(mask[sub].sum())))
                     detached.append(logp.detach())
-                grad = self._grad_stats(same_batch=bool(self.steps))
+                grad = self._grad_stats(same_batch=bool(self.steps), first_half=first_half)
                 kind = grad.pop("grad_cos_kind", "none")
                 current = torch.cat(detached)
                 drift = fp.staleness_stats(current, proximal[rows], mask[rows], lag=0).ess_seq
@@ -396,6 +414,13 @@ def select_rows(batch: RolloutBatch, rows: Tensor) -> RolloutBatch:
 
     values = {f.name: getattr(batch, f.name) for f in fields(batch)}
     return type(batch)(**{k: v[rows] if isinstance(v, Tensor) and v.dim() >= 1 else v for k, v in values.items()})
+
+
+def split_halves(group_ids: Tensor) -> tuple[Tensor, Tensor]:
+    """Positions of the first and second half of the prompt groups in ``group_ids`` (runs of equal ids, in order;
+    the first half holds floor(k / 2) of the k groups): two independent halves of a minibatch's gradient."""
+    first, second = group_minibatches(group_ids, 2)
+    return first, second
 
 
 def step_summary(steps: list[dict[str, Any]]) -> dict[str, float]:

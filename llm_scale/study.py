@@ -61,6 +61,7 @@ from typing import Any
 import tomllib
 
 import testbed.util.stats as stats
+from testbed.stabilizers import fingerprint as fp
 from testbed.util.files import atomic_write_text
 from testbed.util.stats import ALPHA
 
@@ -261,6 +262,7 @@ def run_result(directory: Path, last_evals: int = 1) -> dict[str, Any] | None:
         return None  # the file does not reach the last version: not complete
     tail = [v for _, v in evals[-last_evals:]]
     metrics = _metrics_means(directory / "metrics.csv")
+    metrics["late_grad_cos_split_half"] = late_split_half_cosine(directory / "grad_steps.csv")
     return {
         "accuracy": sum(tail) / len(tail), "diverged": False, "accuracy_v0": evals[0][1] if evals[0][0] == 0 else math.nan,
         "device": summary.get("device", ""), "device_name": summary.get("device_name", ""),
@@ -316,6 +318,24 @@ def _metrics_means(path: Path) -> dict[str, float]:
     if "grad_cos_within" in table:
         out["late_grad_cos_within"] = float(table["grad_cos_within"].iloc[len(table) - len(table) // 2:].mean())
     return out
+
+
+def late_split_half_cosine(path: Path) -> float:
+    """The cosine between consecutive optimizer steps' *mean* gradients over the steps of the second half of the
+    updates (the last ``n // 2`` of ``n``, `_metrics_means`' window), from a run's grad_steps.csv written with
+    ``--grad-split-half``: `fingerprint.consecutive_cosine_split_half` of its ``grad_dot_prev`` (the window's
+    pairs) and ``grad_half_dot`` (its steps). NaN when the file lacks them or the window has fewer than 2 steps."""
+    import pandas as pd
+
+    try:
+        table = pd.read_csv(path)
+    except (OSError, ValueError):
+        return math.nan
+    if not {"update", "grad_dot_prev", "grad_half_dot"} <= set(table.columns) or table.empty:
+        return math.nan
+    n = int(table["update"].max()) + 1
+    window = table[table["update"] >= n - n // 2]
+    return fp.consecutive_cosine_split_half(window["grad_dot_prev"].to_numpy()[1:], window["grad_half_dot"].to_numpy())
 
 
 def execute(

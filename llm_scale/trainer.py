@@ -51,9 +51,10 @@ RESUME_KEYS = (
     "group_size", "max_new_tokens", "temperature", "top_k", "top_p", "steps", "lr", "lr_schedule", "warmup_steps",
     "min_lr_ratio", "weight_decay", "agg", "epochs", "minibatches", "minibatch_split", "proximal", "kl_coef", "kl_estimator",
     "entropy_coef", "dtype", "autocast", "prompt_style", "dynamic_sampling", "grad_cosine", "max_grad_norm",
+    "grad_split_half",
 )  # fmt: skip
 # The value a checkpoint whose config lacks a resume key was trained with (the setting did not exist: no clipping).
-RESUME_ABSENT = {"max_grad_norm": 0.0}
+RESUME_ABSENT = {"max_grad_norm": 0.0, "grad_split_half": False}
 # Advantage estimators that need no groups (all others normalise within a prompt group).
 GROUPLESS_ADVANTAGES = ("raw", "mean")
 
@@ -134,7 +135,7 @@ class Trainer:
             minibatch_split=cfg.minibatch_split,
             micro_batch_size=cfg.micro_batch_size, proximal=cfg.proximal, nan_policy=cfg.nan_policy,
             kl_coef=cfg.kl_coef, kl_estimator=cfg.kl_estimator, entropy_coef=cfg.entropy_coef, autocast=cfg.autocast,
-            grad_checkpointing=cfg.grad_checkpointing, grad_cosine=cfg.grad_cosine, seed=cfg.seed,
+            grad_checkpointing=cfg.grad_checkpointing, grad_cosine=cfg.grad_cosine, grad_split_half=cfg.grad_split_half, seed=cfg.seed,
             dynamic_sampling=cfg.dynamic_sampling, max_grad_norm=cfg.max_grad_norm,
         )  # fmt: skip
         self.learner = Learner(self.model, self.recipe, optimizer, scheduler, settings, reference, self.sampler.eos_ids)

@@ -224,6 +224,33 @@ def noise_scale_from_gram(gram: Tensor, group_size: int) -> dict[str, float]:
     return {"grad_sq": off, "trace_sigma_group": tr, "noise_scale": b}
 
 
+def consecutive_cosine_split_half(cross: Any, halves: Any) -> float:
+    """The cosine between the *mean* gradients of consecutive optimizer steps, with the minibatch noise removed.
+
+    Step t's raw gradient is g_t = a_t + b_t, the gradients of two halves of its minibatch made of equally many
+    whole prompt groups (independent given the parameters), so E a_t = E b_t = G_t / 2 and E<a_t, b_t> =
+    |G_t|^2 / 4 (the unbiased-components idea of McCandlish et al. 2018, arXiv 1812.06162, appendix A, with two
+    halves), while the batches of steps t and t+1 are independent draws, E<g_t, g_{t+1}> ~ <G_t, G_{t+1}>.
+    Over a window of T steps (``halves`` [T] = <a_t, b_t>, ``cross`` [T-1] = <g_t, g_{t+1}>)
+
+        cos ~ sum_t <g_t, g_{t+1}> / sqrt(sum_{t<T-1} 4 <a_t, b_t> . sum_{t>0} 4 <a_t, b_t>),
+
+    a ratio of sums (each sum unbiased up to the term below), so it is not capped by r / (1 + r) as the cosine
+    of two minibatch gradients is (r = m / B_noise). Bias: g_t's noise moves the parameters the next step's mean
+    gradient is taken at, adding about -lr tr(H Sigma_t) to each cross term (H the loss's curvature, Sigma_t the
+    noise covariance): second order in the step size, and nil for the exact expectation the testbed's probe
+    reads (testbed/gac_signal.py). NaN with no pair of steps, a non-finite term, or a denominator sum <= 0 (the
+    mean gradient not resolved above the noise)."""
+    c = np.asarray(cross, dtype=np.float64).reshape(-1)
+    h = np.asarray(halves, dtype=np.float64).reshape(-1)
+    if c.size == 0 or h.size != c.size + 1 or not (np.isfinite(c).all() and np.isfinite(h).all()):
+        return NAN
+    before, after = 4.0 * float(h[:-1].sum()), 4.0 * float(h[1:].sum())
+    if before <= 0.0 or after <= 0.0:
+        return NAN
+    return float(c.sum()) / math.sqrt(before * after)
+
+
 # --------------------------------------------------------------------------------------------- staleness
 
 

@@ -160,7 +160,7 @@ def _junk_for(name: str) -> st.SearchStrategy[list[str]]:
     if name in ("mode", "lag_policy", "lr_schedule", "weights_via", "agg", "kl_estimator", "nan_policy", "dtype", "autocast",
                 "prompt_style", "tensorboard", "minibatch_split"):  # fmt: skip
         return _WORDS.filter(lambda v: v not in _choices(name)).map(lambda v: [flag, v])
-    if name in ("proximal", "grad_cosine", "grad_checkpointing", "progress", "save_final", "dynamic_sampling"):
+    if name in ("proximal", "grad_cosine", "grad_split_half", "grad_checkpointing", "progress", "save_final", "dynamic_sampling"):
         return _WORDS.map(lambda v: [flag, v])  # a flag takes no value: the word is an unrecognized option
     if name == "max_new_tokens":
         return st.one_of(_WORDS, st.integers(max_value=0).map(str)).map(lambda v: [flag, v])

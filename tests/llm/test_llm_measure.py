@@ -181,3 +181,50 @@ def test_gradient_buffers_are_counted_and_checkpointed(tmp_path):
     assert sum(g.numel() for g in saved) == sum(p.numel() for p in trainer.model.parameters())
     off = Trainer(tiny_config(tmp_path, "off", grad_cosine=False))
     assert off.gradient_buffers() == 0
+
+
+def test_split_half_gradient_terms_are_the_halves_own_gradients(tmp_path):
+    """--grad-split-half: the step's gradient is the sum of its two halves of groups (the one-pass gradient up to
+    rounding), grad_half_dot is <half 1, half 2> of the halves' gradients computed on their own (rescaled from each
+    half's token mean to the minibatch's), and grad_dot_prev = cos x |g_t| |g_t-1|."""
+    import copy
+
+    from llm_scale.learner import split_halves
+
+    cfg = dict(task="arithmetic", steps=2, prompts_per_step=4, group_size=4)
+    split = Trainer(tiny_config(tmp_path, "split", grad_split_half=True, **cfg))
+    plain = Trainer(tiny_config(tmp_path, "plain", **cfg))
+    batch = split.sampler.batch(split.model, 0, 0)
+    batch.rewards = torch.arange(batch.rewards.numel(), dtype=torch.float32) % 3  # every group informative
+    models = [copy.deepcopy(split.model) for _ in range(2)]
+    split.learner.update(batch, 0)
+    plain.learner.update(batch, 0)
+    g_split = torch.cat([p.grad.reshape(-1) for p in split.model.parameters()])
+    g_plain = torch.cat([p.grad.reshape(-1) for p in plain.model.parameters()])
+    assert torch.allclose(g_split, g_plain, rtol=1e-5, atol=1e-7)
+    halves = []
+    for rows, model in zip(split_halves(batch.group_ids), models, strict=True):
+        part = select_rows(batch, rows)
+        opt = torch.optim.SGD(model.parameters(), lr=0.0)
+        learner = Learner(model, build("pg"), opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda t: 1.0),
+                          LearnerSettings(grad_cosine=False))
+        learner.update(part, 0)
+        share = float(part.completion_mask.sum()) / float(batch.completion_mask.sum())  # token-mean weights
+        halves.append(share * torch.cat([p.grad.reshape(-1) for p in model.parameters()]))
+    (step,) = split.learner.steps
+    assert step["grad_half_dot"] == pytest.approx(float(halves[0] @ halves[1]), rel=1e-4)
+    assert torch.allclose(halves[0] + halves[1], g_split, rtol=1e-4, atol=1e-6)
+    assert math.isnan(step["grad_dot_prev"])  # no previous step
+    split.learner.update(split.sampler.batch(split.model, 1, 1), 1)
+    (second,) = split.learner.steps
+    norms = step["grad_norm_raw"] * second["grad_norm_raw"]
+    assert second["grad_dot_prev"] == pytest.approx(second["grad_cos_prev"] * norms, rel=1e-6)
+
+
+def test_split_half_settings_are_checked(tmp_path):
+    with pytest.raises(config_module.UsageError, match="grad-split-half"):
+        tiny_config(tmp_path, grad_split_half=True, grad_cosine=False).validate()
+    with pytest.raises(config_module.UsageError, match="minibatch-split groups"):
+        tiny_config(tmp_path, grad_split_half=True, minibatch_split="random").validate()
+    with pytest.raises(config_module.UsageError, match="at least 2 prompt groups"):
+        tiny_config(tmp_path, grad_split_half=True, prompts_per_step=2, minibatches=2).validate()

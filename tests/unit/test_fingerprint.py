@@ -206,3 +206,54 @@ def test_newest_files_keeps_the_latest_measurement_of_each_model_and_task(tmp_pa
     (tmp_path / "list.json").write_text("[1, 2]")
     assert fp.newest_files(tmp_path) == [(other, []), (again, [undated, first])]
     assert fp.newest_files(tmp_path / "absent") == []
+
+
+def _rotating_gradients(seed: int, steps: int, dim: int, rho: float, r: float):
+    """Mean gradients G_t with E cos(G_t, G_t+1) = rho, and two independent halves a_t, b_t per step with
+    E a_t = E b_t = G_t / 2 and noise of the full gradient g_t = a_t + b_t at r = |G|^2 / tr(Sigma) (about r)."""
+    rng = np.random.default_rng(seed)
+    means = [rng.standard_normal(dim) / math.sqrt(dim)]
+    for _ in range(steps - 1):
+        means.append(rho * means[-1] + math.sqrt(1 - rho**2) * rng.standard_normal(dim) / math.sqrt(dim))
+    means = np.array(means)
+    sd = math.sqrt(1 / (2 * r * dim))  # each half's noise: tr = 1 / (2 r), the sum's 1 / r
+    a = means / 2 + sd * rng.standard_normal((steps, dim))
+    b = means / 2 + sd * rng.standard_normal((steps, dim))
+    cross = [float((a[t] + b[t]) @ (a[t + 1] + b[t + 1])) for t in range(steps - 1)]
+    halves = [float(a[t] @ b[t]) for t in range(steps)]
+    true = sum(means[t] @ means[t + 1] for t in range(steps - 1)) / math.sqrt(
+        sum(means[t] @ means[t] for t in range(steps - 1)) * sum(means[t] @ means[t] for t in range(1, steps)))
+    naive = float(np.mean([fp.cosine(torch.tensor(a[t] + b[t]), torch.tensor(a[t + 1] + b[t + 1]))
+                           for t in range(steps - 1)]))
+    return cross, halves, float(true), naive
+
+
+def test_split_half_cosine_is_the_ratio_of_sums_without_noise():
+    rng = np.random.default_rng(0)
+    g = rng.standard_normal((5, 7))
+    cross = [float(g[t] @ g[t + 1]) for t in range(4)]
+    halves = [float((g[t] / 2) @ (g[t] / 2)) for t in range(5)]
+    want = sum(cross) / math.sqrt(sum(float(x @ x) for x in g[:-1]) * sum(float(x @ x) for x in g[1:]))
+    assert fp.consecutive_cosine_split_half(cross, halves) == pytest.approx(want, rel=1e-12)
+
+
+def test_split_half_cosine_removes_the_noise_cap():
+    # r = 0.1: two minibatch gradients' cosine is capped near rho r / (1 + r) = 0.08; the split-half estimate
+    # reads the mean gradients' 0.9 (its ratio-of-sums bias at 200 steps is about -0.01)
+    ests, naives = [], []
+    for seed in range(6):
+        cross, halves, true, naive = _rotating_gradients(seed, 200, 2000, 0.9, 0.1)
+        assert true == pytest.approx(0.9, abs=0.02)
+        ests.append(fp.consecutive_cosine_split_half(cross, halves))
+        naives.append(naive)
+    assert abs(np.mean(ests) - 0.9) < 0.04 and max(abs(e - 0.9) for e in ests) < 0.12
+    assert np.mean(naives) < 0.9 * 0.1 / 1.1 + 0.02
+    cross, halves, true, _ = _rotating_gradients(7, 200, 2000, 0.9, 1.0)  # r = 1: within 0.01
+    assert fp.consecutive_cosine_split_half(cross, halves) == pytest.approx(true, abs=0.01)
+
+
+def test_split_half_cosine_undefined_cases_are_nan():
+    assert math.isnan(fp.consecutive_cosine_split_half([], [1.0]))
+    assert math.isnan(fp.consecutive_cosine_split_half([1.0], [1.0]))  # a pair needs two halves' products
+    assert math.isnan(fp.consecutive_cosine_split_half([1.0], [-1.0, 1.0]))  # mean gradient not resolved
+    assert math.isnan(fp.consecutive_cosine_split_half([float("nan")], [1.0, 1.0]))
