@@ -188,7 +188,7 @@ def _main(argv: list[str]) -> int:
 def _make(ctx, names: list[str], configs: list, args, out: Path) -> dict[str, float]:
     """Figure by figure: each figure's missing runs are trained (in parallel workers), then it is drawn, so an
     interrupted run leaves finished figures and a resumable cache. Returns seconds per figure."""
-    from figures.common import machines, write_evidence
+    from figures.common import dedupe, machines, missing, write_evidence
     from figures.style import publish
 
     t0 = time.perf_counter()
@@ -199,6 +199,11 @@ def _make(ctx, names: list[str], configs: list, args, out: Path) -> dict[str, fl
     for name in names:
         mod = module(name)
         t = time.perf_counter()
+        needs = dedupe(mod.configs(args.quick))
+        if args.cached_only and needs and missing(ctx.cache, needs) == len(needs):
+            print(f"{name}: skipped, none of its {len(needs)} runs is cached (--cached-only); its claims read "
+                  "'no evidence'", flush=True)
+            continue
         with ctx.reading() as used:  # every run the figure reads, for the machines that trained them
             ctx.ensure(mod.configs(args.quick))
             trained = time.perf_counter() - t
