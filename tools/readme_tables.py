@@ -3,8 +3,9 @@
     python tools/readme_tables.py            # rewrite every generated table in place
     python tools/readme_tables.py --check    # exit 1, naming the file, where a table differs from its source
 
-The verdict table is figures.table's (`python -m figures.table --no-header`: README holds no commit id) of
-results/paper/claims.json, the claims report's own record; the wall-time table is read from
+The verdict tables are figures.table's (`python -m figures.table --no-header`: README holds no commit id) of
+results/confirmatory/claims.json (the confirmatory report, with a line saying how many of its runs it holds) and
+results/paper/claims.json (the exploratory one), each report's own record; the wall-time table is read from
 results/paper/timings.json; nothing in them is typed by hand. tests/unit/test_docs.py asserts
 that the committed pages equal what this script writes.
 """
@@ -21,6 +22,7 @@ from testbed.util.files import atomic_write_text
 
 ROOT = Path(__file__).resolve().parents[1]
 CLAIMS = ROOT / "results" / "paper" / "claims.json"
+CONFIRMATORY = ROOT / "results" / "confirmatory" / "claims.json"
 TIMINGS = ROOT / "results" / "paper" / "timings.json"
 
 
@@ -44,13 +46,24 @@ def wall_table(timings: dict, command: str = "python -m figures all") -> str:
     return "\n".join(lines)
 
 
+def confirmatory_table(report: dict) -> str:
+    """The confirmatory report's label and how many of its simulator runs it holds, then its verdict table."""
+    st = report.get("stamp") or {}
+    total, missing = report.get("total_runs"), report.get("missing_runs") or 0
+    runs = (f"{total - missing} of its {total} simulator runs" if isinstance(total, int) else "its simulator runs")
+    line = (f"Protocol: **{st.get('label', 'exploratory')}**; seed block {st['seed_block'][0]}..{st['seed_block'][1]}; "
+            f"the report holds {runs}" + ("; a claim none of whose runs has run yet reads 'inconclusive' (no data)." if missing else "."))
+    return "\n".join([line, "", *verdict_table(report, header=False)])
+
+
 def tables() -> dict[str, str]:
     """Marker name -> generated table, from the committed results files."""
-    return {"verdicts": "\n".join(verdict_table(json.loads(CLAIMS.read_text()), header=False)),
+    return {"confirmatory": confirmatory_table(json.loads(CONFIRMATORY.read_text())),
+            "verdicts": "\n".join(verdict_table(json.loads(CLAIMS.read_text()), header=False)),
             "wall-time": wall_table(json.loads(TIMINGS.read_text()))}
 
 
-PAGES = {"verdicts": ROOT / "README.md", "wall-time": ROOT / "docs" / "reproducing.md"}
+PAGES = {"confirmatory": ROOT / "README.md", "verdicts": ROOT / "README.md", "wall-time": ROOT / "docs" / "reproducing.md"}
 
 
 def fill(text: str, name: str, table: str) -> str:
