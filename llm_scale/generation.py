@@ -100,9 +100,15 @@ def cache_argument(forward: Callable[..., Any]) -> str:
     return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
 
 
-def _forward(model: torch.nn.Module, ids: Tensor, attn: Tensor, pos: Tensor, past: Any) -> tuple[Tensor, Any]:
+def _forward(model: torch.nn.Module, ids: Tensor, attn: Tensor, pos: Tensor, past: Any, last: bool = False) -> tuple[Tensor, Any]:
+    """(logits of the last position [B, V] in float32, the cache) of one forward; ``last``: the model computes the
+    logits of that position only (where it takes ``logits_to_keep``)."""
     name = cache_argument(type(model).forward)
-    out = model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True, **{name: past})
+    kwargs = {"input_ids": ids, "attention_mask": attn, "position_ids": pos, "use_cache": True, name: past}
+    try:
+        out = model(**kwargs, logits_to_keep=1) if last else model(**kwargs)
+    except TypeError:  # models without logits_to_keep
+        out = model(**kwargs)
     return out.logits[:, -1].float(), getattr(out, name)
 
 
@@ -129,19 +135,21 @@ def select_cache(past: Any, index: Tensor) -> Any:
 MIN_ROWS = 4
 
 
-def _prefill(model: torch.nn.Module, prompt_ids: Tensor, attn: Tensor) -> tuple[Tensor, Any]:
-    """The prompt's forward, once per distinct prompt row on a CPU: a group of identical prompts (one prompt sampled
-    ``group_size`` times) shares one forward, whose cache rows and last logits are then repeated for each copy. A row's
-    result does not depend on the other rows of its batch (at `MIN_ROWS` rows or more), so this equals the forward of
-    every row bit for bit."""
-    first, inverse = distinct_rows(prompt_ids, attn)
-    if prompt_ids.device.type != "cpu" or first.numel() == prompt_ids.shape[0] or first.numel() * prompt_ids.shape[1] < MIN_ROWS:
+def _prefill(model: torch.nn.Module, prompt_ids: Tensor, attn: Tensor, shortcuts: bool = True) -> tuple[Tensor, Any]:
+    """The prompt's forward, on a CPU once per distinct prompt row and with the logits of the last position only: a
+    group of identical prompts (one prompt sampled ``group_size`` times) shares one forward, whose cache rows and last
+    logits are then repeated for each copy. A row's result does not depend on the other rows of its batch when both
+    have at least `MIN_ROWS` rows, so this equals the plain forward of every row bit for bit."""
+    if not shortcuts or prompt_ids.device.type != "cpu" or prompt_ids.shape[0] < MIN_ROWS:
         return _forward(model, prompt_ids, attn, position_ids(attn), None)
+    first, inverse = distinct_rows(prompt_ids, attn)
+    if first.numel() == prompt_ids.shape[0] or first.numel() < MIN_ROWS:
+        return _forward(model, prompt_ids, attn, position_ids(attn), None, last=True)
     sub = attn[first]
-    logits, past = _forward(model, prompt_ids[first], sub, position_ids(sub), None)
+    logits, past = _forward(model, prompt_ids[first], sub, position_ids(sub), None, last=True)
     repeated = select_cache(past, inverse)
     if repeated is None:
-        return _forward(model, prompt_ids, attn, position_ids(attn), None)
+        return _forward(model, prompt_ids, attn, position_ids(attn), None, last=True)
     return logits[inverse], repeated
 
 
@@ -173,6 +181,7 @@ def sample_completions(
     version: int = 0,
     refresh: Refresh | None = None,
     chunk: int = 0,
+    shortcuts: bool = True,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Sample up to ``max_new_tokens`` per row; return (ids, mask, behaviour log-probs, versions), each [B, T].
 
@@ -180,19 +189,20 @@ def sample_completions(
     (called every ``chunk`` tokens when both are given) may swap the model's weights and returns
     the new version, or None for no change; the cache is then rebuilt under the new weights.
 
-    On a CPU the forwards skip work whose result is discarded, without changing a bit of what is returned:
-    identical prompt rows share one prefill (`_prefill`), and the rows that have finished drop out of the
-    decoding forwards once they are an eighth of the rows still held (`_still_held`; their later tokens are
-    padding whatever the model says). Every step still draws the noise of all B rows from ``generator`` (the
-    logits of a finished row stay those of its last forward), so the tokens drawn for the live rows are those of
-    the full batch. A finished row's forwards are not checked for non-finite logits once it has been dropped.
+    On a CPU, unless ``shortcuts`` is False, the forwards skip work whose result is discarded, without changing
+    a bit of what is returned: identical prompt rows share one prefill (`_prefill`), and the rows that have
+    finished drop out of the decoding forwards once they are an eighth of the rows still held (`_still_held`;
+    their later tokens are padding whatever the model says), and the prefill computes the logits of the last
+    prompt position only. Every step still draws the noise of all B rows from ``generator`` (the logits of a
+    finished row stay those of its last forward), so the tokens drawn for the live rows are those of the full
+    batch. A finished row's forwards are not checked for non-finite logits once it has been dropped.
     """
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     batch = prompt_ids.shape[0]
     device = prompt_ids.device
     attn = prompt_mask.long()
-    logits, past = _prefill(model, prompt_ids, attn)
+    logits, past = _prefill(model, prompt_ids, attn, shortcuts)
     next_pos = position_ids(attn)[:, -1:] + 1
     eos = torch.tensor(sorted(set(eos_ids)), device=device, dtype=torch.long)
     done = torch.zeros(batch, dtype=torch.bool, device=device)
@@ -226,7 +236,7 @@ def sample_completions(
         if bool(done.all()) or t == max_new_tokens - 1:
             break
         attn = torch.cat([attn, torch.ones_like(tok)], dim=1)
-        index = _still_held(done[held]) if device.type == "cpu" else None
+        index = _still_held(done[held]) if shortcuts and device.type == "cpu" else None
         if index is not None and index.numel() < held.numel():
             kept = select_cache(past, index)
             if kept is not None:

@@ -1,9 +1,10 @@
-"""The sampler's shortcuts return exactly what the plain decoding loop returns, bit for bit.
+"""The sampler's shortcuts return exactly what the plain decoding loop returns, bit for bit; the learner's shared
+prompt forward returns the full forward's log-probs and gradients up to float32 summation order.
 
-`generation.sample_completions` prefills each distinct prompt row once and drops finished rows from the decoding
-forwards; `plain_sample` below is the loop without either shortcut (every row in every forward). Both run on the
-tiny model with prompt groups (identical rows) and a stop set of a quarter of the vocabulary, so rows finish at many
-different steps and the dropping of finished rows happens several times in one call.
+`generation.sample_completions` prefills each distinct prompt row once (the last position's logits only) and drops
+finished rows from the decoding forwards; with ``shortcuts=False`` it is the plain loop (every row in every forward,
+all logits). Both run on the tiny model with prompt groups (identical rows) and a stop set of a quarter of the
+vocabulary, so rows finish at many different steps and the dropping of finished rows happens several times in one call.
 """
 
 from __future__ import annotations
@@ -13,50 +14,14 @@ import random
 
 import pytest
 import torch
-import torch.nn.functional as F
 
-from llm_scale.generation import _forward, distinct_rows, position_ids, sample_completions, sampling_logprobs
+from llm_scale.generation import distinct_rows, sample_completions
+from llm_scale.learner import shared_prompt_logits
 from llm_scale.trainer import Trainer
 
 from .conftest import tiny_config
 
 pytestmark = pytest.mark.integration
-
-
-@torch.no_grad()
-def plain_sample(model, prompt_ids, prompt_mask, *, max_new_tokens, temperature, eos_ids, pad_id, top_k=0, top_p=1.0,
-                 generator=None, version=0, refresh=None, chunk=0):  # fmt: skip
-    """The reference: every row of the batch in every forward, finished rows fed padding."""
-    attn = prompt_mask.long()
-    logits, past = _forward(model, prompt_ids, attn, position_ids(attn), None)
-    next_pos = position_ids(attn)[:, -1:] + 1
-    eos = torch.tensor(sorted(set(eos_ids)), dtype=torch.long)
-    done = torch.zeros(prompt_ids.shape[0], dtype=torch.bool)
-    toks, lps, vers, keep = [], [], [], []
-    for t in range(max_new_tokens):
-        if refresh is not None and chunk > 0 and t > 0 and t % chunk == 0:
-            new_version = refresh()
-            if new_version is not None and new_version != version:
-                version = new_version
-                logits, past = _forward(model, torch.cat([prompt_ids, *toks], dim=1), attn, position_ids(attn), None)
-        live = ~done
-        logp_all = sampling_logprobs(logits, temperature, top_k, top_p) if temperature > 0 else F.log_softmax(logits, dim=-1)
-        if temperature > 0:
-            tok = torch.multinomial(logp_all.exp(), 1, generator=generator)
-        else:
-            tok = logp_all.argmax(dim=-1, keepdim=True)
-        tok = torch.where(live[:, None], tok, torch.full_like(tok, pad_id))
-        toks.append(tok)
-        lps.append(torch.where(live[:, None], logp_all.gather(-1, tok), torch.zeros_like(tok, dtype=torch.float32)))
-        vers.append(torch.full_like(tok, version))
-        keep.append(live[:, None])
-        done = done | torch.isin(tok[:, 0], eos)
-        if bool(done.all()) or t == max_new_tokens - 1:
-            break
-        attn = torch.cat([attn, torch.ones_like(tok)], dim=1)
-        logits, past = _forward(model, tok, attn, next_pos, past)
-        next_pos = next_pos + 1
-    return torch.cat(toks, 1), torch.cat(keep, 1), torch.cat(lps, 1), torch.cat(vers, 1)
 
 
 @pytest.fixture(scope="module")
@@ -93,10 +58,12 @@ def test_fast_sampling_equals_the_plain_loop_bit_for_bit(setup, settings):
     settings = dict(settings)
     chunk = settings.pop("chunk", 0)
     out = {}
-    for name, fn in (("plain", plain_sample), ("fast", sample_completions)):
+    for name, shortcuts in (("plain", False), ("fast", True)):
         m = copy.deepcopy(model)
-        out[name] = fn(m, ids, mask, max_new_tokens=12, eos_ids=stop, pad_id=0, generator=torch.Generator().manual_seed(5),
-                       version=6, refresh=_versioned_refresh(m) if chunk else None, chunk=chunk, **settings)  # fmt: skip
+        out[name] = sample_completions(
+            m, ids, mask, max_new_tokens=12, eos_ids=stop, pad_id=0, generator=torch.Generator().manual_seed(5), version=6,
+            refresh=_versioned_refresh(m) if chunk else None, chunk=chunk, shortcuts=shortcuts, **settings,
+        )  # fmt: skip
     for a, b in zip(out["plain"], out["fast"], strict=True):
         assert a.dtype == b.dtype and torch.equal(a, b)
     lengths = out["fast"][1].sum(-1)
@@ -113,3 +80,27 @@ def test_distinct_rows_recovers_every_row(setup):
     shuffled = torch.tensor(random.Random(0).sample(range(ids.shape[0]), ids.shape[0]))
     first, inverse = distinct_rows(ids[shuffled], mask[shuffled])
     assert torch.equal(ids[shuffled][first][inverse], ids[shuffled])
+
+
+def test_shared_prompt_forward_gives_the_full_forwards_logprobs_and_gradients(tmp_path):
+    """``share_prompts``: one forward per distinct prompt; log-probs and gradients equal the full forward's up to
+    float32 summation order (a relative 1e-5 bounds what float32 rounding of these sums can move)."""
+    trainer = Trainer(tiny_config(tmp_path, task="arithmetic", prompts_per_step=6, group_size=4, max_new_tokens=6))
+    batch = trainer.sampler.batch(trainer.model, 0, 0)
+    learner, mask = trainer.learner, batch.completion_mask
+    weights = torch.randn(mask.shape, generator=torch.Generator().manual_seed(0))
+    out = {}
+    for share in (False, True):
+        learner.s.share_prompts = share
+        trainer.model.zero_grad(set_to_none=True)
+        logp, _ = learner.token_logp(batch, slice(None))
+        (logp * weights * mask).sum().backward()
+        out[share] = logp.detach(), [p.grad.clone() for p in trainer.model.parameters()]
+    assert torch.allclose(out[True][0][mask], out[False][0][mask], rtol=1e-5, atol=1e-6)
+    for shared, full in zip(out[True][1], out[False][1], strict=True):
+        assert torch.allclose(shared, full, rtol=1e-5, atol=1e-5 * float(full.abs().max()))
+    # distinct prompts only: nothing to share, the full forward runs
+    rows = torch.arange(0, batch.prompt_ids.shape[0], 4)
+    assert shared_prompt_logits(trainer.model, batch.prompt_ids[rows],
+                                torch.cat([batch.prompt_mask[rows].long(), mask[rows].long()], 1), batch.completion_ids[rows]) is None
+
