@@ -100,10 +100,69 @@ def cache_argument(forward: Callable[..., Any]) -> str:
     return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
 
 
-def _forward(model: torch.nn.Module, ids: Tensor, attn: Tensor, pos: Tensor, past: Any) -> tuple[Tensor, Any]:
+def _forward(model: torch.nn.Module, ids: Tensor, attn: Tensor, pos: Tensor, past: Any, last: bool = False) -> tuple[Tensor, Any]:
+    """(logits of the last position [B, V] in float32, the cache) of one forward; ``last``: the model computes the
+    logits of that position only (where it takes ``logits_to_keep``)."""
     name = cache_argument(type(model).forward)
-    out = model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True, **{name: past})
+    kwargs = {"input_ids": ids, "attention_mask": attn, "position_ids": pos, "use_cache": True, name: past}
+    try:
+        out = model(**kwargs, logits_to_keep=1) if last else model(**kwargs)
+    except TypeError:  # models without logits_to_keep
+        out = model(**kwargs)
     return out.logits[:, -1].float(), getattr(out, name)
+
+
+def distinct_rows(ids: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    """(first, inverse): ``first`` [U] indexes one row of each distinct (``ids``, ``mask``) row [B, P] and ``inverse``
+    [B] maps every row to its distinct row, so that ``ids[first][inverse] == ids`` (and the same for ``mask``)."""
+    _, inverse = torch.unique(torch.cat([ids, mask.to(ids.dtype)], dim=1), dim=0, return_inverse=True)
+    rows = torch.arange(inverse.numel(), device=inverse.device)
+    first = torch.empty(int(inverse.max()) + 1, dtype=torch.long, device=inverse.device).scatter_(0, inverse, rows)
+    return first, inverse
+
+
+def select_cache(past: Any, index: Tensor) -> Any:
+    """The key/value cache of rows ``index`` (repeated or dropped rows alike), or None when the cache cannot reorder its
+    rows (a legacy tuple cache)."""
+    if not hasattr(past, "reorder_cache"):
+        return None
+    past.reorder_cache(index)
+    return past
+
+
+# A matrix product of fewer rows than this takes another kernel path in MKL (the CPU's BLAS) whose rounding differs, so
+# the shortcuts below never run a forward on fewer rows than this (or than the whole batch, when it is smaller)
+MIN_ROWS = 4
+
+
+def _prefill(model: torch.nn.Module, prompt_ids: Tensor, attn: Tensor, shortcuts: bool = True) -> tuple[Tensor, Any]:
+    """The prompt's forward, on a CPU once per distinct prompt row and with the logits of the last position only: a
+    group of identical prompts (one prompt sampled ``group_size`` times) shares one forward, whose cache rows and last
+    logits are then repeated for each copy. A row's result does not depend on the other rows of its batch when both
+    have at least `MIN_ROWS` rows, so this equals the plain forward of every row bit for bit."""
+    if not shortcuts or prompt_ids.device.type != "cpu" or prompt_ids.shape[0] < MIN_ROWS:
+        return _forward(model, prompt_ids, attn, position_ids(attn), None)
+    first, inverse = distinct_rows(prompt_ids, attn)
+    if first.numel() == prompt_ids.shape[0] or first.numel() < MIN_ROWS:
+        return _forward(model, prompt_ids, attn, position_ids(attn), None, last=True)
+    sub = attn[first]
+    logits, past = _forward(model, prompt_ids[first], sub, position_ids(sub), None, last=True)
+    repeated = select_cache(past, inverse)
+    if repeated is None:
+        return _forward(model, prompt_ids, attn, position_ids(attn), None, last=True)
+    return logits[inverse], repeated
+
+
+def _still_held(done: Tensor) -> Tensor | None:
+    """Which of the held rows (``done`` [H]: finished or not) the next decoding forwards keep, or None to keep them all:
+    once an eighth of them has finished, the live rows, topped up with finished ones to `MIN_ROWS`."""
+    live = ~done
+    n_live = int(live.sum())
+    if 8 * n_live > 7 * done.numel() or done.numel() <= MIN_ROWS:
+        return None
+    if n_live < MIN_ROWS:
+        live[done.nonzero()[: MIN_ROWS - n_live, 0]] = True
+    return live.nonzero()[:, 0]
 
 
 @torch.no_grad()
@@ -122,30 +181,41 @@ def sample_completions(
     version: int = 0,
     refresh: Refresh | None = None,
     chunk: int = 0,
+    shortcuts: bool = True,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Sample up to ``max_new_tokens`` per row; return (ids, mask, behaviour log-probs, versions), each [B, T].
 
     ``temperature == 0`` decodes greedily (log-probs then of the untempered softmax). ``refresh``
     (called every ``chunk`` tokens when both are given) may swap the model's weights and returns
     the new version, or None for no change; the cache is then rebuilt under the new weights.
+
+    On a CPU, unless ``shortcuts`` is False, the forwards skip work whose result is discarded, without changing
+    a bit of what is returned: identical prompt rows share one prefill (`_prefill`), and the rows that have
+    finished drop out of the decoding forwards once they are an eighth of the rows still held (`_still_held`;
+    their later tokens are padding whatever the model says), and the prefill computes the logits of the last
+    prompt position only. Every step still draws the noise of all B rows from ``generator`` (the logits of a
+    finished row stay those of its last forward), so the tokens drawn for the live rows are those of the full
+    batch. A finished row's forwards are not checked for non-finite logits once it has been dropped.
     """
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     batch = prompt_ids.shape[0]
     device = prompt_ids.device
     attn = prompt_mask.long()
-    logits, past = _forward(model, prompt_ids, attn, position_ids(attn), None)
+    logits, past = _prefill(model, prompt_ids, attn, shortcuts)
     next_pos = position_ids(attn)[:, -1:] + 1
     eos = torch.tensor(sorted(set(eos_ids)), device=device, dtype=torch.long)
     done = torch.zeros(batch, dtype=torch.bool, device=device)
+    held = torch.arange(batch, device=device)  # the rows the cache holds, in batch order
     toks, lps, vers, keep = [], [], [], []
     for t in range(max_new_tokens):
         if refresh is not None and chunk > 0 and t > 0 and t % chunk == 0:
             new_version = refresh()
             if new_version is not None and new_version != version:
                 version = new_version
-                ids = torch.cat([prompt_ids, *toks], dim=1)
-                logits, past = _forward(model, ids, attn, position_ids(attn), None)
+                ids = torch.cat([prompt_ids, *toks], dim=1)[held]
+                sub = attn[held]
+                logits[held], past = _forward(model, ids, sub, position_ids(sub), None)
         live = ~done
         logp_all = sampling_logprobs(logits, temperature, top_k, top_p) if temperature > 0 else F.log_softmax(logits, dim=-1)
         # NaN anywhere, or +inf (from logits too large for float32), means the weights have diverged
@@ -166,6 +236,11 @@ def sample_completions(
         if bool(done.all()) or t == max_new_tokens - 1:
             break
         attn = torch.cat([attn, torch.ones_like(tok)], dim=1)
-        logits, past = _forward(model, tok, attn, next_pos, past)
+        index = _still_held(done[held]) if shortcuts and device.type == "cpu" else None
+        if index is not None and index.numel() < held.numel():
+            kept = select_cache(past, index)
+            if kept is not None:
+                past, held = kept, held[index]
+        logits[held], past = _forward(model, tok[held], attn[held], next_pos[held], past)
         next_pos = next_pos + 1
     return torch.cat(toks, 1), torch.cat(keep, 1), torch.cat(lps, 1), torch.cat(vers, 1)

@@ -71,7 +71,7 @@ from testbed.stabilizers import fingerprint as fp
 from testbed.stabilizers.gradient import global_dots
 from testbed.util import seeding
 
-from .generation import RolloutBatch, hit_budget, position_ids
+from .generation import RolloutBatch, cache_argument, distinct_rows, hit_budget, position_ids, select_cache
 
 
 def group_minibatches(group_ids: Tensor, minibatches: int) -> tuple[Tensor, ...]:
@@ -108,6 +108,7 @@ class LearnerSettings:
     seed: int = 0
     dynamic_sampling: bool = False  # drop the prompt groups whose rewards are all equal (DAPO)
     max_grad_norm: float = 0.0  # clip the global gradient norm before the recipe's transforms; 0: off
+    share_prompts: bool = False  # one forward per distinct prompt, its keys/values repeated for its group (`shared_prompt_logits`)
 
 
 def kl_penalty(logp: Tensor, ref_logp: Tensor, estimator: str = "k3") -> Tensor:
@@ -179,14 +180,21 @@ class Learner:
             model.train()  # transformers checkpoints layers only in train mode (no dropout: checked at start)
         try:
             with self._autocast():
-                try:
-                    logits = model(**kwargs, logits_to_keep=comp.shape[1] + 1).logits
-                except TypeError:  # models without logits_to_keep
-                    logits = model(**kwargs).logits
+                shared = None
+                if self.s.share_prompts and not checkpointing:
+                    shared = shared_prompt_logits(model, batch.prompt_ids[rows], attn, comp)
+                if shared is not None:
+                    logits = shared
+                else:
+                    try:
+                        logits = model(**kwargs, logits_to_keep=comp.shape[1] + 1).logits
+                    except TypeError:  # models without logits_to_keep
+                        logits = model(**kwargs).logits
+                    logits = logits[:, -comp.shape[1] - 1 : -1]
         finally:
             if checkpointing:
                 model.eval()
-        logits = logits[:, -comp.shape[1] - 1 : -1].float() / self.s.temperature
+        logits = logits.float() / self.s.temperature
         logp_all = F.log_softmax(logits, dim=-1)
         logp = logp_all.gather(-1, comp[..., None])[..., 0]
         ent = -(logp_all.exp() * logp_all).sum(-1) if entropy else None
@@ -396,6 +404,42 @@ class Learner:
     def finite(self) -> bool:
         """True while every parameter is finite."""
         return bool(torch.stack([torch.isfinite(p.detach()).all() for p in self.model.parameters()]).all())
+
+
+def shared_prompt_logits(model: torch.nn.Module, prompt_ids: Tensor, attn: Tensor, comp: Tensor) -> Tensor | None:
+    """The logits [b, T, V] that predict the completion tokens ``comp`` [b, T] after ``prompt_ids`` [b, P] (``attn``
+    [b, P + T] the mask of both), with one forward per distinct prompt row: the prompt's keys and values are computed
+    once and repeated for every row that shares it (a prompt group), then the completions run on that cache. None when
+    the rows' prompts are all distinct or the model's cache cannot repeat rows.
+
+    The same function as the forward of every row: a row's values do not depend on its batch, and the gradient that
+    reaches a shared prompt is the sum of its copies' gradients, which the repeat's backward adds before the prompt's
+    backward rather than inside the weight gradients' products. Only that order of float32 additions differs, so
+    log-probs agree with the full forward and gradients agree to float32 rounding of their sums, not bit for bit.
+    The prompt is computed once instead of once per sample: a group of G samples of a P-token prompt costs P + G T
+    positions instead of G (P + T).
+    """
+    P = prompt_ids.shape[1]
+    first, inverse = distinct_rows(prompt_ids, attn[:, :P])
+    if first.numel() == prompt_ids.shape[0]:
+        return None
+    name = cache_argument(type(model).forward)
+    sub = attn[first, :P]
+    kwargs = {"input_ids": prompt_ids[first], "attention_mask": sub, "position_ids": position_ids(sub), "use_cache": True}
+    try:
+        out = model(**kwargs, logits_to_keep=1)
+    except TypeError:  # models without logits_to_keep
+        out = model(**kwargs)
+    past = select_cache(getattr(out, name), inverse)
+    if past is None:
+        return None
+    last = out.logits[:, -1:][inverse]  # predicts the first completion token
+    if comp.shape[1] == 1:
+        return last
+    cut = attn[:, : P + comp.shape[1] - 1]
+    rest = model(input_ids=comp[:, :-1], attention_mask=cut, position_ids=position_ids(cut)[:, P:], use_cache=True,
+                 **{name: past}).logits  # fmt: skip
+    return torch.cat([last, rest], dim=1)
 
 
 def informative_rows(rewards: Tensor, group_ids: Tensor) -> Tensor:

@@ -46,6 +46,7 @@ class Sampler:
     top_p: float = 1.0
     eos_ids: list[int] = field(default_factory=list)
     autocast: str = "off"  # off | bf16: generate under the learner's autocast, so both sides compute alike
+    shortcuts: bool = True  # skip discarded work in generation, bit for bit (`generation.sample_completions`)
 
     @property
     def pad_id(self) -> int:
@@ -101,7 +102,7 @@ class Sampler:
             ids, mask, logp, versions = sample_completions(
                 model, prompt_ids, prompt_mask, max_new_tokens=self.max_new_tokens, temperature=self.temperature,
                 top_k=self.top_k, top_p=self.top_p, eos_ids=self.eos_ids, pad_id=self.pad_id, generator=generator,
-                version=version, refresh=refresh, chunk=chunk,
+                version=version, refresh=refresh, chunk=chunk, shortcuts=self.shortcuts,
             )  # fmt: skip
         gen_seconds = time.perf_counter() - t0
         rewards = self.rewards(problems, self.group_size, ids, mask).to(device)
@@ -120,7 +121,7 @@ class Sampler:
             with self._precision(device):
                 ids, mask, _, _ = sample_completions(
                     model, prompt_ids, prompt_mask, max_new_tokens=self.max_new_tokens, temperature=0.0,
-                    eos_ids=self.eos_ids, pad_id=self.pad_id,
+                    eos_ids=self.eos_ids, pad_id=self.pad_id, shortcuts=self.shortcuts,
                 )  # fmt: skip
             out.append((chunk, ids, mask))
         return out
