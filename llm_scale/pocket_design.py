@@ -24,6 +24,9 @@ runs of those arms alone, seed by seed across the learning rates), and writes ``
      the exact 95% upper limit of the rate).
    Each with its cost in CPU-hours from the pilot's own wall time per update.
 
+``python -m llm_scale.pocket_design lag BASE_PILOT OUT.json LAG_PILOT...`` (`choose_lag`): the lag of AREAL-1 and GAC-2 by
+the registered rule, from naive GRPO's paired drops alone.
+
 ``python -m llm_scale.pocket_design diagnose [--out FILE] MODEL...`` (`diagnose`) says what GRPO changed in a
 pocket LM: greedy and sampled accuracy on the build's known and unknown operand pairs, format and truncation,
 entropy, and the KL to version 0.
@@ -139,6 +142,8 @@ def design(pilot: Path) -> dict[str, Any]:
     cos_column = "late_grad_cos_within"
     if "late_grad_cos_across" in runs and not runs[cos_column].notna().any():  # one optimizer step per update
         cos_column = "late_grad_cos_across"
+    if "late_grad_cos_split_half" in runs and runs["late_grad_cos_split_half"].notna().any():  # the registered instrument
+        cos_column = "late_grad_cos_split_half"
     pair = runs.pivot_table(index=["cell", "lr", "seed"], columns="arm", values=["accuracy", cos_column], dropna=False)
     arms = [a for a in ("sync", "stale") if ("accuracy", a) in pair]
 
@@ -190,7 +195,10 @@ def design(pilot: Path) -> dict[str, Any]:
     # the seeds that decide the stale part either way (its interval clear of the band's edge, above or below)
     n_either = seeds_needed(stale_sd, abs(mean["stale"] - BAND))
     n_gac_either = None if n_sync is None or n_either is None else max(n_sync, n_either)
+    registered = {arm: gac1_seeds(mean[arm], sd, arm) for arm, sd in (("sync", sync_sd), ("stale", stale_sd))}
+    n_registered = None if None in registered.values() else max(registered.values())
     out["GAC-1"] = {"quantity": f"{cos_column} per seed (second half of the updates)", "mean": mean,
+                    "registered_seeds": registered, "cpu_hours_registered": cost(n_registered, 2, steps),
                     "sd": {"sync": sync_sd, "stale": stale_sd}, "df": {"sync": sync_df, "stale": stale_df},
                     "seeds": {"sync": n_sync, "stale": n_stale}, "cpu_hours": cost(n_gac, 2, steps),
                     "seeds_either_way": {"sync": n_sync, "stale": n_either}, "cpu_hours_either_way": cost(n_gac_either, 2, steps),
@@ -217,6 +225,48 @@ def design(pilot: Path) -> dict[str, Any]:
                      "needed_is_lower_bound": events == 0, "cpu_hours": cost(runs_needed, 2, steps),
                      "why": "no stale arm in the pilot" if not stale_runs else ""}  # fmt: skip
     return out
+
+
+def choose_lag(base: Path, lag_pilots: list[Path]) -> dict[str, Any]:
+    """The lag of AREAL-1 and GAC-2 by the pocket LM's registered rule (sweeps/llm/pocket_prereg.toml
+    [claims.AREAL-1] lag): the smallest eta whose mean paired drop (sync score - stale score, naive GRPO, by seed) is
+    at least `MARGIN`, at the setting ``base``'s design.json chose (``base``: the pilot with the sync arm, whose stale
+    arm is one lag; ``lag_pilots``: stale-only pilots at other lags, the same setting and seeds). Reads the baseline
+    alone. ``eta`` None: no lag degrades naive GRPO by the margin."""
+    import pandas as pd
+
+    chosen = json.loads((base / "design.json").read_text())
+    cell, lr = chosen.get("chosen_cell") or "", chosen["chosen_lr"]
+    frames = [_with_cell(pd.read_csv(d / "runs.csv")) for d in [base, *lag_pilots]]
+    runs = pd.concat(frames, ignore_index=True)
+    at = runs[(runs["cell"].fillna("") == cell) & (runs["lr"] == lr) & runs["finished"].astype(bool)]
+    sync = at[at["arm"] == "sync"].groupby("seed")["accuracy"].mean()
+    per_eta = {}
+    for eta, g in at[at["arm"] == "stale"].groupby("eta"):
+        stale = g.groupby("seed")["accuracy"].mean()
+        seeds = sorted(set(stale.index) & set(sync.index))
+        drops = [float(sync[s] - stale[s]) for s in seeds]
+        per_eta[int(eta)] = {"seeds": seeds, "drops": drops, "mean_drop": sum(drops) / len(drops) if drops else math.nan}
+    eta = next((e for e in sorted(per_eta) if per_eta[e]["mean_drop"] >= MARGIN), None)
+    return {"setting": {"cell": cell, "lr": lr}, "margin": MARGIN, "per_eta": per_eta, "eta": eta,
+            "reading": (f"naive GRPO degrades by at least {MARGIN:g} at eta = {eta}" if eta is not None else
+                        "not testable on the pocket LM: naive GRPO does not degrade by the margin at any lag tried "
+                        f"({', '.join(str(e) for e in sorted(per_eta))})"),
+            "pilots": [str(base), *map(str, lag_pilots)]}
+
+
+def gac1_seeds(mean: float, sd: float, arm: str, low: int = 3, cap: int = 10) -> int | None:
+    """Seeds per arm for GAC-1 by the pocket LM's registered rule (sweeps/llm/pocket_prereg.toml [claims.GAC-1]):
+    min(cap, max(low, seeds_needed(sd, |mean - edge|))), the edge that of the arm's part nearest its mean (sync: the
+    band's -`BAND` or +`BAND`; stale: +`BAND`), so that the part is decided either way at the pilot's distance; at the
+    cap when the distance needs more (or the mean sits on the edge); None when the mean or spread is undefined."""
+    from testbed.util.stats import seeds_needed
+
+    if not (math.isfinite(mean) and math.isfinite(sd)):
+        return None
+    edge = BAND if arm == "stale" or mean >= 0 else -BAND
+    n = seeds_needed(sd, abs(mean - edge)) if mean != edge else None
+    return cap if n is None else min(cap, max(low, n))
 
 
 def _late_cos(directory: Path, column: str = "grad_cos_within") -> float:
@@ -279,7 +329,7 @@ def run_pilot(sweep_file: str, runs: Path, out: Path, arms: tuple[str, ...], log
 
     import pandas as pd
 
-    from .study import make_run, run_updates
+    from .study import late_split_half_cosine, make_run, run_updates
 
     sweep, cells, choose = load_pilot(sweep_file)
     rows, ups = [], []
@@ -309,7 +359,8 @@ def run_pilot(sweep_file: str, runs: Path, out: Path, arms: tuple[str, ...], log
                                  "finished": done, "accuracy": sum(evals[-n:]) / n if len(evals) > n else math.nan,
                                  "diverged": summary.get("status") == "diverged", "accuracy_v0": evals[0] if evals else math.nan,
                                  "wall_seconds": summary.get("wall_seconds", math.nan), "late_grad_cos_within": _late_cos(d),
-                                 "late_grad_cos_across": _late_cos(d, "grad_cos_across")})  # fmt: skip
+                                 "late_grad_cos_across": _late_cos(d, "grad_cos_across"),
+                                 "late_grad_cos_split_half": late_split_half_cosine(d / "grad_steps.csv")})  # fmt: skip
                     ups += [{"key": run.key, **r} for r in trajectory]
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_frame(pd.DataFrame(rows), out / "runs.csv")
@@ -409,6 +460,16 @@ def main(argv: list[str] | None = None) -> int:
         if out_file is not None:
             atomic_write_text(out_file, text)
         print(text, end="")
+        return 0
+    if argv[:1] == ["lag"]:
+        if len(argv) < 4 or not all((Path(d) / "runs.csv").is_file() for d in [argv[1], *argv[3:]]) \
+                or not (Path(argv[1]) / "design.json").is_file():
+            print(f"error: lag BASE_PILOT OUT.json LAG_PILOT..., BASE_PILOT with runs.csv and design.json, each lag pilot "
+                  f"with runs.csv; got {' '.join(argv[1:])!r}", file=sys.stderr)
+            return 2
+        res = choose_lag(Path(argv[1]), [Path(d) for d in argv[3:]])
+        atomic_write_text(Path(argv[2]), json.dumps(res, indent=1) + "\n")
+        print(res["reading"])
         return 0
     if argv[:1] == ["pilot"] and len(argv) in (4, 5, 6, 7):
         arms = tuple(argv[4].split(",")) if len(argv) >= 5 else ("sync",)

@@ -142,3 +142,37 @@ def test_pocket_setting_line_reads_the_chosen_setting(tmp_path):
                                         "GRPO learns: greedy-accuracy gain per seed +0.137, +0.127, mean +0.132 (binomial SE "
                                         "0.027). Stale arm (naive GRPO, eta = 4) there: paired drop sync - stale per seed "
                                         "+0.020, -0.010."]  # fmt: skip
+
+
+def test_lag_rule_takes_the_smallest_lag_that_degrades_the_baseline(tmp_path):
+    from llm_scale.pocket_design import MARGIN, choose_lag
+
+    def pilot(name: str, rows: list[tuple[str, int, int, float]], chosen: bool = False) -> Path:
+        d = tmp_path / name
+        d.mkdir()
+        pd.DataFrame([{"key": f"{name}{i}", "stage": "search", "cell": "b256", "arm": arm, "eta": eta, "lr": 1e-4,
+                       "seed": seed, "finished": True, "accuracy": acc} for i, (arm, eta, seed, acc) in enumerate(rows)]
+                     ).to_csv(d / "runs.csv", index=False)
+        if chosen:
+            (d / "design.json").write_text(json.dumps({"chosen_cell": "b256", "chosen_lr": 1e-4}))
+        return d
+
+    base = pilot("base", [("sync", 4, s, 0.56) for s in range(3)] + [("stale", 4, s, 0.56 + 0.01) for s in range(3)], True)
+    lag8 = pilot("lag8", [("stale", 8, s, 0.56 - MARGIN + 0.005) for s in range(3)])
+    lag16 = pilot("lag16", [("stale", 16, 0, 0.50), ("stale", 16, 1, 0.52), ("stale", 16, 2, 0.53)])
+    res = choose_lag(base, [lag8, lag16])
+    assert res["per_eta"][4]["mean_drop"] == pytest.approx(-0.01)
+    assert res["per_eta"][8]["mean_drop"] == pytest.approx(MARGIN - 0.005)  # below the margin: not this lag
+    assert res["per_eta"][16]["drops"] == pytest.approx([0.06, 0.04, 0.03]) and res["eta"] == 16
+    assert choose_lag(base, [lag8])["eta"] is None and "not testable" in choose_lag(base, [lag8])["reading"]
+
+
+def test_gac1_registered_seeds_decide_each_part_either_way():
+    from llm_scale.pocket_design import BAND, gac1_seeds
+
+    assert gac1_seeds(0.9, 0.05, "sync") == 3  # far from the band's edge: the floor of 3
+    n = seeds_needed(0.1, abs(0.3 - BAND))
+    assert gac1_seeds(0.3, 0.1, "stale") == min(10, max(3, n))
+    assert gac1_seeds(-0.15, 0.05, "sync") == min(10, max(3, seeds_needed(0.05, 0.05)))  # the nearer edge is -0.2
+    assert gac1_seeds(BAND + 0.001, 0.2, "stale") == 10  # the cap
+    assert gac1_seeds(math.nan, 0.1, "sync") is None
