@@ -233,6 +233,7 @@ def choose_lag(base: Path, lag_pilots: list[Path]) -> dict[str, Any]:
     at least `MARGIN`, at the setting ``base``'s design.json chose (``base``: the pilot with the sync arm, whose stale
     arm is one lag; ``lag_pilots``: stale-only pilots at other lags, the same setting and seeds). Reads the baseline
     alone. ``eta`` None: no lag degrades naive GRPO by the margin."""
+    import numpy as np
     import pandas as pd
 
     chosen = json.loads((base / "design.json").read_text())
@@ -248,7 +249,18 @@ def choose_lag(base: Path, lag_pilots: list[Path]) -> dict[str, Any]:
         drops = [float(sync[s] - stale[s]) for s in seeds]
         per_eta[int(eta)] = {"seeds": seeds, "drops": drops, "mean_drop": sum(drops) / len(drops) if drops else math.nan}
     eta = next((e for e in sorted(per_eta) if per_eta[e]["mean_drop"] >= MARGIN), None)
-    return {"setting": {"cell": cell, "lr": lr}, "margin": MARGIN, "per_eta": per_eta, "eta": eta,
+    power: dict[str, Any] = {}
+    if eta is not None:  # AREAL-1 / GAC-2's registered power at that lag (as `design`'s, from these drops)
+        from testbed.util.stats import seeds_needed
+
+        drops, p = per_eta[eta]["drops"], float(sync.mean())
+        pilot_sd = float(np.std(drops, ddof=1)) if len(drops) > 1 else math.nan
+        problems = int(json.loads((base / "study.json").read_text()).get("eval_problems", 512))
+        floor = math.sqrt(2 * p * (1 - p) / problems)
+        sd = max(pilot_sd, floor) if math.isfinite(pilot_sd) else floor
+        power = {"pilot_sd": pilot_sd, "binomial_floor_sd": floor, "sd": sd, "seeds": seeds_needed(sd, MARGIN),
+                 "arms": "sync, stale, stale + decoupled_ppo, stale + gac"}
+    return {"setting": {"cell": cell, "lr": lr}, "margin": MARGIN, "per_eta": per_eta, "eta": eta, "power": power,
             "reading": (f"naive GRPO degrades by at least {MARGIN:g} at eta = {eta}" if eta is not None else
                         "not testable on the pocket LM: naive GRPO does not degrade by the margin at any lag tried "
                         f"({', '.join(str(e) for e in sorted(per_eta))})"),
@@ -490,6 +502,10 @@ def main(argv: list[str] | None = None) -> int:
         except UsageError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
+        if "sync" not in arms:  # a stale-only pilot: its numbers are read against a base pilot's sync arm (`lag`)
+            print(f"tabulated {argv[3]}/runs.csv; a pilot without the sync arm has no design of its own: read it "
+                  f"with `python -m llm_scale.pocket_design lag BASE_PILOT OUT.json {argv[3]}`")
+            return 0
         argv = [argv[3]]
     if len(argv) != 1 or not (Path(argv[0]) / "runs.csv").is_file():
         print(f"error: give one pilot directory holding runs.csv, updates.csv and study.json (or: pilot SWEEP RUNS OUT "

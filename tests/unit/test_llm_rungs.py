@@ -155,6 +155,7 @@ def test_lag_rule_takes_the_smallest_lag_that_degrades_the_baseline(tmp_path):
                      ).to_csv(d / "runs.csv", index=False)
         if chosen:
             (d / "design.json").write_text(json.dumps({"chosen_cell": "b256", "chosen_lr": 1e-4}))
+            (d / "study.json").write_text(json.dumps({"eval_problems": 512}))
         return d
 
     base = pilot("base", [("sync", 4, s, 0.56) for s in range(3)] + [("stale", 4, s, 0.56 + 0.01) for s in range(3)], True)
@@ -164,6 +165,8 @@ def test_lag_rule_takes_the_smallest_lag_that_degrades_the_baseline(tmp_path):
     assert res["per_eta"][4]["mean_drop"] == pytest.approx(-0.01)
     assert res["per_eta"][8]["mean_drop"] == pytest.approx(MARGIN - 0.005)  # below the margin: not this lag
     assert res["per_eta"][16]["drops"] == pytest.approx([0.06, 0.04, 0.03]) and res["eta"] == 16
+    floor = math.sqrt(2 * 0.56 * 0.44 / 512)  # the evaluation's binomial floor exceeds these drops' spread
+    assert res["power"]["sd"] == pytest.approx(floor) and res["power"]["seeds"] == seeds_needed(floor, MARGIN)
     assert choose_lag(base, [lag8])["eta"] is None and "not testable" in choose_lag(base, [lag8])["reading"]
 
 
