@@ -85,7 +85,8 @@ TESTBED_FINGERPRINT = "results/fingerprint/async_grpo.json"
 GAC1_RUNS = "results/llm/gac1_cpu/runs.csv"
 VCPO1_RUNS = ("results/llm/vcpo1_cpu", "results/llm/vcpo1_cpu_look2")  # its looks, in order
 POCKET_FINGERPRINTS = "results/llm/fingerprint/pocket"  # version0/ and learning/ (python -m llm_scale fingerprint)
-POCKET_PREREG = "sweeps/llm/pocket_prereg.toml"  # the pocket LM's designs and the GPU commands (status "draft" until run)
+POCKET_PREREG = "sweeps/llm/pocket_prereg.toml"  # the pocket LM's designs and the GPU commands
+POCKET_GAC1 = "results/llm/pocket/gac1_confirm"  # GAC-1's confirmatory runs on the pocket LM (runs.csv)
 PHASES = (("version0", "version 0"), ("learning", "learning phase"))
 RUNG_LAGS = (1, 2, 4)
 
@@ -477,6 +478,38 @@ def testbed_noise_scale(root: Path) -> float | None:
     return float(b) if isinstance(b, int | float) and math.isfinite(b) and b > 0 else None
 
 
+def pocket_gac1(root: Path, prereg: dict[str, Any]) -> dict[str, str] | None:
+    """GAC-1 on the pocket LM from its confirmatory runs (`POCKET_GAC1`/runs.csv, naive GRPO sync and stale at the
+    registered lag, seeds from the registration's ``seeds_from``): the testbed's rule (`gac1_parts`) on each seed's
+    ``late_grad_cos_split_half`` (the cosine between consecutive updates' mean gradients over the second half of
+    the updates, not capped by r / (1 + r)), at the level of a fixed design (one-sided `ALPHA`). None until every
+    run of both arms has finished; a run with a non-confirmatory seed is never read."""
+    import pandas as pd
+
+    try:
+        runs = pd.read_csv(Path(root) / POCKET_GAC1 / "runs.csv")
+    except (OSError, ValueError):
+        return None
+    first = int((prereg.get("common") or {}).get("seeds_from", 100))
+    runs = runs[runs["seed"] >= first]
+    if runs.empty or not runs["finished"].astype(bool).all() or set(runs["arm"]) != {"sync", "stale"} \
+            or "late_grad_cos_split_half" not in runs:
+        return None
+    eta = int(runs[runs["arm"] == "stale"]["eta"].iloc[0])
+    level = f"eta{eta}"
+    cos = {f"grpo|{'sync' if arm == 'sync' else level}": list(g.sort_values("seed")["late_grad_cos_split_half"])
+           for arm, g in runs.groupby("arm")}
+    with using_level(1 - 2 * ALPHA):
+        parts = gac1_parts(cos, ["sync", level])
+    verdict = combine(parts)
+    shown = "; ".join(f"{o.name}: {fmt_interval(o)} -> {o.status}" for o in parts)
+    return {"pocket": verdict,
+            "pocket_evidence": f"confirmatory runs {POCKET_GAC1}/runs.csv (seeds {int(runs['seed'].min())}.."
+                               f"{int(runs['seed'].max())}, {len(runs)} runs): split-half consecutive-update cosine "
+                               f"per seed, sync {fmt(cos['grpo|sync'])}, stale eta = {eta} {fmt(cos['grpo|' + level])}; "
+                               f"{shown}"}
+
+
 def pocket_cells(root: Path) -> dict[str, dict[str, str]]:
     """Claim -> the pocket LM's cell (``pocket``, ``pocket_evidence``) and the GPU model's (``gpu``), from the
     pre-registration `POCKET_PREREG` and the pilot's ``design.json`` it names (seeds and CPU-hours per design,
@@ -512,6 +545,10 @@ def pocket_cells(root: Path) -> dict[str, dict[str, str]]:
             need = f"not computable from the pilot ({plan.get('why', 'its spread is undefined')})"
         else:
             need = "seeds from a pilot not yet run"
+        judged = pocket_gac1(root, prereg) if cid == "GAC-1" else None
+        if judged is not None:
+            out[cid] = {**judged, "gpu": f"not measured: needs {spec.get('gpu_command', '?')} ({spec.get('gpu_cost', '?')})"}
+            continue
         out[cid] = {"pocket": "not measured",
                     "pocket_evidence": f"needs: {spec.get('design', '?')}; rule: {spec.get('rule', '?')}; power: "
                                        f"{spec.get('power', '?')} -> {need} (pre-registration {POCKET_PREREG}, "

@@ -179,3 +179,25 @@ def test_gac1_registered_seeds_decide_each_part_either_way():
     assert gac1_seeds(-0.15, 0.05, "sync") == min(10, max(3, seeds_needed(0.05, 0.05)))  # the nearer edge is -0.2
     assert gac1_seeds(BAND + 0.001, 0.2, "stale") == 10  # the cap
     assert gac1_seeds(math.nan, 0.1, "sync") is None
+
+
+def test_pocket_gac1_is_judged_by_the_testbeds_rule_on_its_confirmatory_runs(tmp_path):
+    from figures.llm_column import POCKET_GAC1, pocket_gac1
+
+    def runs(sync: list[float], stale: list[float], finished: bool = True, first: int = 100) -> None:
+        d = tmp_path / POCKET_GAC1
+        d.mkdir(parents=True, exist_ok=True)
+        rows = [{"arm": arm, "eta": 4, "seed": first + i, "finished": finished, "late_grad_cos_split_half": v}
+                for arm, vals in (("sync", sync), ("stale", stale)) for i, v in enumerate(vals)]
+        pd.DataFrame(rows).to_csv(d / "runs.csv", index=False)
+
+    prereg = {"common": {"seeds_from": 100}}
+    runs([0.88, 0.86, 0.9], [0.6, 0.58, 0.62])  # aligned at sync: the sync part fails
+    assert pocket_gac1(tmp_path, prereg)["pocket"] == "not reproduced"
+    runs([0.01, -0.03, 0.02], [0.6, 0.58, 0.62])  # near orthogonal at sync, high when stale
+    cell = pocket_gac1(tmp_path, prereg)
+    assert cell["pocket"] == "reproduced" and "seeds 100..102" in cell["pocket_evidence"]
+    runs([0.01, -0.03, 0.02], [0.6, 0.58, 0.62], finished=False)
+    assert pocket_gac1(tmp_path, prereg) is None  # not every run has finished
+    runs([0.01, -0.03, 0.02], [0.6, 0.58, 0.62], first=0)
+    assert pocket_gac1(tmp_path, prereg) is None  # exploratory seeds are never read
