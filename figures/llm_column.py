@@ -86,7 +86,7 @@ GAC1_RUNS = "results/llm/gac1_cpu/runs.csv"
 VCPO1_RUNS = ("results/llm/vcpo1_cpu", "results/llm/vcpo1_cpu_look2")  # its looks, in order
 POCKET_FINGERPRINTS = "results/llm/fingerprint/pocket"  # version0/ and learning/ (python -m llm_scale fingerprint)
 POCKET_PREREG = "sweeps/llm/pocket_prereg.toml"  # the pocket LM's designs and the GPU commands
-POCKET_GAC1 = "results/llm/pocket/gac1_confirm"  # GAC-1's confirmatory runs on the pocket LM (runs.csv)
+POCKET_GAC1 = "results/llm/pocket/gac1_confirm"  # GAC-1's confirmatory runs on the pocket LM (sync/, stale/: runs.csv)
 PHASES = (("version0", "version 0"), ("learning", "learning phase"))
 RUNG_LAGS = (1, 2, 4)
 
@@ -479,7 +479,8 @@ def testbed_noise_scale(root: Path) -> float | None:
 
 
 def pocket_gac1(root: Path, prereg: dict[str, Any]) -> dict[str, str] | None:
-    """GAC-1 on the pocket LM from its confirmatory runs (`POCKET_GAC1`/runs.csv, naive GRPO sync and stale at the
+    """GAC-1 on the pocket LM from its confirmatory runs (`POCKET_GAC1`/{sync,stale}/runs.csv, one per arm's
+    command; naive GRPO sync and stale at the
     registered lag, seeds from the registration's ``seeds_from``): the testbed's rule (`gac1_parts`) on each seed's
     ``late_grad_cos_split_half`` (the cosine between consecutive updates' mean gradients over the second half of
     the updates, not capped by r / (1 + r)), at the level of a fixed design (one-sided `ALPHA`). None until every
@@ -487,7 +488,7 @@ def pocket_gac1(root: Path, prereg: dict[str, Any]) -> dict[str, str] | None:
     import pandas as pd
 
     try:
-        runs = pd.read_csv(Path(root) / POCKET_GAC1 / "runs.csv")
+        runs = pd.concat([pd.read_csv(Path(root) / POCKET_GAC1 / arm / "runs.csv") for arm in ("sync", "stale")])
     except (OSError, ValueError):
         return None
     first = int((prereg.get("common") or {}).get("seeds_from", 100))
@@ -504,7 +505,7 @@ def pocket_gac1(root: Path, prereg: dict[str, Any]) -> dict[str, str] | None:
     verdict = combine(parts)
     shown = "; ".join(f"{o.name}: {fmt_interval(o)} -> {o.status}" for o in parts)
     return {"pocket": verdict,
-            "pocket_evidence": f"confirmatory runs {POCKET_GAC1}/runs.csv (seeds {int(runs['seed'].min())}.."
+            "pocket_evidence": f"confirmatory runs {POCKET_GAC1}/{{sync,stale}}/runs.csv (seeds {int(runs['seed'].min())}.."
                                f"{int(runs['seed'].max())}, {len(runs)} runs): split-half consecutive-update cosine "
                                f"per seed, sync {fmt(cos['grpo|sync'])}, stale eta = {eta} {fmt(cos['grpo|' + level])}; "
                                f"{shown}"}

@@ -224,7 +224,7 @@ def noise_scale_from_gram(gram: Tensor, group_size: int) -> dict[str, float]:
     return {"grad_sq": off, "trace_sigma_group": tr, "noise_scale": b}
 
 
-def consecutive_cosine_split_half(cross: Any, halves: Any) -> float:
+def consecutive_cosine_split_half(cross: Any, halves: Any, min_t: float = 2.0) -> float:
     """The cosine between the *mean* gradients of consecutive optimizer steps, with the minibatch noise removed.
 
     Step t's raw gradient is g_t = a_t + b_t, the gradients of two halves of its minibatch made of equally many
@@ -239,8 +239,9 @@ def consecutive_cosine_split_half(cross: Any, halves: Any) -> float:
     of two minibatch gradients is (r = m / B_noise). Bias: g_t's noise moves the parameters the next step's mean
     gradient is taken at, adding about -lr tr(H Sigma_t) to each cross term (H the loss's curvature, Sigma_t the
     noise covariance): second order in the step size, and nil for the exact expectation the testbed's probe
-    reads (testbed/gac_signal.py). NaN with no pair of steps, a non-finite term, or a denominator sum <= 0 (the
-    mean gradient not resolved above the noise)."""
+    reads (testbed/gac_signal.py). NaN with no pair of steps, a non-finite term, or a denominator the noise does not
+    resolve: either sum of <a_t, b_t> below ``min_t`` standard errors of itself (t = mean / (sd / sqrt(n)) over its
+    steps), where the ratio is no longer an estimate of a cosine (a near-zero denominator sends it past 1)."""
     c = np.asarray(cross, dtype=np.float64).reshape(-1)
     h = np.asarray(halves, dtype=np.float64).reshape(-1)
     if c.size == 0 or h.size != c.size + 1 or not (np.isfinite(c).all() and np.isfinite(h).all()):
@@ -248,6 +249,10 @@ def consecutive_cosine_split_half(cross: Any, halves: Any) -> float:
     before, after = 4.0 * float(h[:-1].sum()), 4.0 * float(h[1:].sum())
     if before <= 0.0 or after <= 0.0:
         return NAN
+    for part in (h[:-1], h[1:]):
+        sd = float(part.std(ddof=1)) if part.size > 1 else NAN
+        if not (part.size > 1 and (sd == 0.0 or float(part.mean()) / (sd / math.sqrt(part.size)) >= min_t)):
+            return NAN
     return float(c.sum()) / math.sqrt(before * after)
 
 

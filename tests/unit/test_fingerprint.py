@@ -232,7 +232,7 @@ def test_split_half_cosine_is_the_ratio_of_sums_without_noise():
     rng = np.random.default_rng(0)
     g = rng.standard_normal((5, 7))
     cross = [float(g[t] @ g[t + 1]) for t in range(4)]
-    halves = [float((g[t] / 2) @ (g[t] / 2)) for t in range(5)]
+    halves = [float((g[t] / 2) @ (g[t] / 2)) for t in range(5)]  # |G_t|^2 / 4 > 0 at every step: resolved
     want = sum(cross) / math.sqrt(sum(float(x @ x) for x in g[:-1]) * sum(float(x @ x) for x in g[1:]))
     assert fp.consecutive_cosine_split_half(cross, halves) == pytest.approx(want, rel=1e-12)
 
@@ -257,3 +257,8 @@ def test_split_half_cosine_undefined_cases_are_nan():
     assert math.isnan(fp.consecutive_cosine_split_half([1.0], [1.0]))  # a pair needs two halves' products
     assert math.isnan(fp.consecutive_cosine_split_half([1.0], [-1.0, 1.0]))  # mean gradient not resolved
     assert math.isnan(fp.consecutive_cosine_split_half([float("nan")], [1.0, 1.0]))
+    # halves' products that scatter around 0 (t = 0.43 < 2): the mean gradient is not resolved and the ratio is no
+    # cosine (it would be 4 x 1.5 / (4 x 0.8) = 1.875)
+    halves = [1.0, -0.6, 1.0, -0.6, 1.0]
+    assert math.isnan(fp.consecutive_cosine_split_half([1.5] * 4, halves))
+    assert fp.consecutive_cosine_split_half([1.5] * 4, halves, min_t=0.0) == pytest.approx(1.875)

@@ -185,11 +185,12 @@ def test_pocket_gac1_is_judged_by_the_testbeds_rule_on_its_confirmatory_runs(tmp
     from figures.llm_column import POCKET_GAC1, pocket_gac1
 
     def runs(sync: list[float], stale: list[float], finished: bool = True, first: int = 100) -> None:
-        d = tmp_path / POCKET_GAC1
-        d.mkdir(parents=True, exist_ok=True)
-        rows = [{"arm": arm, "eta": 4, "seed": first + i, "finished": finished, "late_grad_cos_split_half": v}
-                for arm, vals in (("sync", sync), ("stale", stale)) for i, v in enumerate(vals)]
-        pd.DataFrame(rows).to_csv(d / "runs.csv", index=False)
+        for arm, vals in (("sync", sync), ("stale", stale)):
+            d = tmp_path / POCKET_GAC1 / arm
+            d.mkdir(parents=True, exist_ok=True)
+            rows = [{"arm": arm, "eta": 4, "seed": first + i, "finished": finished, "late_grad_cos_split_half": v}
+                    for i, v in enumerate(vals)]
+            pd.DataFrame(rows).to_csv(d / "runs.csv", index=False)
 
     prereg = {"common": {"seeds_from": 100}}
     runs([0.88, 0.86, 0.9], [0.6, 0.58, 0.62])  # aligned at sync: the sync part fails
