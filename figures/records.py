@@ -135,28 +135,6 @@ class Sensitivity:
         return f"{self.parameter}: {self.table} ({self.shows})"
 
 
-REGIME_SENSITIVITY = Sensitivity(
-    "the regime's batch size, group size G, minibatches N and learning rate", "sweeps/regime/search_groups.md",
-    "GRPO's health at sync, its degradation at eta = 32 and the within-batch cosine of every searched setting")
-FRICTION_SENSITIVITY = Sensitivity(
-    "the token-reversal frictions' kinds and strengths and the budget unit", "sweeps/calibration/TABLE.md",
-    "the baselines' sequence error under each candidate friction, alone and all four together")
-DG_ETA_SENSITIVITY = Sensitivity(
-    "DG's temperature eta", "sweeps/dg_eta/TABLE.md",
-    "DG's error on the embedded MNIST at eta = 0.1, 0.3, 1, 3, 10, on-policy and 1,000 versions stale")
-CONTAMINATION_SENSITIVITY = Sensitivity(
-    "the exact model's contamination rate rho, DG's eta and the number of actions K", "sweeps/contamination/TABLE.md",
-    "v2's and v1's statements by the judge's readings at each of 100 settings (rho 0.01-0.5, eta 0.25-4, K 2-100)")
-VCPO_SENSITIVITY = Sensitivity(
-    "vcpo's truncation c, ess_lr's rule and reference ESS", "sweeps/vcpo/TABLE.md",
-    "final error of vcpo at c = 2, 8, 32, ess_lr linear / sqrt and rho_base 0.5 / 1, its two ablations and pg, "
-    "on-policy and 100 and 1,000 versions stale (2 seeds)")
-DATA_SIZE_SENSITIVITY = Sensitivity(
-    "the number of training images and the dataset", "sweeps/data_size/TABLE.md",
-    "pg, dg, exact IS and supervised CE at 1,000 / 4,000 / 60,000 Fashion-MNIST images and the embedded MNIST, "
-    "on-policy and 1,000 versions stale")
-
-
 @dataclass(frozen=True)
 class Claim:
     """One published claim and how this project tests it (module docstring)."""

@@ -9,6 +9,7 @@ import pytest
 
 from figures.evidence import Evidence
 from figures.experiments import async_grpo, mnist_delay, mnist_samples, token_frictions
+from figures.experiments.async_grpo.settings import RECIPES
 from figures.records import Claim, Judgement, Precondition, assess, healthy_base
 from testbed.util import stats
 
@@ -98,7 +99,7 @@ def _async_evidence(across_stale: float | None, degrade: float = 0.15) -> async_
     rng = np.random.default_rng(2)
     levels = ["sync", "bounded:8,4", "bounded:32,4"]
     err, cos, across, health = {}, {}, {}, {}
-    for r in async_grpo.RECIPES:
+    for r in RECIPES:
         for i, d in enumerate(levels):
             err[f"{r}|{d}"] = list(0.2 + (degrade if (r == "grpo" and i) else 0.0) + 0.005 * rng.standard_normal(5))
             cos[f"{r}|{d}"] = list(0.5 + 0.01 * rng.standard_normal(5))
