@@ -45,7 +45,7 @@ from figures import prereg
 from figures.budgets import DESIGN_OF, budget
 from figures.common import arr
 from figures.confirm import near_edge
-from figures.evidence import Evidence
+from figures.evidence import Evidence, label
 from figures.experiments import all_claims, experiment
 from figures.prereg import CLAIM_KEYS, Prereg
 from figures.records import Claim, Judgement, assess, history_consistent, look_history
@@ -179,7 +179,7 @@ def per_seed(claim: Claim, ev: Evidence, j: Judgement) -> dict[str, Any]:
     for key in claim.cells(ev):
         v = (getattr(ev, name, None) or {}).get(key)
         if v is not None:
-            cells[key] = [None if x is None or not math.isfinite(x) else round(float(x), 5) for x in arr(v)[:n]]
+            cells[label(key)] = [None if x is None or not math.isfinite(x) else round(float(x), 5) for x in arr(v)[:n]]
     return {"seeds": seeds, "metric": metric, "cells": cells}
 
 

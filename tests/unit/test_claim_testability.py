@@ -45,9 +45,9 @@ def _health(flags: list) -> dict:
 
 
 def test_healthy_base_tolerates_what_the_trimmed_mean_tolerates():
-    pre = healthy_base(lambda ev: ["pg|sync"], "fix it")
+    pre = healthy_base(lambda ev: [("pg", "sync")], "fix it")
     def ev(health: dict) -> mnist_delay.Evidence:
-        return mnist_delay.Evidence(seeds=list(range(5)), health={"pg|sync": health})
+        return mnist_delay.Evidence(seeds=list(range(5)), health={("pg", "sync"): health})
 
     ok = ev(_health(["healthy"] * 4 + ["lost_class"]))
     bad = ev(_health(["healthy"] * 3 + ["lost_class", "stalled"]))
@@ -66,9 +66,9 @@ def _dg1_evidence(pg_inf_over_ce: float) -> mnist_samples.Evidence:
     pg_inf = ce * pg_inf_over_ce * np.exp(rng.normal(0, 0.01, 5))
     return mnist_samples.Evidence(
         k=[1, 2], seeds=list(range(5)), floor=5e-4,
-        error={"pg|1": list(ce * 1.3), "dg|1": list(ce * 1.1), "pg|2": list(ce * 1.2), "dg|2": list(ce * 1.1),
-               "pg|inf": list(pg_inf), "dg|inf": list(ce), "ce": list(ce)},
-        health={"pg|1": _health(["healthy"] * 5)})
+        error={("pg", "1"): list(ce * 1.3), ("dg", "1"): list(ce * 1.1), ("pg", "2"): list(ce * 1.2),
+               ("dg", "2"): list(ce * 1.1), ("pg", "inf"): list(pg_inf), ("dg", "inf"): list(ce), ("ce",): list(ce)},
+        health={("pg", "1"): _health(["healthy"] * 5)})
 
 
 def test_dg1_part_b_is_not_testable_where_the_rule_has_no_room():
@@ -86,8 +86,8 @@ def test_ddg2_is_not_testable_when_every_method_is_on_the_floor():
     rng = np.random.default_rng(1)
 
     def ev(dg_error: float) -> token_frictions.Evidence:
-        e = {f"{r}|all four": list(np.clip(0.999 + 0.0005 * rng.standard_normal(3), 0, 1)) for r in ("pg", "pmpo", "ppo")}
-        e["dg|all four"] = list(dg_error + 0.001 * rng.standard_normal(3))
+        e = {(r, "all four"): list(np.clip(0.999 + 0.0005 * rng.standard_normal(3), 0, 1)) for r in ("pg", "pmpo", "ppo")}
+        e["dg", "all four"] = list(dg_error + 0.001 * rng.standard_normal(3))
         return token_frictions.Evidence(seeds=[0, 1, 2], H=10, floor=1e-4, error=e)
 
     floored = assess(claim, ev(0.999))

@@ -156,8 +156,8 @@ def test_ddg2_registered_solved_seeds_and_floor_precondition():
     from figures.experiments.token_frictions.judges import judge_ddg2
 
     n = 6
-    err = {"dg|all four": [0.002] * n, "pg|all four": [0.6] * n, "pmpo|all four": [0.3] * n,
-           "ppo|all four": [0.2] * n}
+    err = {("dg", "all four"): [0.002] * n, ("pg", "all four"): [0.6] * n, ("pmpo", "all four"): [0.3] * n,
+           ("ppo", "all four"): [0.2] * n}
     ev = tf.Evidence(grid="t", seeds=list(range(10000, 10000 + n)), settings=["all four"], H=10, floor=2.5e-4,
                      error=err, confirmatory=True)
     j = judge_ddg2(ev)
@@ -167,7 +167,7 @@ def test_ddg2_registered_solved_seeds_and_floor_precondition():
     pre = {p["name"]: p for p in assess(claim, ev).preconditions}
     floor = pre["the baselines are not at the floor (within a stated factor of the paper's levels)"]
     assert floor["status"] == "met"
-    ev.error = {**err, "pmpo|all four": [0.96] * n, "ppo|all four": [0.97] * n}  # "DG learns" vs "nothing learns"
+    ev.error = {**err, ("pmpo", "all four"): [0.96] * n, ("ppo", "all four"): [0.97] * n}  # "DG learns" vs "nothing learns"
     j = assess(claim, ev)
     assert j.verdict == "not testable"
     assert "pmpo median 0.960 vs limit 0.450" in j.note
@@ -229,16 +229,16 @@ def test_vcpo2_and_vcpo3_read_the_learning_phase_with_their_registered_margins()
     from figures.experiments.mnist_delay.settings import ABLATIONS, RECIPES
 
     delays, abl = ["sync", "fixed:10", "fixed:100", "fixed:1000"], ["fixed:100", "fixed:1000"]
-    curves = {f"{r}|{d}": [_curve(0.1, 100 * i + j) for i in range(N)]
+    curves = {(r, d): [_curve(0.1, 100 * i + j) for i in range(N)]
               for j, r in enumerate(RECIPES) for d in delays}
     for name in ABLATIONS:
         for d in abl:
-            curves[f"{name}|{d}"] = [list(np.array(_curve(0.1, 7 * i)) * (1.0 if name == "vcpo" else 1.5))
+            curves[name, d] = [list(np.array(_curve(0.1, 7 * i)) * (1.0 if name == "vcpo" else 1.5))
                                      for i in range(N)]
-    curves.update({f"vcpo|{d}": curves[f"vcpo|{d}"] for d in abl})
+    curves.update({("vcpo", d): curves["vcpo", d] for d in abl})
     # pg learns late at the stale delays: only the learning phase shows it (the plateau is the same)
     for d in delays[1:]:
-        curves[f"pg|{d}"] = [list(0.8 * np.exp(-V / 120.0) + 0.1) for _ in range(N)]
+        curves["pg", d] = [list(0.8 * np.exp(-V / 120.0) + 0.1) for _ in range(N)]
     error = {k: [c[-1] for c in v] for k, v in curves.items()}
     health = {k: {"health": ["healthy"] * N, "diverged": [False] * N} for k in curves}
     ev = md.Evidence(grid="t", seeds=list(range(10000, 10000 + N)), delays=delays, ablation_delays=abl, floor=5e-4,
@@ -248,7 +248,7 @@ def test_vcpo2_and_vcpo3_read_the_learning_phase_with_their_registered_margins()
     assert [p.status for p in j.parts] == ["holds", "holds", "holds"] and j.verdict == "reproduced"
     assert any(p.name.startswith("secondary, final error") for p in j.other_parts)
     view, _ = phase_view(ev)
-    assert view.error["pg|fixed:10"][0] > 1.5 * view.error["pg|sync"][0]  # the late learner, seen in the window
+    assert view.error["pg", "fixed:10"][0] > 1.5 * view.error["pg", "sync"][0]  # the late learner, seen in the window
     j3 = judge_vcpo3(ev)
     assert "margin factor 1.088" in j3.note and [p.status for p in j3.parts] == ["holds", "holds"]
 
@@ -271,10 +271,10 @@ def test_seed_curves_align_by_seed_and_fill_a_divergence_with_chance():
 def test_dg1_reads_the_learning_phase_from_pg_at_one_sample():
     from figures.experiments import mnist_samples as ms
 
-    level = {"pg|1": 0.3, "dg|1": 0.12, "pg|inf": 0.2, "dg|inf": 0.1, "ce": 0.05}
+    level = {("pg", "1"): 0.3, ("dg", "1"): 0.12, ("pg", "inf"): 0.2, ("dg", "inf"): 0.1, ("ce",): 0.05}
     curves = {k: [_curve(v, 100 * i + j) for i in range(N)] for j, (k, v) in enumerate(level.items())}
     error = {k: [c[-1] for c in v] for k, v in curves.items()}
-    health = {"pg|1": {"health": ["healthy"] * N, "diverged": [False] * N}}
+    health = {("pg", "1"): {"health": ["healthy"] * N, "diverged": [False] * N}}
     ev = ms.Evidence(grid="t", seeds=list(range(10000, 10000 + N)), k=[1], floor=5e-4, error=error, health=health,
                      versions=list(V), curves=curves, confirmatory=True)
     j = assess(ms.CLAIMS[0], ev)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from figures.common import arr
+from figures.evidence import Cell
 from figures.experiments.contamination.evidence import Evidence, true_share
 from figures.experiments.contamination.settings import NAME
 from figures.records import Claim, Judgement, Margin, Sensitivity, judged_on
@@ -51,10 +52,10 @@ class TheoryEnds:
     cos_dg_lo: float
 
     @classmethod
-    def of_curves(cls, cases: dict[str, list[float]], rho: float) -> TheoryEnds:
+    def of_curves(cls, cases: dict[Cell, list[float]], rho: float) -> TheoryEnds:
         """From `theory_curves`' cases (delta ascending: index 0 is the smallest delta)."""
-        sp, sd = cases[f"share|rho={rho}|pg"], cases[f"share|rho={rho}|dg"]
-        pg, dg = cases[f"cos|rho={rho}|pg"], cases[f"cos|rho={rho}|dg"]
+        sp, sd = cases["share", f"rho={rho}", "pg"], cases["share", f"rho={rho}", "dg"]
+        pg, dg = cases["cos", f"rho={rho}", "pg"], cases["cos", f"rho={rho}", "dg"]
         return cls(sp[-1], sp[0], sd[-1] / sp[-1], sd[0] / sp[0], pg[-1], pg[0], dg[-1], dg[0])
 
     @classmethod
@@ -83,7 +84,7 @@ class TheoryEnds:
 @judged_on(NAME)
 def judge_ddg4(ev: Evidence) -> Judgement:
     th = ev.theory["cases"]
-    is_ = th["cos|rho=0.1|is"]
+    is_ = th["cos", "rho=0.1", "is"]
     e = TheoryEnds.of_curves(th, 0.1)
     v2, v1_holds = e.v2(), e.v1()
     parts = [  # v2's statement: the judged one
@@ -104,12 +105,12 @@ def judge_ddg4(ev: Evidence) -> Judgement:
     me = ev.measured
     for cond in ev.conditions:
         v1.append(superiority(f"v1 (superseded), MNIST {cond}: DG's cosine to the exact gradient above PG's",
-                              arr(me[f"{cond}|pg|late"]), arr(me[f"{cond}|dg|late"]), GAP.value, higher=True))
+                              arr(me[cond, "pg", "late"]), arr(me[cond, "dg", "late"]), GAP.value, higher=True))
     ours = (f"theory (rho 0.1, delta 0.5 -> 1e-4): true-gradient share PG {e.share_pg_hi:.3g} -> {e.share_pg_lo:.3g}, "
             f"DG/PG {e.ratio_hi:.3g} -> {e.ratio_lo:.3g}; v1's cosine PG {e.cos_pg_hi:.2f} -> {e.cos_pg_lo:.2f}, exact "
             f"IS {is_[-1]:.2f} -> {is_[0]:.2f}, DG {e.cos_dg_hi:.2f} -> {e.cos_dg_lo:.2f}; measured late cosine: " + "; ".join(
-                f"{c}: PG {fmt(arr(me[f'{c}|pg|late']), 2)}, DG {fmt(arr(me[f'{c}|dg|late']), 2)}, IS "
-                f"{fmt(arr(me[f'{c}|is|late']), 2)}" for c in ev.conditions))
+                f"{c}: PG {fmt(arr(me[c, 'pg', 'late']), 2)}, DG {fmt(arr(me[c, 'dg', 'late']), 2)}, IS "
+                f"{fmt(arr(me[c, 'is', 'late']), 2)}" for c in ev.conditions))
     return Judgement(ours, parts, variants={"v2 (judged)": combine(parts), "v1 cosine (superseded)": combine(v1)},
                      other_parts=v1, note="judged on the paper's v2 statement; v1's cosine statement is shown "
                      "beside it, marked superseded")

@@ -37,11 +37,11 @@ def make(ctx: Context) -> dict:
     fig, axes = style.subplots(3, width=3.6, height=3.0)
     for rho, ls in zip(RHOS, ("-", "--"), strict=True):
         for m in METHODS:
-            axes[0].plot(deltas, cases[f"cos|rho={rho}|{m}"], color=COLORS[m], ls=ls, label=f"{LABELS[m]}, rho={rho}")
-            axes[2].plot(deltas, cases[f"align_1|rho={rho}|{m}"], color=COLORS[m], ls=ls)
+            axes[0].plot(deltas, cases["cos", f"rho={rho}", m], color=COLORS[m], ls=ls, label=f"{LABELS[m]}, rho={rho}")
+            axes[2].plot(deltas, cases["align_1", f"rho={rho}", m], color=COLORS[m], ls=ls)
             if m in ("pg", "dg"):
-                axes[1].plot(deltas, cases[f"share|rho={rho}|{m}"], color=COLORS[m], ls=ls)
-        ratio = np.array(cases[f"share|rho={rho}|dg"]) / np.array(cases[f"share|rho={rho}|pg"])
+                axes[1].plot(deltas, cases["share", f"rho={rho}", m], color=COLORS[m], ls=ls)
+        ratio = np.array(cases["share", f"rho={rho}", "dg"]) / np.array(cases["share", f"rho={rho}", "pg"])
         axes[1].plot(deltas, ratio, color="#9467bd", ls=ls, label="DG share / PG share" if rho == RHOS[0] else None)
     for ax in axes:
         ax.set_xscale("log")

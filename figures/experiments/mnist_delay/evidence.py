@@ -11,6 +11,7 @@ import numpy as np
 from figures import prereg
 from figures.common import Context, diverged, seed_curves, values
 from figures.confirm import calibrate_factor, local_spikes
+from figures.evidence import Cell
 from figures.evidence import Evidence as ExperimentEvidence
 from figures.experiments.mnist_delay.settings import (
     ABLATIONS,
@@ -55,7 +56,7 @@ VCPO1_RULES = (CollapseRule(), CollapseRule(rise=0.1), CollapseRule(rise=0.3), C
 
 @dataclass
 class Evidence(ExperimentEvidence):
-    """Per cell ``"<recipe>|<delay>"`` (and ``"<ablation>|<delay>"`` at the ablation delays), one value per
+    """Per cell ``(recipe, delay)`` (and ``(ablation, delay)`` at the ablation delays), one value per
     seed: final test error (``error``, chance for a diverged run) and health flags (``health``); diverged runs
     per cell (``diverged``); VCPO-1's collapse events of the first look's sweep and the same test at the ends of
     the runs that did not collapse (``events``, ``quiet``: dicts with recipe, delay, seed and the precursors);
@@ -63,14 +64,15 @@ class Evidence(ExperimentEvidence):
     among collapses with enough history; nq, ess_q, grad_q at the ends of the other runs)."""
 
     PER_SEED: ClassVar[tuple[str, ...]] = ("error", "health", "curves")
+    KEYED: ClassVar[tuple[str, ...]] = ("error", "diverged", "health", "curves")
     SEEDED_EVENTS: ClassVar[tuple[str, ...]] = ("events", "quiet")
 
     delays: list[str] = field(default_factory=list)
     ablation_delays: list[str] = field(default_factory=list)
     floor: float = float("nan")
-    error: dict[str, list[float | None]] = field(default_factory=dict)
-    diverged: dict[str, int] = field(default_factory=dict)
-    health: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
+    error: dict[Cell, list[float | None]] = field(default_factory=dict)
+    diverged: dict[Cell, int] = field(default_factory=dict)
+    health: dict[Cell, dict[str, list[Any]]] = field(default_factory=dict)
     events: list[dict[str, Any]] = field(default_factory=list)
     quiet: list[dict[str, Any]] = field(default_factory=list)
     sensitivity: dict[str, dict[str, int]] = field(default_factory=dict)
@@ -80,7 +82,7 @@ class Evidence(ExperimentEvidence):
     # the learning curves (per cell, per seed: test error at each of ``versions``) and whether the budget is the
     # pre-registered one (VCPO-2 and VCPO-3 then read the learning phase)
     versions: list[float] = field(default_factory=list)
-    curves: dict[str, list[list[float | None]]] = field(default_factory=dict)
+    curves: dict[Cell, list[list[float | None]]] = field(default_factory=dict)
     confirmatory: bool = False
 
     @property
@@ -223,18 +225,18 @@ def build(ctx: Context, seeds: tuple[int, ...]) -> Evidence:
     for r in RECIPES:
         for d in b.mnist_delays:
             c = cell(b, r, d, seeds=seeds)
-            ev.error[f"{r}|{d}"] = values(table, c, "test_error", CHANCE)
+            ev.error[r, d] = values(table, c, "test_error", CHANCE)
             if ev.confirmatory:
-                ev.versions, ev.curves[f"{r}|{d}"] = seed_curves(table, c, ev.versions, CHANCE)
-            ev.diverged[f"{r}|{d}"] = diverged(table, c)
-            ev.health[f"{r}|{d}"] = cell_health(ctx, c)
+                ev.versions, ev.curves[r, d] = seed_curves(table, c, ev.versions, CHANCE)
+            ev.diverged[r, d] = diverged(table, c)
+            ev.health[r, d] = cell_health(ctx, c)
     for name, spec in ABLATIONS.items():
         for d in b.ablation_delays:
             c = cell(b, spec, d, seeds=seeds)
-            ev.error[f"{name}|{d}"] = values(table, c, "test_error", CHANCE)
-            ev.health[f"{name}|{d}"] = cell_health(ctx, c)
+            ev.error[name, d] = values(table, c, "test_error", CHANCE)
+            ev.health[name, d] = cell_health(ctx, c)
             if ev.confirmatory:
-                ev.versions, ev.curves[f"{name}|{d}"] = seed_curves(table, c, ev.versions, CHANCE)
+                ev.versions, ev.curves[name, d] = seed_curves(table, c, ev.versions, CHANCE)
     first = sweep(b)  # VCPO-1 reads the first look's sweep (not staged)
     ids = {cfg.run_id for cfg in first}
     sweep_rows = table[table["run_id"].isin(ids)] if len(table) else table

@@ -13,6 +13,7 @@ from figures import prereg
 from figures.budgets import lag_of
 from figures.common import arr
 from figures.confirm import endpoint_per_seed, learning_window, resolution_margin
+from figures.evidence import Cell
 from figures.experiments.mnist_delay.evidence import WINDOW, CollapseRule, Evidence, precursor_counts
 from figures.experiments.mnist_delay.settings import NAME, claim_cells, largest_at_most
 from figures.records import (
@@ -55,12 +56,12 @@ DDG1_FAIL = Margin(
 def judge_ddg1(ev: Evidence) -> Judgement:
     d = ev.delays[-1]
     e, floor = ev.error, ev.floor
-    dg, is_, pg = arr(e[f"dg|{d}"]), arr(e[f"is|{d}"]), arr(e[f"pg|{d}"])
+    dg, is_, pg = arr(e["dg", d]), arr(e["is", d]), arr(e["pg", d])
     parts = [
         superiority(f"DG below exact IS at D={lag_of(d)} (ratio IS / DG)", is_, dg, DDG1_RATIO.value, "log", floor),
         at_least(f"PG fails at D={lag_of(d)} (error above {DDG1_FAIL.value})", pg, DDG1_FAIL.value),
     ]
-    others = ", ".join(f"{r} {fmt(arr(e[f'{r}|{d}']), 3, pct=True)}" for r in ("tis", "ppo", "decoupled_ppo", "vcpo"))
+    others = ", ".join(f"{r} {fmt(arr(e[r, d]), 3, pct=True)}" for r in ("tis", "ppo", "decoupled_ppo", "vcpo"))
     ours = (f"D={lag_of(d)}: DG {fmt(dg, 3, pct=True)}, exact IS {fmt(is_, 3, pct=True)}, PG {fmt(pg, 3, pct=True)}; "
             f"{others}")
     return Judgement(ours, parts)
@@ -69,7 +70,7 @@ def judge_ddg1(ev: Evidence) -> Judgement:
 VCPO2_TOL = resolution("tol")
 
 
-def _n_diverged(ev: Evidence, key: str) -> int:
+def _n_diverged(ev: Evidence, key: Cell) -> int:
     """Diverged runs of a cell among the seeds judged (per-seed flags; an older evidence file: its count)."""
     flags = ((ev.health or {}).get(key) or {}).get("diverged")
     if flags is not None:
@@ -77,22 +78,22 @@ def _n_diverged(ev: Evidence, key: str) -> int:
     return int(ev.diverged.get(key, 0))
 
 
-def phase_view(ev: Any, base_cell: str = "") -> tuple[Any, str]:
+def phase_view(ev: Any, base_cell: Cell = ()) -> tuple[Any, str]:
     """The evidence (any with ``versions``, ``curves`` and ``error``) with each cell's errors replaced by its
     learning-phase endpoint (the registered design): the mean error over the window in which the registered base
     (``base_cell``, default ``phase.mnist_base`` at sync) makes its registered share of its error drop, chosen
     from the base's curves only; and that window in words."""
     ph = prereg.load().section("phase")
-    base_cell = base_cell or f"{ph['mnist_base']}|sync"
+    base_cell = base_cell or (ph["mnist_base"], "sync")
     base = np.array(ev.curves[base_cell], dtype=float)
     window = learning_window(ev.versions, base, ph["progress_lo"], ph["progress_hi"])
     error = {k: endpoint_per_seed(ev.versions, np.array(v, dtype=float), window).tolist() for k, v in ev.curves.items()}
     return dataclasses.replace(ev, error=error), (
-        f"learning phase: versions {window[0]:g} to {window[1]:g} ({base_cell.replace('|', ' at ')}'s "
+        f"learning phase: versions {window[0]:g} to {window[1]:g} ({' at '.join(base_cell)}'s "
         f"{ph['progress_lo']:.0%}-{ph['progress_hi']:.0%} of its error drop), mean error over it")
 
 
-def registered_margin(name: str, view: Any, base: str) -> Margin:
+def registered_margin(name: str, view: Any, base: Cell) -> Margin:
     """A margin from the testbed's resolution at the ``base`` cell of a learning-phase view (`resolution_margin`,
     the MNIST design's cap)."""
     reg = prereg.load()
@@ -100,8 +101,8 @@ def registered_margin(name: str, view: Any, base: str) -> Margin:
                              int(reg.section("designs")["mnist"]["cap"]), float(reg.section("margins")["z"]), view.floor)
 
 
-def registered(ev: Any, judge: Callable[[Any, float], Judgement], base: str, margin: Margin | None,
-               base_cell: str = "") -> Judgement:
+def registered(ev: Any, judge: Callable[[Any, float], Judgement], base: Cell, margin: Margin | None,
+               base_cell: Cell = ()) -> Judgement:
     """A typical-performance claim under the registered design: ``judge`` on the learning-phase view
     (`phase_view` from ``base_cell``), with the margin computed from the testbed's resolution at the ``base`` cell
     (``margin`` None, `registered_margin`) or the paper's; the plateau verdict's parts beside it."""
@@ -119,25 +120,25 @@ def registered(ev: Any, judge: Callable[[Any, float], Judgement], base: str, mar
 @judged_on(NAME)
 def judge_vcpo2(ev: Evidence) -> Judgement:
     if ev.confirmatory:
-        return registered(ev, _vcpo2, "vcpo|sync", None)
+        return registered(ev, _vcpo2, ("vcpo", "sync"), None)
     return _vcpo2(ev, VCPO2_TOL.value)
 
 
 def _vcpo2(ev: Evidence, tol: float) -> Judgement:
     e, floor, delays = ev.error, ev.floor, ev.delays
-    sync = arr(e["vcpo|sync"])
+    sync = arr(e["vcpo", "sync"])
     lags = [d for d in delays if d != "sync" and lag_of(d) <= 128]
     parts = []
     for d in lags:
-        match = equivalence(f"vcpo at D={lag_of(d)} matches vcpo sync", sync, arr(e[f"vcpo|{d}"]), tol, "log", floor)
-        rescue = superiority(f"vcpo below pg at D={lag_of(d)}", arr(e[f"pg|{d}"]), arr(e[f"vcpo|{d}"]), tol, "log",
+        match = equivalence(f"vcpo at D={lag_of(d)} matches vcpo sync", sync, arr(e["vcpo", d]), tol, "log", floor)
+        rescue = superiority(f"vcpo below pg at D={lag_of(d)}", arr(e["pg", d]), arr(e["vcpo", d]), tol, "log",
                              floor)
         parts.append(with_direction(match, rescue))
-    n_div = sum(_n_diverged(ev, f"vcpo|{d}") for d in lags)
+    n_div = sum(_n_diverged(ev, ("vcpo", d)) for d in lags)
     parts.append(exact(f"vcpo never diverges at D <= 128 ({', '.join(str(lag_of(d)) for d in lags)})", n_div == 0,
                        float(n_div), 0.0, f"{n_div} diverged run(s)"))
     ours = f"vcpo sync {fmt(sync, 3, pct=True)}; " + "; ".join(
-        f"D={lag_of(d)}: vcpo {fmt(arr(e[f'vcpo|{d}']), 3, pct=True)}, pg {fmt(arr(e[f'pg|{d}']), 3, pct=True)}"
+        f"D={lag_of(d)}: vcpo {fmt(arr(e['vcpo', d]), 3, pct=True)}, pg {fmt(arr(e['pg', d]), 3, pct=True)}"
         for d in delays if d != "sync")
     return Judgement(ours, parts)
 
@@ -152,20 +153,20 @@ VCPO3_DELTA = Margin(
 @judged_on(NAME)
 def judge_vcpo3(ev: Evidence) -> Judgement:
     if ev.confirmatory:
-        return registered(ev, _vcpo3, "vcpo|sync", VCPO3_DELTA)
+        return registered(ev, _vcpo3, ("vcpo", "sync"), VCPO3_DELTA)
     return _vcpo3(ev, VCPO3_DELTA.value)
 
 
 def _vcpo3(ev: Evidence, delta: float) -> Judgement:
     e, floor = ev.error, ev.floor
     d = largest_at_most(ev.ablation_delays, 128) or ev.ablation_delays[0]
-    full = arr(e[f"vcpo|{d}"])
+    full = arr(e["vcpo", d])
     # the candidate is the full recipe: its error must be lower than each ablation's
     parts = [superiority(f"removing {name.split()[1]} hurts at D={lag_of(d)} (ratio ablation / vcpo)",
-                         arr(e[f"{name}|{d}"]), full, delta, "log", floor)
+                         arr(e[name, d]), full, delta, "log", floor)
              for name in ("no ess_lr", "no opob")]
-    ours = "; ".join(f"D={lag_of(x)}: vcpo {fmt(arr(e[f'vcpo|{x}']), 3, pct=True)}, no ess_lr "
-                     f"{fmt(arr(e[f'no ess_lr|{x}']), 3, pct=True)}, no opob {fmt(arr(e[f'no opob|{x}']), 3, pct=True)}"
+    ours = "; ".join(f"D={lag_of(x)}: vcpo {fmt(arr(e['vcpo', x]), 3, pct=True)}, no ess_lr "
+                     f"{fmt(arr(e['no ess_lr', x]), 3, pct=True)}, no opob {fmt(arr(e['no opob', x]), 3, pct=True)}"
                      for x in ev.ablation_delays)
     return Judgement(ours, parts, note=f"judged at D={lag_of(d)} (the largest ablation delay <= 128, VCPO's stated range)")
 
@@ -214,7 +215,7 @@ def judge_vcpo1(ev: Evidence) -> Judgement:
 
 
 def _healthy_sync(recipes: tuple[str, ...]) -> Precondition:
-    return healthy_base(lambda ev: [f"{r}|sync" for r in recipes],
+    return healthy_base(lambda ev: [(r, "sync") for r in recipes],
                         "runs that record health (the testbed's health flags) with at most one seed in five stalled "
                         "or missing a class at sync; else a regime that is healthy at sync",
                         f"the base is healthy at sync ({', '.join(recipes)})")

@@ -32,10 +32,10 @@ def make(ctx: Context) -> dict:
     fig, (ax, ax2) = style.subplots(2, width=4.0, height=3.2)
     per_seed = {}
     for r in RECIPES:
-        vals = per_seed[r] = np.stack([arr(ev.error[f"{r}|{d}"]) for d in delays], axis=1)  # [seeds, delays]
+        vals = per_seed[r] = np.stack([arr(ev.error[r, d]) for d in delays], axis=1)  # [seeds, delays]
         style.band(ax, lags, vals, name=r, marker="o")
         for j, d in enumerate(delays):
-            if ev.diverged[f"{r}|{d}"]:
+            if ev.diverged[r, d]:
                 ax.plot([lags[j]], [CHANCE], "x", color=style.color(r), markersize=6)
         x, ys = curves(table, cell(b, r, delays[-1]), "test_error")
         if len(x):

@@ -42,7 +42,7 @@ def make(ctx: Context) -> dict:
     per_seed = {}
     for i, name in enumerate(ABLATIONS):
         for j, d in enumerate(delays):
-            v = arr(ev.error[f"{name}|{d}"])
+            v = arr(ev.error[name, d])
             per_seed[f"{name} at D = {lag_of(d)}"] = v
             mean, se = style.mean_se(v)
             ax.bar(j + (i - 1) * width, mean, width, color=colors[name], label=name if j == 0 else None, yerr=se,

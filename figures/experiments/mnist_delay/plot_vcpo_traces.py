@@ -54,10 +54,10 @@ def make(ctx: Context) -> dict:
     lags = [lag_of(d) for d in delays]
     per_seed = {}
     for r in ("vcpo", "pg", "is"):
-        vals = per_seed[r] = np.stack([arr(ev.error[f"{r}|{d}"]) for d in delays], axis=1)
+        vals = per_seed[r] = np.stack([arr(ev.error[r, d]) for d in delays], axis=1)
         style.band(ax, lags, vals, name=r, marker="o")
         style.seed_dots(ax, lags, vals, name=r)
-    sync = np.nanmean(arr(ev.error["vcpo|sync"]))  # VCPO-2: MATH-500 72.0 sync vs 71.6 stale, as an error ratio
+    sync = np.nanmean(arr(ev.error["vcpo", "sync"]))  # VCPO-2: MATH-500 72.0 sync vs 71.6 stale, as an error ratio
     style.paper_star(ax, lags[1], sync * (100 - 71.6) / (100 - 72.0), name="vcpo")
     ax.set_xscale("symlog", linthresh=1)
     ax.set_xticks(lags)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from figures.budgets import Budget, lag_of
+from figures.evidence import Cell
 from testbed.config import RunConfig
 
 NAME = "mnist_delay"
@@ -35,23 +36,22 @@ def configs(b: Budget, seeds: tuple[int, ...] | None = None) -> list[RunConfig]:
     return sweep(b, seeds=seeds) + ablation(b, seeds=seeds)
 
 
-def _cells(b: Budget, keys: list[str], seeds: tuple[int, ...]) -> list[RunConfig]:
+def _cells(b: Budget, keys: list[Cell], seeds: tuple[int, ...]) -> list[RunConfig]:
     specs = {**{r: r for r in RECIPES}, **ABLATIONS}
     out = []
-    for key in keys:
-        name, d = key.split("|")
+    for name, d in keys:
         out += cell(b, specs[name], d, seeds=seeds)
     return out
 
 
-def claim_cells(claim_id: str, delays: list[str], ablation_delays: list[str]) -> list[str]:
-    """The evidence cells (``name|delay``) a claim compares: the ones staged for it."""
+def claim_cells(claim_id: str, delays: list[str], ablation_delays: list[str]) -> list[Cell]:
+    """The evidence cells ``(name, delay)`` a claim compares: the ones staged for it."""
     last = delays[-1]
     lags = [d for d in delays if d != "sync" and lag_of(d) <= 128]
     d3 = largest_at_most(list(ablation_delays), 128) or ablation_delays[0]
-    return {"DDG-1": [f"dg|{last}", f"is|{last}", f"pg|{last}"],
-            "VCPO-2": ["vcpo|sync"] + [f"{r}|{d}" for d in lags for r in ("vcpo", "pg")],
-            "VCPO-3": [f"{n}|{d3}" for n in ABLATIONS],
+    return {"DDG-1": [("dg", last), ("is", last), ("pg", last)],
+            "VCPO-2": [("vcpo", "sync")] + [(r, d) for d in lags for r in ("vcpo", "pg")],
+            "VCPO-3": [(n, d3) for n in ABLATIONS],
             "VCPO-1": []}[claim_id]
 
 

@@ -9,28 +9,32 @@ import numpy as np
 
 from figures import oracle_runs
 from figures.common import Context, seed_curves, values
+from figures.evidence import Cell, cell_key
 from figures.evidence import Evidence as ExperimentEvidence
 from figures.experiments.mnist_delay.settings import resolution_floor
 from figures.experiments.mnist_samples.settings import CHANCE, METHODS, cell, configs, describe
 from figures.staging import cell_health
 
+CE: Cell = ("ce",)  # the supervised cross-entropy runs' cell
+
 
 @dataclass
 class Evidence(ExperimentEvidence):
-    """Per cell ``"<method>|<k>"`` (k samples per image; ``inf``: the exact expected update) and ``"ce"``
-    (supervised cross-entropy), one value per seed: final test error (``error``); health flags of the sampled
+    """Per cell ``(method, k)`` (k samples per image; ``inf``: the exact expected update) and `CE` (supervised
+    cross-entropy), one value per seed: final test error (``error``); health flags of the sampled
     cells (``health``)."""
 
     PER_SEED: ClassVar[tuple[str, ...]] = ("error", "health", "curves")
+    KEYED: ClassVar[tuple[str, ...]] = ("error", "health", "curves")
 
     k: list[int] = field(default_factory=list)
     floor: float = float("nan")
-    error: dict[str, list[float | None]] = field(default_factory=dict)
-    health: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
+    error: dict[Cell, list[float | None]] = field(default_factory=dict)
+    health: dict[Cell, dict[str, list[Any]]] = field(default_factory=dict)
     # the learning curves (per cell, per seed: test error at each of ``versions``) and whether the budget is the
     # pre-registered one (DG-1 then reads the learning phase, its window from PG at k = 1)
     versions: list[float] = field(default_factory=list)
-    curves: dict[str, list[list[float | None]]] = field(default_factory=dict)
+    curves: dict[Cell, list[list[float | None]]] = field(default_factory=dict)
     confirmatory: bool = False
 
 
@@ -58,11 +62,11 @@ def build(ctx: Context, seeds: tuple[int, ...]) -> Evidence:
                   confirmatory=b.name == "confirmatory")
     for m in METHODS:
         for k in b.samples_k:
-            ev.error[f"{m}|{k}"] = values(table, cell(b, m, k, seeds), "test_error", CHANCE)
-            ev.health[f"{m}|{k}"] = cell_health(ctx, cell(b, m, k, seeds))
+            ev.error[cell_key(m, k)] = values(table, cell(b, m, k, seeds), "test_error", CHANCE)
+            ev.health[cell_key(m, k)] = cell_health(ctx, cell(b, m, k, seeds))
             if ev.confirmatory:
-                ev.versions, ev.curves[f"{m}|{k}"] = seed_curves(table, cell(b, m, k, seeds), ev.versions, CHANCE)
-    for key, kind in (("pg|inf", "pg_exact"), ("dg|inf", "dg_exact"), ("ce", "ce")):
+                ev.versions, ev.curves[cell_key(m, k)] = seed_curves(table, cell(b, m, k, seeds), ev.versions, CHANCE)
+    for key, kind in ((("pg", "inf"), "pg_exact"), (("dg", "inf"), "dg_exact"), (CE, "ce")):
         ev.error[key], curve = _oracle(ctx, kind, seeds, ev.versions if ev.confirmatory else None)
         if ev.confirmatory:
             ev.curves[key] = curve

@@ -7,6 +7,7 @@ import math
 import numpy as np
 
 from figures.common import arr
+from figures.evidence import cell_key
 from figures.experiments.mnist_delay.judges import (
     DATA_SIZE_SENSITIVITY,
     DG_ETA_SENSITIVITY,
@@ -14,7 +15,7 @@ from figures.experiments.mnist_delay.judges import (
     registered,
     registered_margin,
 )
-from figures.experiments.mnist_samples.evidence import Evidence
+from figures.experiments.mnist_samples.evidence import CE, Evidence
 from figures.experiments.mnist_samples.settings import NAME
 from figures.records import (
     Claim,
@@ -38,14 +39,14 @@ FLOOR_BEAT = resolution("delta")
 @judged_on(NAME)
 def judge_dg1(ev: Evidence) -> Judgement:
     if ev.confirmatory:  # the learning phase, its window from PG at k = 1; the margin from the testbed's resolution
-        return registered(ev, _dg1, f"pg|{ev.k[0]}", None, f"pg|{ev.k[0]}")
+        return registered(ev, _dg1, cell_key("pg", ev.k[0]), None, cell_key("pg", ev.k[0]))
     return _dg1(ev, FLOOR_BEAT.value)
 
 
 def _dg1(ev: Evidence, delta: float) -> Judgement:
     e, floor = ev.error, ev.floor
     k1 = ev.k[0]
-    pg1, dg1, pginf, ce = arr(e[f"pg|{k1}"]), arr(e[f"dg|{k1}"]), arr(e["pg|inf"]), arr(e["ce"])
+    pg1, dg1, pginf, ce = arr(e[cell_key("pg", k1)]), arr(e[cell_key("dg", k1)]), arr(e["pg", "inf"]), arr(e[CE])
     with np.errstate(all="ignore"):
         frac = (pg1 - dg1) / (pg1 - ce)  # per seed: same initialisation for all four runs
     frac = np.where(np.isfinite(frac), frac, np.nan)
@@ -55,7 +56,7 @@ def _dg1(ev: Evidence, delta: float) -> Judgement:
         a.detail = "more than half: above the paper's 'about half'"
     b = superiority(f"DG at k={k1} below PG's infinite-sample floor (ratio)", pginf, dg1, delta, "log", floor)
     ours = (f"k={k1}: PG {fmt(pg1, 3, pct=True)}, DG {fmt(dg1, 3, pct=True)}; k=inf: PG {fmt(pginf, 3, pct=True)}, "
-            f"DG {fmt(arr(e['dg|inf']), 3, pct=True)}; CE {fmt(ce, 3, pct=True)}; DG closes {fmt(frac, 2)} of PG's gap")
+            f"DG {fmt(arr(e['dg', 'inf']), 3, pct=True)}; CE {fmt(ce, 3, pct=True)}; DG closes {fmt(frac, 2)} of PG's gap")
     return Judgement(ours, [a, b])
 
 
@@ -69,9 +70,9 @@ def _room(ev: Evidence) -> tuple[str, str]:
 
     room = ROOM.value
     if ev.confirmatory:  # the registered design: the learning phase and its computed margin
-        ev, _ = phase_view(ev, f"pg|{ev.k[0]}")
-        room = registered_margin("tol", ev, f"pg|{ev.k[0]}").value
-    o = superiority("PG(k=inf) / CE above the margin", arr(ev.error["pg|inf"]), arr(ev.error["ce"]),
+        ev, _ = phase_view(ev, cell_key("pg", ev.k[0]))
+        room = registered_margin("tol", ev, cell_key("pg", ev.k[0])).value
+    o = superiority("PG(k=inf) / CE above the margin", arr(ev.error["pg", "inf"]), arr(ev.error[CE]),
                     room, "log", ev.floor)
     shown = f"PG(k=inf) / CE = {fmt_interval(o)} vs factor {math.exp(room):.3g}"
     if o.status == "holds":
@@ -98,10 +99,10 @@ CLAIMS = (
           "PG's infinite-sample floor was not run there)",
           decide="a run on a larger training set (--data-dir: the full MNIST IDX files, or Fashion-MNIST's 60,000 "
           "images offline) with the exact-gradient PG runs",
-          preconditions=(healthy_base(lambda ev: [f"pg|{ev.k[0]}"], "runs that record health, with PG at k = 1 "
+          preconditions=(healthy_base(lambda ev: [cell_key("pg", ev.k[0])], "runs that record health, with PG at k = 1 "
                                       "healthy in at least four seeds of five", "the base (PG at k = 1) is healthy"),
                          Precondition("the rule has room: PG(k=inf) / CE above the margin 1.167", _room,
                                       "a training set on which PG's infinite-sample floor lies well above supervised "
                                       "CE (the full 60,000-image MNIST via --data-dir)")),
-          cells=lambda ev: [f"pg|{ev.k[0]}", f"dg|{ev.k[0]}"], sensitivity=(DATA_SIZE_SENSITIVITY, DG_ETA_SENSITIVITY)),
+          cells=lambda ev: [cell_key("pg", ev.k[0]), cell_key("dg", ev.k[0])], sensitivity=(DATA_SIZE_SENSITIVITY, DG_ETA_SENSITIVITY)),
 )

@@ -13,7 +13,9 @@ import numpy as np
 
 from figures import style
 from figures.common import Context, arr, curves, experiment_configs
+from figures.evidence import cell_key
 from figures.experiments import mnist_samples as exp
+from figures.experiments.mnist_samples.evidence import CE
 from figures.experiments.mnist_samples.settings import METHODS, cell
 
 NAME = "mnist_samples"
@@ -32,22 +34,22 @@ def make(ctx: Context) -> dict:
     fig, (ax, ax2) = style.subplots(2, width=4.6, height=3.3)
     per_seed = {}
     for r in METHODS:
-        vals = np.stack([arr(ev.error[f"{r}|{k}"]) for k in ks], axis=1)
+        vals = np.stack([arr(ev.error[cell_key(r, k)]) for k in ks], axis=1)
         style.band(ax, ks, vals, name=r, marker="o")
         style.seed_dots(ax, ks, vals, name=r)
         x, ys = curves(table, cell(b, r, ks[0]), "test_error")
         if len(x):
             style.band(ax2, x, ys, name=r)
-        ex = arr(ev.error[f"{r}|inf"])
+        ex = arr(ev.error[r, "inf"])
         per_seed[r], per_seed[f"{r} exact"] = vals, ex
         mean_ex, se = style.mean_se(ex)
         ax.errorbar([x_inf], [mean_ex], yerr=[se], fmt="s", color=style.color(r), markersize=5, capsize=2)
         ax.plot([ks[-1], x_inf], [np.nanmean(vals[:, -1]), mean_ex], ":", color=style.color(r), lw=1)
-    ce = arr(ev.error["ce"])
+    ce = arr(ev.error[CE])
     ce_mean, ce_se = style.mean_se(ce)  # the band is mean +- s.e., like every series the caption describes
     ax.axhline(ce_mean, color=style.COLORS["ce"], ls="--", lw=1.2, label=style.label("ce"))
     ax.axhspan(ce_mean - ce_se, ce_mean + ce_se, color="k", alpha=0.08)
-    half = (np.nanmean(arr(ev.error[f"pg|{ks[0]}"])) + ce_mean) / 2  # DG-1: DG closes half of PG's gap to CE
+    half = (np.nanmean(arr(ev.error[cell_key("pg", ks[0])])) + ce_mean) / 2  # DG-1: DG closes half of PG's gap to CE
     style.paper_star(ax, ks[0], half, name="dg")
     style.paper_star(ax2, b.mnist_steps, half, name="dg")
     ax2.axhline(ce_mean, color=style.COLORS["ce"], ls="--", lw=1.2)

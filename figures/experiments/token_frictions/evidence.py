@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from figures.common import Context, values
+from figures.evidence import Cell
 from figures.evidence import Evidence as ExperimentEvidence
 from figures.experiments.token_frictions.settings import (
     FAILED,
@@ -21,17 +22,18 @@ from figures.staging import cell_health
 
 @dataclass
 class Evidence(ExperimentEvidence):
-    """Per cell ``"<method>|<setting>"`` (the panel's settings, `SETTINGS`), one value per seed: final sampled
+    """Per cell ``(method, setting)`` (the panel's settings, `SETTINGS`), one value per seed: final sampled
     sequence error (``error``, every sequence wrong for a diverged run) and health flags (``health``); the
     sequence length ``H`` and the error floor of one evaluation (``floor``)."""
 
     PER_SEED: ClassVar[tuple[str, ...]] = ("error", "health")
+    KEYED: ClassVar[tuple[str, ...]] = ("error", "health")
 
     settings: list[str] = field(default_factory=list)
     H: int = 0
     floor: float = float("nan")
-    error: dict[str, list[float | None]] = field(default_factory=dict)
-    health: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
+    error: dict[Cell, list[float | None]] = field(default_factory=dict)
+    health: dict[Cell, dict[str, list[Any]]] = field(default_factory=dict)
     confirmatory: bool = False  # the pre-registered design: solved seeds with exact tests, baselines off the floor
 
 
@@ -42,6 +44,6 @@ def build(ctx: Context, seeds: tuple[int, ...]) -> Evidence:
                   floor=resolution_floor(b), confirmatory=b.name == "confirmatory")
     for r in METHODS:
         for s in settings(b):
-            ev.error[f"{r}|{s}"] = values(table, cell(b, r, s, seeds=seeds), "test_error", FAILED)
-            ev.health[f"{r}|{s}"] = cell_health(ctx, cell(b, r, s, seeds=seeds))
+            ev.error[r, s] = values(table, cell(b, r, s, seeds=seeds), "test_error", FAILED)
+            ev.health[r, s] = cell_health(ctx, cell(b, r, s, seeds=seeds))
     return ev

@@ -8,6 +8,7 @@ from typing import Any
 from figures import prereg
 from figures.common import arr
 from figures.confirm import baselines_off_floor, solved_counts
+from figures.evidence import Cell, label
 from figures.experiments.token_frictions.evidence import Evidence
 from figures.experiments.token_frictions.settings import METHODS, NAME
 from figures.records import Claim, Judgement, Margin, Precondition, Sensitivity, judged_on
@@ -28,8 +29,8 @@ def off_floor(errors: dict[str, Any], setting: str) -> tuple[str, str]:
     """Some method's sequence error is below OFF_FLOOR (a ranking of methods needs one off the floor)."""
     shown, undecided = [], False
     for r in METHODS:
-        o = at_most(f"{r} off the floor", arr(errors.get(f"{r}|{setting}")), OFF_FLOOR.value)
-        shown.append(f"{r.upper()} {fmt(arr(errors.get(f'{r}|{setting}')), 3, pct=True)}: {o.status}")
+        o = at_most(f"{r} off the floor", arr(errors.get((r, setting))), OFF_FLOOR.value)
+        shown.append(f"{r.upper()} {fmt(arr(errors.get((r, setting))), 3, pct=True)}: {o.status}")
         if o.status == "holds":
             return "met", "; ".join(shown)
         undecided |= o.status == "undecided"
@@ -52,7 +53,7 @@ def _ratio_margin(other: str, low: float) -> Margin:
 SOLVED = 0.10
 
 
-def unsolved_rates(error: dict[str, Any], cells: list[str], seeds: list[int]) -> list[Outcome]:
+def unsolved_rates(error: dict[Cell, Any], cells: list[Cell], seeds: list[int]) -> list[Outcome]:
     """Per cell: the seeds whose final sequence error is above SOLVED, k of n with the exact interval (NaN errors,
     runs not finished, are not counted); ``seeds`` aligned with each cell's per-seed errors."""
     out = []
@@ -61,7 +62,7 @@ def unsolved_rates(error: dict[str, Any], cells: list[str], seeds: list[int]) ->
         flags = [None if not math.isfinite(x) else bool(x > SOLVED) for x in errs]
         bad = [f"seed {s}: {x:.1%}" for s, x, f in zip(seeds, errs, flags, strict=True) if f]
         known = sum(f is not None for f in flags)
-        out.append(rate(f"{key}: seeds not solving the task (final error above {SOLVED:.0%})", flags,
+        out.append(rate(f"{label(key)}: seeds not solving the task (final error above {SOLVED:.0%})", flags,
                         "none" if not bad else "every seed" if len(bad) == known else "; ".join(bad)))
     return out
 
@@ -72,16 +73,16 @@ MARGINS = {"pg": _ratio_margin("pg", 59.5), "pmpo": _ratio_margin("pmpo", 14.5),
 @judged_on(NAME)
 def judge_ddg2(ev: Evidence) -> Judgement:
     e, floor = ev.error, ev.floor
-    dg = arr(e["dg|all four"])
-    parts = [superiority(f"DG below {o.upper()} with all four frictions (ratio {o.upper()} / DG)", arr(e[f"{o}|all four"]),
+    dg = arr(e["dg", "all four"])
+    parts = [superiority(f"DG below {o.upper()} with all four frictions (ratio {o.upper()} / DG)", arr(e[o, "all four"]),
                          dg, MARGINS[o].value, "log", floor) for o in ("pg", "pmpo", "ppo")]
-    ours = f"H={ev.H}, all four: " + ", ".join(f"{r.upper()} {fmt(arr(e[f'{r}|all four']), 3, pct=True)}"
+    ours = f"H={ev.H}, all four: " + ", ".join(f"{r.upper()} {fmt(arr(e[r, 'all four']), 3, pct=True)}"
                                                   for r in METHODS)
-    rates = unsolved_rates(e, [f"{r}|all four" for r in METHODS], ev.seeds)
+    rates = unsolved_rates(e, [(r, "all four") for r in METHODS], ev.seeds)
     if ev.confirmatory:  # the registered design: solved seeds per method, Fisher's exact test; the ratios beside
         solved = float(prereg.load().section("ddg")["solved_error"])
         counts = [solved_counts(f"DG solves more seeds than {o.upper()} (error <= {solved:g})", dg,
-                                arr(e[f"{o}|all four"]), solved) for o in ("pg", "pmpo", "ppo")]
+                                arr(e[o, "all four"]), solved) for o in ("pg", "pmpo", "ppo")]
         return Judgement(ours, counts, other_parts=[*parts, *rates])
     return Judgement(ours, parts, other_parts=rates)
 
@@ -91,7 +92,7 @@ def _off_floor_of_paper(ev: Evidence) -> tuple[str, str]:
     if not ev.confirmatory:
         return "met", "a precondition of the registered design only"
     d = prereg.load().section("ddg")
-    return baselines_off_floor({m: arr(ev.error.get(f"{m}|all four")) for m in d["paper_error"]}, d["paper_error"],
+    return baselines_off_floor({m: arr(ev.error.get((m, "all four"))) for m in d["paper_error"]}, d["paper_error"],
                                float(d["floor_factor"]))
 
 
@@ -117,6 +118,6 @@ CLAIMS = (
                                       "levels)", _off_floor_of_paper,
                                       "frictions under which PG, PMPO and PPO reach their paper levels within the "
                                       "factor: a calibration of the preset against the paper's baselines")),
-          cells=lambda ev: [f"{r}|all four" for r in METHODS], seed_values=("error", "final sampled sequence error"),
+          cells=lambda ev: [(r, "all four") for r in METHODS], seed_values=("error", "final sampled sequence error"),
           sensitivity=(FRICTION_SENSITIVITY,)),
 )

@@ -41,7 +41,7 @@ def make(ctx: Context) -> dict:
     per_seed = {}
     for i, r in enumerate(METHODS):
         ys = np.arange(len(names)) + (i - (len(METHODS) - 1) / 2) * height
-        vals = [arr(ev.error[f"{r}|{n}"]) for n in names]
+        vals = [arr(ev.error[r, n]) for n in names]
         per_seed[r] = np.stack(vals, axis=1)
         ax.barh(ys, [np.nanmean(v) for v in vals], height, color=style.color(r), label=r, zorder=1)
         for y0, v in zip(ys, vals, strict=True):  # per-seed dots

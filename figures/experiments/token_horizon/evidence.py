@@ -9,6 +9,7 @@ import numpy as np
 
 from figures.common import Context, values
 from figures.confirm import longest_solved
+from figures.evidence import Cell, cell_key
 from figures.evidence import Evidence as ExperimentEvidence
 from figures.experiments.token_frictions import settings as tf
 from figures.experiments.token_frictions.judges import SOLVED
@@ -17,14 +18,15 @@ from figures.experiments.token_horizon.settings import METHODS, cell, configs, d
 
 @dataclass
 class Evidence(ExperimentEvidence):
-    """Per cell ``"<method>|<H>"``, one value per seed: final sampled sequence error (``error``); per method, the
+    """Per cell ``(method, H)``, one value per seed: final sampled sequence error (``error``); per method, the
     longest solved H per seed (``longest``); the grid of lengths ``H`` and the solved threshold."""
 
     PER_SEED: ClassVar[tuple[str, ...]] = ("error", "longest")
+    KEYED: ClassVar[tuple[str, ...]] = ("error",)
 
     H: list[int] = field(default_factory=list)
     threshold: float = SOLVED
-    error: dict[str, list[float | None]] = field(default_factory=dict)
+    error: dict[Cell, list[float | None]] = field(default_factory=dict)
     longest: dict[str, list[float | None]] = field(default_factory=dict)
     confirmatory: bool = False  # the pre-registered design: per-seed exact comparisons on a unit grid
 
@@ -43,6 +45,6 @@ def build(ctx: Context, seeds: tuple[int, ...]) -> Evidence:
     for r in METHODS:
         rows = np.stack([values(table, cell(b, r, h, seeds), "test_error", tf.FAILED) for h in hs], axis=1)
         for j, h in enumerate(hs):
-            ev.error[f"{r}|{h}"] = rows[:, j]
+            ev.error[cell_key(r, h)] = rows[:, j]
         ev.longest[r] = longest(rows, hs)
     return ev

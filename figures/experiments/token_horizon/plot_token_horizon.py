@@ -13,6 +13,7 @@ import numpy as np
 
 from figures import style
 from figures.common import Context, arr, curves, experiment_configs
+from figures.evidence import cell_key
 from figures.experiments import token_horizon as exp
 from figures.experiments.token_horizon.settings import METHODS, SOLVED, cell
 
@@ -41,7 +42,7 @@ def make(ctx: Context) -> dict:
     ax, ax2 = axes[len(hs)], axes[len(hs) + 1]
     per_seed = {}
     for i, r in enumerate(METHODS):
-        errors = np.stack([arr(ev.error[f"{r}|{h}"]) for h in hs], axis=1)
+        errors = np.stack([arr(ev.error[cell_key(r, h)]) for h in hs], axis=1)
         style.band(ax, hs, errors, name=r, marker="o")
         style.seed_dots(ax, hs, errors, name=r)
         lg = per_seed[r] = arr(ev.longest[r])  # seeds not trained (a later look's) are NaN
