@@ -1,8 +1,8 @@
 """Every figure and the claims report, regenerated from scratch: ``python -m figures [all|NAME|list|claims]``.
 
-Experiments (figures/experiments/: configs + scoring + the claim records) are separate from plotting.
-One module per figure, ``figures/plot_<figure>.py`` (listed in FIGURES, in report order; the prefix keeps
-plot modules apart from the experiment modules of the same name). A figure module defines
+One folder per experiment, figures/experiments/<experiment>/ (figures/experiments/__init__.py): its settings,
+its evidence, its judges and the figures drawn from it, one module each, ``plot_<figure>.py`` (listed in
+FIGURES, in report order; `HOME` names each figure's experiment). A figure module defines
 
     NAME, CLAIMS                  its file name and the claim ids it shows
     configs(quick) -> [RunConfig] the simulator runs it reads (trained and cached by the testbed's
@@ -34,9 +34,13 @@ FIGURES = (
     "token_frictions",
     "token_horizon",
 )
+HOME = {"stability_map": "delayed_sgd", "quadratic_gac": "delayed_sgd", "grad_cosine": "async_grpo",
+        "async_grpo": "async_grpo", "contamination": "contamination", "mnist_alignment": "contamination",
+        "mnist_delay": "mnist_delay", "vcpo_traces": "mnist_delay", "vcpo_ablation": "mnist_delay",
+        "mnist_samples": "mnist_samples", "token_frictions": "token_frictions", "token_horizon": "token_horizon"}
 
 
 def module(name: str) -> ModuleType:
     if name not in FIGURES:
         raise ValueError(f"unknown figure {name!r}; allowed: {', '.join(FIGURES)}")
-    return importlib.import_module(f"figures.plot_{name}")
+    return importlib.import_module(f"figures.experiments.{HOME[name]}.plot_{name}")

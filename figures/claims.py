@@ -45,7 +45,7 @@ from figures import prereg
 from figures.budgets import DESIGN_OF, budget
 from figures.common import arr
 from figures.confirm import near_edge
-from figures.evidence import Evidence
+from figures.evidence import Evidence, label
 from figures.experiments import all_claims, experiment
 from figures.prereg import CLAIM_KEYS, Prereg
 from figures.records import Claim, Judgement, assess, history_consistent, look_history
@@ -179,7 +179,7 @@ def per_seed(claim: Claim, ev: Evidence, j: Judgement) -> dict[str, Any]:
     for key in claim.cells(ev):
         v = (getattr(ev, name, None) or {}).get(key)
         if v is not None:
-            cells[key] = [None if x is None or not math.isfinite(x) else round(float(x), 5) for x in arr(v)[:n]]
+            cells[label(key)] = [None if x is None or not math.isfinite(x) else round(float(x), 5) for x in arr(v)[:n]]
     return {"seeds": seeds, "metric": metric, "cells": cells}
 
 
@@ -291,7 +291,7 @@ def write_report(out: Path, evidence: dict, quick: bool, command: str, missing_r
     reg = prereg.load()
     rows = evaluate(exp_evidence, quick, reg, cross_cpu(Path(root or ".")))
     grpo = evidence_of(exp_evidence, "async_grpo")
-    m = _minibatch(grpo)
+    m = grpo.minibatch
     llm = llm_rows(Path(root or "."), _testbed_column(rows), m)
     made = [f for f in FIGURES if f in evidence] + sorted(set(evidence) - set(FIGURES))
     meta = publish.stamp(out, command, quick, runs_s, figures=made,
@@ -363,13 +363,3 @@ def _testbed_column(rows: list[dict[str, Any]]) -> dict[str, str]:
             if sync:
                 col["GAC-1"] = f"sync part {sync[0]} (claim: {r['verdict']})"
     return col
-
-
-def _minibatch(ev: Evidence) -> float | None:
-    """The async-GRPO regime's minibatch size in samples (batch / minibatches) as its evidence records them;
-    None when either setting is not recorded."""
-    reg = getattr(ev, "regime", None) or {}
-    try:
-        return float(reg["batch_size"]) / float(reg["minibatches"])
-    except (KeyError, TypeError, ValueError, ZeroDivisionError):
-        return None

@@ -194,7 +194,7 @@ class Context:
         memo = self.extra.setdefault("evidence", {})
         if experiment.NAME not in memo:
             with self.reading() as used:
-                memo[experiment.NAME] = (experiment.evidence(self), used)
+                memo[experiment.NAME] = (experiment.measure(self), used)
         ev, used = memo[experiment.NAME]
         self.touch(used)
         return ev

@@ -302,7 +302,7 @@ def estimate(workers: int = 2, quick: bool = False, progress: bool = True,
 
 def probe_seconds(b: Any, steps: int) -> tuple[float, float, int]:
     """(a, s per batch, runs) of the probe's largest loop, timed at ``steps`` and 2 x ``steps`` batches."""
-    from figures.experiments.async_grpo import probe_loops
+    from figures.experiments.async_grpo.settings import probe_loops
     from testbed.gac_signal import measure
 
     loop = max(probe_loops(b, True), key=len)
@@ -321,7 +321,7 @@ def _probe(quick: bool) -> float:
     """Seconds of the GAC probe's first look (figures/gac_probe.py: one process, loop after loop), from one timed
     loop (`probe_seconds`)."""
     from figures.budgets import budget
-    from figures.experiments.async_grpo import probe_loops
+    from figures.experiments.async_grpo.settings import probe_loops
 
     b = budget(quick)
     a, per_batch, runs = probe_seconds(b, min(50, b.async_exact_until))
@@ -334,16 +334,18 @@ def _oracle_and_theory(workers: int, quick: bool, beyond: dict[str, dict[str, in
     from figures import oracle_runs
     from figures.budgets import budget
     from figures.common import Context
-    from figures.experiments import contamination, delayed_sgd, mnist_samples
+    from figures.experiments import delayed_sgd, mnist_samples
+    from figures.experiments.contamination.evidence import theory_curves
+    from figures.experiments.mnist_samples.settings import oracle_jobs
 
     b = budget(quick)
     seeds, looks = b.all_seeds("mnist"), b.mnist_design.looks
-    jobs = mnist_samples.oracle_jobs(b)
+    jobs = oracle_jobs(b)
 
     def later(to: dict[str, int]) -> list[list[tuple[str, int]]]:
         """The jobs each later look trains, up to DG-1's stop in ``to`` (a look trains its new seeds together)."""
         n = max([to.get(c.id, 0) for c in mnist_samples.CLAIMS if c.staged], default=0)
-        return [mnist_samples.oracle_jobs(b, seeds[lo:hi]) for lo, hi in itertools.pairwise(looks) if hi <= n]
+        return [oracle_jobs(b, seeds[lo:hi]) for lo, hi in itertools.pairwise(looks) if hi <= n]
 
     beyond_jobs = {name: later(to) for name, to in beyond.items()}
     cost: dict[tuple[str, int], float] = {}  # (kind, seeds trained together) -> seconds at the full length
@@ -369,8 +371,8 @@ def _oracle_and_theory(workers: int, quick: bool, beyond: dict[str, dict[str, in
 
     ctx = Context(out=Path("."), cache=Path("."), quick=quick)
     t0 = time.perf_counter()
-    delayed_sgd.evidence(ctx)  # the exact values, the simulations and the GAC runs on the quadratic
-    contamination.theory_curves(b.contamination_deltas)
+    delayed_sgd.measure(ctx)  # the exact values, the simulations and the GAC runs on the quadratic
+    theory_curves(b.contamination_deltas)
     theory = time.perf_counter() - t0
     return {"oracle_wall_s": wall(jobs), "oracle_cpu_s": sum(durations(jobs)), "theory_s": theory,
             "oracle_beyond_wall_s": {name: sum(wall(look) for look in j) for name, j in beyond_jobs.items()}}

@@ -33,13 +33,19 @@ def explore(seeds: Sequence[int], until: int, log_every: int) -> dict[str, Any]:
     from figures import prereg
     from figures.budgets import FULL
     from figures.confirm import learning_window
-    from figures.experiments import async_grpo as ag
+    from figures.experiments.async_grpo import settings as ag_settings
+    from figures.experiments.async_grpo.judges import (
+        gac1_parts,
+        predicted_at,
+        real_r,
+    )
+    from figures.experiments.async_grpo.settings import exact_recipe
     from testbed.runner import run_many
     from testbed.util.stats import combine, difference, fmt_interval, one_sample
 
     b = dataclasses.replace(FULL, async_log=log_every, async_exact_until=until)
-    recipe, levels = ag.exact_recipe(), ag.levels()
-    cfgs = {d: ag.cell(b, recipe, d, tuple(seeds)) for d in levels}
+    recipe, levels = exact_recipe(), ag_settings.levels()
+    cfgs = {d: ag_settings.cell(b, recipe, d, tuple(seeds)) for d in levels}
     trained = run_many([c for d in levels for c in cfgs[d]])  # one loop (bit for bit each run alone)
     results = {d: trained[i * len(seeds):(i + 1) * len(seeds)] for i, d in enumerate(levels)}
     curves = {d: [[r.get("test_error", np.nan) for r in res.rows] for res in rs] for d, rs in results.items()}
@@ -64,14 +70,14 @@ def explore(seeds: Sequence[int], until: int, log_every: int) -> dict[str, Any]:
     for d in levels[1:]:
         i = difference(sync, cell["cos"][f"{recipe}|{d}"])
         out["stale_minus_sync"][d] = {"estimate": i.estimate, "lo": i.lo, "hi": i.hi, "n": i.n}
-    exact = ag.gac1_parts(cell["cos"], list(levels), recipe)
-    mini = ag.gac1_parts(cell["cos_minibatch"], list(levels), recipe)
+    exact = gac1_parts(cell["cos"], list(levels), recipe)
+    mini = gac1_parts(cell["cos_minibatch"], list(levels), recipe)
     out["gac1"] = {"exact": {"verdict": combine(exact), "parts": [f"{p.name}: {fmt_interval(p)} -> {p.status}" for p in exact]},
                    "minibatch": {"verdict": combine(mini),
                                  "parts": [f"{p.name}: {fmt_interval(p)} -> {p.status}" for p in mini]}}
-    r, src = ag.real_r()
+    r, src = real_r()
     out["real_r"] = {"r": r, "source": src}
-    out["predicted_at_real_r"] = {d: iv(ag.predicted_at(cell["cos"][f"{recipe}|{d}"], cell["r"][f"{recipe}|{d}"],
+    out["predicted_at_real_r"] = {d: iv(predicted_at(cell["cos"][f"{recipe}|{d}"], cell["r"][f"{recipe}|{d}"],
                                                         cell["r"][f"{recipe}|sync"], r)) for d in levels}
     return out
 
@@ -83,7 +89,12 @@ def findings_markdown(res: dict[str, Any]) -> str:
     judge on the exact cosine), with GAC-2's premise."""
     import numpy as np
 
-    from figures.experiments import async_grpo as ag
+    from figures.experiments.async_grpo.evidence import Evidence
+    from figures.experiments.async_grpo.judges import (
+        judge_gac1,
+        stale_aligned,
+        uncapped,
+    )
     from testbed.util.stats import combine
 
     rec, levels, ps, iv = res["recipe"], res["levels"], res["per_seed"], res["intervals"]
@@ -107,19 +118,19 @@ def findings_markdown(res: dict[str, Any]) -> str:
     lines += ["", "Paired difference stale - sync of cos_consecutive_exact: " + "; ".join(
         f"{d} {show(x)}" for d, x in res["stale_minus_sync"].items()) + ".",
         f"Real model's r: {res['real_r']['r']:.3f} ({res['real_r']['source']}).", ""]
-    ev = ag.Evidence(grid="exploratory", seeds=res["seeds"], levels=levels,
+    ev = Evidence(grid="exploratory", seeds=res["seeds"], levels=levels,
                      regime={"batch_size": 400, "minibatches": 2}, exact_window=res["window"],
                      exact_until=res["until"], cos_exact=ps["cos"], r_minibatch=ps["r"], cos_minibatch=ps["cos_minibatch"])
-    before = ag.uncapped(ag.Evidence(grid="exploratory", seeds=res["seeds"], levels=levels,
+    before = uncapped(Evidence(grid="exploratory", seeds=res["seeds"], levels=levels,
                                       regime={"batch_size": 400, "minibatches": 2}))
-    j = ag.judge_gac1(ev)
+    j = judge_gac1(ev)
     lines += ["## GAC-1 before and after", "",
               f"- Before (the capped instrument): precondition {before[0]}: {before[1]}; verdict not testable.",
-              f"- After (registered rule on cos_consecutive_exact): precondition {ag.uncapped(ev)[0]}; verdict "
+              f"- After (registered rule on cos_consecutive_exact): precondition {uncapped(ev)[0]}; verdict "
               f"{combine(j.parts)}: " + "; ".join(f"{p.name} -> {p.status}" for p in j.parts) + ".",
               f"- The same rule on the learner's minibatch cosine over the window (capped; beside, not judged): "
               f"{res['gac1']['minibatch']['verdict']}.",
-              f"- GAC-2's premise (exact cosine above sync at some stale level): {': '.join(ag.stale_aligned(ev))}.",
+              f"- GAC-2's premise (exact cosine above sync at some stale level): {': '.join(stale_aligned(ev))}.",
               ""]
     return "\n".join(lines)
 

@@ -71,8 +71,9 @@ from typing import Any
 
 import numpy as np
 
-from figures.experiments.async_grpo import gac1_parts, rescue_parts
-from figures.experiments.mnist_delay import collapses, precursor_counts, precursor_leads, precursor_parts
+from figures.experiments.async_grpo.judges import gac1_parts, rescue_parts
+from figures.experiments.mnist_delay.evidence import collapses, precursor_counts
+from figures.experiments.mnist_delay.judges import precursor_leads, precursor_parts
 from testbed.stabilizers.fingerprint import newest_files
 from testbed.util.stats import ALPHA, combine, fmt, fmt_interval, using_level
 

@@ -254,7 +254,7 @@ def _header(p: dict[str, Any]) -> list[str]:
                      "cache (`--cached-only`); the affected cells use the seeds that finished.")
     if st.get("provisional_regime"):
         lines.append("**Provisional regime:** `async_grpo` is not registered in testbed/regimes.py; GAC-1, GAC-2 and "
-                     "AREAL-1 ran with the stand-in settings of figures/experiments/async_grpo.py.")
+                     "AREAL-1 ran with the stand-in settings of figures/experiments/async_grpo/settings.py.")
     return lines
 
 

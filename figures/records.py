@@ -39,7 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from figures.evidence import Evidence
+from figures.evidence import Cell, Evidence, label
 from testbed.util.stats import TRIM, VERDICTS, Outcome, combine, max_needed, rate, using_level
 
 PRECONDITION_STATUSES = ("met", "failed", "unknown")
@@ -135,28 +135,6 @@ class Sensitivity:
         return f"{self.parameter}: {self.table} ({self.shows})"
 
 
-REGIME_SENSITIVITY = Sensitivity(
-    "the regime's batch size, group size G, minibatches N and learning rate", "sweeps/regime/search_groups.md",
-    "GRPO's health at sync, its degradation at eta = 32 and the within-batch cosine of every searched setting")
-FRICTION_SENSITIVITY = Sensitivity(
-    "the token-reversal frictions' kinds and strengths and the budget unit", "sweeps/calibration/TABLE.md",
-    "the baselines' sequence error under each candidate friction, alone and all four together")
-DG_ETA_SENSITIVITY = Sensitivity(
-    "DG's temperature eta", "sweeps/dg_eta/TABLE.md",
-    "DG's error on the embedded MNIST at eta = 0.1, 0.3, 1, 3, 10, on-policy and 1,000 versions stale")
-CONTAMINATION_SENSITIVITY = Sensitivity(
-    "the exact model's contamination rate rho, DG's eta and the number of actions K", "sweeps/contamination/TABLE.md",
-    "v2's and v1's statements by the judge's readings at each of 100 settings (rho 0.01-0.5, eta 0.25-4, K 2-100)")
-VCPO_SENSITIVITY = Sensitivity(
-    "vcpo's truncation c, ess_lr's rule and reference ESS", "sweeps/vcpo/TABLE.md",
-    "final error of vcpo at c = 2, 8, 32, ess_lr linear / sqrt and rho_base 0.5 / 1, its two ablations and pg, "
-    "on-policy and 100 and 1,000 versions stale (2 seeds)")
-DATA_SIZE_SENSITIVITY = Sensitivity(
-    "the number of training images and the dataset", "sweeps/data_size/TABLE.md",
-    "pg, dg, exact IS and supervised CE at 1,000 / 4,000 / 60,000 Fashion-MNIST images and the embedded MNIST, "
-    "on-policy and 1,000 versions stale")
-
-
 @dataclass(frozen=True)
 class Claim:
     """One published claim and how this project tests it (module docstring)."""
@@ -174,7 +152,7 @@ class Claim:
     mechanism: str = ""  # what this project found or derived to explain the result, else empty
     decide: str = ""  # what would settle a negative verdict beyond more seeds
     preconditions: tuple[Precondition, ...] = ()
-    cells: Callable[[Evidence], list[str]] | None = None  # evidence cells compared (their health rates shown)
+    cells: Callable[[Evidence], list[Cell | str]] | None = None  # evidence cells compared (their health rates shown)
     # the per-seed values of those cells the report lists: (the evidence field holding them, what they are)
     seed_values: tuple[str, str] = ("error", "final test error")
     staged: bool = True  # more seeds for it when undecided (False: judged at the design's first look only)
@@ -187,12 +165,12 @@ class Claim:
         raise KeyError(f"{self.id} has no margin {name!r}; it has {[m.name for m in self.margins]}")
 
 
-def cell_health(ev: Evidence, key: str) -> dict[str, list[Any]]:
+def cell_health(ev: Evidence, key: Cell | str) -> dict[str, list[Any]]:
     """The health flags of cell ``key`` (empty when the experiment records none for it)."""
     return (getattr(ev, "health", None) or {}).get(key) or {}
 
 
-def unhealthy_flags(ev: Evidence, key: str, high_error: float | None = None) -> list[bool | None]:
+def unhealthy_flags(ev: Evidence, key: Cell | str, high_error: float | None = None) -> list[bool | None]:
     """Per seed of cell ``key``: True if the run's health flag is not "healthy", it diverged, or (with
     ``high_error``) its final error (``ev.error[key]``) exceeds ``high_error`` (a seed at 37.5% error is unhealthy
     at 0.25 whichever classes it predicts); False if healthy, None if unknown (not run, or no flag recorded)."""
@@ -210,7 +188,7 @@ def unhealthy_flags(ev: Evidence, key: str, high_error: float | None = None) -> 
     return out
 
 
-def healthy_base(cells: Callable[[Evidence], list[str]], remedy: str,
+def healthy_base(cells: Callable[[Evidence], list[Cell | str]], remedy: str,
                  name: str = "the base is healthy", high_error: float | None = None) -> Precondition:
     """Met when, in every cell ``cells(evidence)`` names, at most a fraction TRIM of the seeds is unhealthy
     (stalled, lost a class, diverged, or above ``high_error`` final error where given, `unhealthy_flags`): what
@@ -222,10 +200,10 @@ def healthy_base(cells: Callable[[Evidence], list[str]], remedy: str,
         for key in cells(ev):
             known = [f for f in unhealthy_flags(ev, key, high_error) if f is not None]
             if not known:
-                unknown.append(key)
+                unknown.append(label(key))
                 continue
             bad = sum(known)
-            seen.append(f"{key}: {bad} of {len(known)} seeds unhealthy")
+            seen.append(f"{label(key)}: {bad} of {len(known)} seeds unhealthy")
             if bad > TRIM * len(known):
                 failed.append(key)
         if failed:
@@ -238,7 +216,7 @@ def healthy_base(cells: Callable[[Evidence], list[str]], remedy: str,
     return Precondition(name, check, remedy)
 
 
-def health_rates(ev: Evidence, keys: list[str]) -> list[Outcome]:
+def health_rates(ev: Evidence, keys: list[Cell | str]) -> list[Outcome]:
     """Per compared cell: the seeds flagged unhealthy (lost a class, stalled) or diverged, with the exact
     interval (testbed/util/stats.py `rate`); cells without health data are skipped."""
     out = []
@@ -248,7 +226,7 @@ def health_rates(ev: Evidence, keys: list[str]) -> list[Outcome]:
             names = list(cell_health(ev, key).get("health", []))
             bad = [f"seed {s}: {names[i] if i < len(names) and names[i] else 'diverged'}"
                    for i, (s, f) in enumerate(zip(ev.seeds, flags, strict=False)) if f]
-            out.append(rate(f"{key}: seeds lost a class / stalled / diverged", flags, "; ".join(bad) or "none"))
+            out.append(rate(f"{label(key)}: seeds lost a class / stalled / diverged", flags, "; ".join(bad) or "none"))
     return out
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from figures.budgets import Budget
 from figures.common import Context
 from figures.evidence import Evidence
 from figures.records import Claim, assess
@@ -92,3 +93,23 @@ def staged(ctx: Context, claims: tuple[Claim, ...], design: Design, seeds: tuple
     ev.sequential = stops
     ev.design = design.to_dict()
     return ev
+
+
+def staged_evidence(ctx: Context, claims: tuple[Claim, ...], kind: str,
+                    configs: Callable[[Budget, tuple[int, ...]], list[RunConfig]],
+                    staged_runs: Callable[[Budget, tuple[int, ...], list[str]], list[RunConfig]],
+                    build: Callable[[Context, tuple[int, ...]], E],
+                    before: Callable[[tuple[int, ...], list[Claim] | None], None] | None = None) -> E:
+    """An experiment's evidence under its budget's design ``kind`` (figures/budgets.py: ``<kind>_design``, every seed
+    of ``all_seeds(kind)``; `staged`). Look 0 trains ``configs(budget, seeds)``, a later look ``staged_runs(budget,
+    seeds, ids of the claims still undecided)``; ``before(seeds, claims)``, where given, first trains what is not a
+    testbed run (exact-gradient runs); ``build(ctx, seeds)`` reads the evidence over every seed."""
+    b = ctx.budget
+    seeds = b.all_seeds(kind)
+
+    def runs(train: list[int], pending: list[Claim] | None) -> list[RunConfig]:
+        if before is not None:
+            before(tuple(train), pending)
+        return configs(b, tuple(train)) if pending is None else staged_runs(b, tuple(train), [c.id for c in pending])
+
+    return staged(ctx, claims, getattr(b, f"{kind}_design"), seeds, runs, lambda: build(ctx, seeds))

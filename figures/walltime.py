@@ -36,7 +36,7 @@ from typing import Any
 from figures.budgets import DESIGN_OF, Budget, confirmatory_budget
 from figures.common import cost_estimate, dedupe
 from figures.estimate import fit_line, list_schedule, probe_seconds
-from figures.experiments.async_grpo import probe_loops
+from figures.experiments.async_grpo.settings import probe_loops
 from figures.prereg import load
 from testbed.config import RunConfig
 from testbed.runner import run_many

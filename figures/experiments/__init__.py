@@ -1,17 +1,21 @@
-"""The experiments behind the claims report, one module each (bsuite style: configs + scoring).
+"""The experiments behind the claims report, one folder each (bsuite style).
 
-An experiment module defines
+figures/experiments/<experiment>/ holds the whole experiment:
 
-    NAME                      its name (the key of its evidence in ``<out>/data/*.json``)
-    configs(budget)           the simulator runs it needs (figures/budgets.py; empty for theory)
-    describe(budget)          its grid in words (printed in the report beside each claim)
-    Evidence                  its typed record (a dataclass derived from figures/evidence.py's `Evidence`)
-    evidence(ctx)             that record: the numbers its claims are judged on (per-seed values; no plotting)
-    CLAIMS                    the records of the claims it tests (figures/records.py)
+    settings.py               its grid: ``configs(budget)``, the simulator runs it needs (figures/budgets.py; empty
+                              for theory), ``describe(budget)``, its grid in words, and for a sequential design
+                              ``staged_runs``, the runs a later look adds for the claims still undecided
+    evidence.py               ``Evidence``, its typed record (a dataclass derived from figures/evidence.py's
+                              `Evidence`: the per-seed numbers its claims are judged on), and how it is read from
+                              the runs (no plotting)
+    judges.py                 ``CLAIMS``, the records of the claims it tests (figures/records.py): margins,
+                              preconditions and the judges, which read the evidence only
+    plot_<figure>.py          each figure drawn from it (figures/__init__.py `FIGURES`)
+    __init__.py               its face: ``NAME`` (the key of its evidence in ``<out>/data/*.json``), ``configs``,
+                              ``describe``, ``Evidence``, ``CLAIMS`` and ``measure(ctx)``, the evidence under its
+                              sequential design (figures/staging.py)
 
-Plotting lives in the figure modules (figures/plot_<figure>.py), which draw an experiment's runs and
-evidence; judging lives in the records' ``judge`` functions. The report (figures/claims.py) lists
-the claims in the order of `ORDER`.
+The report (figures/claims.py) lists the claims in the order of `ORDER`.
 """
 
 from __future__ import annotations

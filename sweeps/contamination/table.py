@@ -3,7 +3,7 @@ the number of actions K.
 
     python sweeps/contamination/table.py      (writes TABLE.md here in under a minute; run from the repository root)
 
-The claim is judged at rho = 0.1, eta = 1, K = 5 (figures/experiments/contamination.py). This table recomputes,
+The claim is judged at rho = 0.1, eta = 1, K = 5 (figures/experiments/contamination/judges.py). This table recomputes,
 at every setting of the grid below, the quantities the judge reads at delta = 0.5 and delta = 1e-4
 (`TheoryEnds.exact`) and whether v2's statement (judged) and v1's cosine statement (superseded) hold by the
 judge's own readings (`TheoryEnds.v2`, `TheoryEnds.v1`). Exact tabular theory: no training, no seeds.
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from figures.experiments.contamination import TheoryEnds
+from figures.experiments.contamination.judges import TheoryEnds
 
 HERE = Path(__file__).resolve().parent
 RHOS = (0.01, 0.05, 0.1, 0.3, 0.5)

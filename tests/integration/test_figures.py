@@ -25,15 +25,21 @@ from figures.experiments import (
     all_claims,
     async_grpo,
     contamination,
-    delayed_sgd,
     experiment,
     mnist_delay,
     mnist_samples,
     token_frictions,
     token_horizon,
 )
+from figures.experiments.contamination.evidence import theory_curves
+from figures.experiments.contamination.judges import TheoryEnds
+from figures.experiments.contamination.settings import ETA, K
+from figures.experiments.delayed_sgd.evidence import autocorr, simulated
+from figures.experiments.mnist_samples.settings import oracle_jobs
+from figures.experiments.token_horizon.evidence import longest
 from figures.llm_column import AGREEMENTS
 from testbed.machine import describe, machine
+from theory.delayed_optimization import critical_step
 
 pytestmark = pytest.mark.integration
 
@@ -69,7 +75,7 @@ def test_every_figure_is_written_with_caption(quick_run):
         if name == "mnist_samples":  # its exact-gradient and cross-entropy runs count too
             from figures.budgets import budget
 
-            assert sum(data["machines"].values()) >= len(runs) + len(mnist_samples.oracle_jobs(budget(True)))
+            assert sum(data["machines"].values()) >= len(runs) + len(oracle_jobs(budget(True)))
 
 
 def test_report_holds_every_claim_with_margins_and_paragraph_slots(quick_run):
@@ -188,21 +194,21 @@ def test_cli_rejects_unknown_figure(capsys):
 def test_delayed_sgd_numbers_come_from_theory():
     # stability edge 2 sin(pi / (2 (2 tau + 1))) and the exact -a/2 without delay
     for tau, edge in ((0, 2.0), (1, 1.0), (2, 0.6180), (4, 0.3473), (8, 0.1845)):
-        assert delayed_sgd.critical_step(tau) == pytest.approx(edge, abs=1e-4)
+        assert critical_step(tau) == pytest.approx(edge, abs=1e-4)
     for a in (0.05, 0.3, 1.2):
-        assert delayed_sgd.autocorr(a, 0) == pytest.approx(-a / 2, abs=1e-9)
-    assert delayed_sgd.autocorr(0.5, 1) == pytest.approx(0.25, abs=1e-9)  # +a/2 for tau = 1
-    assert math.isnan(delayed_sgd.autocorr(1.01 * delayed_sgd.critical_step(2), 2))
+        assert autocorr(a, 0) == pytest.approx(-a / 2, abs=1e-9)
+    assert autocorr(0.5, 1) == pytest.approx(0.25, abs=1e-9)  # +a/2 for tau = 1
+    assert math.isnan(autocorr(1.01 * critical_step(2), 2))
     # theory's simulation agrees with the closed form (64 chains x 4000 steps: s.e. of the mean about 0.002)
-    assert delayed_sgd.simulated(0.5, 1, 4000, 1) == pytest.approx(0.25, abs=0.02)
+    assert simulated(0.5, 1, 4000, 1) == pytest.approx(0.25, abs=0.02)
 
 
 def test_ddg4_reads_the_same_ends_from_the_curves_and_directly():
     """The judge (from the evidence's curves) and the sensitivity table (computed at the ends) read one model; DG's
     advantage over PG grows faster at a lower temperature (its share ratio grows like delta^(-1/(2 eta)))."""
-    ends = contamination.TheoryEnds
-    curves = contamination.theory_curves(4)["cases"]
-    a, b = ends.of_curves(curves, 0.1), ends.exact(0.1, contamination.ETA, contamination.K)
+    ends = TheoryEnds
+    curves = theory_curves(4)["cases"]
+    a, b = ends.of_curves(curves, 0.1), ends.exact(0.1, ETA, K)
     for name in a.__dataclass_fields__:
         assert getattr(a, name) == pytest.approx(getattr(b, name), rel=1e-6), name
     assert all(b.v2().values()) and not b.v1()["PG's cosine collapses"]  # PG's cosine tends to 0.79, not 0
@@ -323,7 +329,7 @@ def test_ddg2_and_ddg3():
     behind = {**lg, "pg": [14, 13, 13]}
     assert any(o.status == "fails" for o in _judge("DDG-3", {"H": grid, "longest": behind}).parts)
     assert _judge("DDG-3", {"H": list(range(2, 14)), "longest": behind}).verdict == "inconclusive"
-    assert token_horizon.longest(np.array([[0.05, 0.02, 0.5, 0.08]]), [2, 3, 4, 5]) == [5.0]
+    assert longest(np.array([[0.05, 0.02, 0.5, 0.08]]), [2, 3, 4, 5]) == [5.0]
 
 
 def test_vcpo_claims():
@@ -354,7 +360,7 @@ def test_vcpo1_precursors_are_read_at_per_step_resolution():
     a spike is judged against the median of every earlier step; no records or too little history: not enough."""
     import pandas as pd
 
-    from figures.experiments.mnist_delay import precursors
+    from figures.experiments.mnist_delay.evidence import precursors
 
     t = np.arange(1, 1001, dtype=float)
     ess, gn = np.full(1000, 0.9), np.full(1000, 1.0)
@@ -376,7 +382,7 @@ def test_vcpo1_sensitivity_moves_each_free_parameter_alone():
     verdict."""
     import pandas as pd
 
-    from figures.experiments.mnist_delay import VCPO1_RULES, CollapseRule, collapses, precursor_counts
+    from figures.experiments.mnist_delay.evidence import VCPO1_RULES, CollapseRule, collapses, precursor_counts
 
     log = [100.0 * i for i in range(1, 11)]
     rows = []
@@ -422,7 +428,7 @@ def test_every_record_is_complete_and_listed_in_the_docs():
         assert c.id in table, f"{c.id} missing from docs/ALGORITHMS.md"
         row = table[c.id]
         assert row.group(2) == c.text and row.group(3) == f"arXiv {c.source}" and row.group(4) == c.paper_value
-        assert f"figures/experiments/{c.experiment}.py" in row.group(5)
+        assert f"figures/experiments/{c.experiment}/judges.py" in row.group(5)
         assert c.rule and all(m.derivation for m in c.margins)
         assert set(c.figures) <= set(FIGURES)
         if c.experiment in modules:

@@ -115,7 +115,7 @@ def test_a_figure_counts_the_machines_of_every_run_it_read(tmp_path):
         c.touch([store.runs / "absent.csv"])  # read but never trained: not counted
         return "evidence"
 
-    exp = types.SimpleNamespace(NAME="shared_exp", evidence=evidence)
+    exp = types.SimpleNamespace(NAME="shared_exp", measure=evidence)
     with ctx.reading() as first:
         ctx.ensure(own)
         assert ctx.evidence(exp) == "evidence"

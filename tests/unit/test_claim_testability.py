@@ -9,6 +9,7 @@ import pytest
 
 from figures.evidence import Evidence
 from figures.experiments import async_grpo, mnist_delay, mnist_samples, token_frictions
+from figures.experiments.async_grpo.settings import RECIPES
 from figures.records import Claim, Judgement, Precondition, assess, healthy_base
 from testbed.util import stats
 
@@ -44,9 +45,9 @@ def _health(flags: list) -> dict:
 
 
 def test_healthy_base_tolerates_what_the_trimmed_mean_tolerates():
-    pre = healthy_base(lambda ev: ["pg|sync"], "fix it")
+    pre = healthy_base(lambda ev: [("pg", "sync")], "fix it")
     def ev(health: dict) -> mnist_delay.Evidence:
-        return mnist_delay.Evidence(seeds=list(range(5)), health={"pg|sync": health})
+        return mnist_delay.Evidence(seeds=list(range(5)), health={("pg", "sync"): health})
 
     ok = ev(_health(["healthy"] * 4 + ["lost_class"]))
     bad = ev(_health(["healthy"] * 3 + ["lost_class", "stalled"]))
@@ -65,9 +66,9 @@ def _dg1_evidence(pg_inf_over_ce: float) -> mnist_samples.Evidence:
     pg_inf = ce * pg_inf_over_ce * np.exp(rng.normal(0, 0.01, 5))
     return mnist_samples.Evidence(
         k=[1, 2], seeds=list(range(5)), floor=5e-4,
-        error={"pg|1": list(ce * 1.3), "dg|1": list(ce * 1.1), "pg|2": list(ce * 1.2), "dg|2": list(ce * 1.1),
-               "pg|inf": list(pg_inf), "dg|inf": list(ce), "ce": list(ce)},
-        health={"pg|1": _health(["healthy"] * 5)})
+        error={("pg", "1"): list(ce * 1.3), ("dg", "1"): list(ce * 1.1), ("pg", "2"): list(ce * 1.2),
+               ("dg", "2"): list(ce * 1.1), ("pg", "inf"): list(pg_inf), ("dg", "inf"): list(ce), ("ce",): list(ce)},
+        health={("pg", "1"): _health(["healthy"] * 5)})
 
 
 def test_dg1_part_b_is_not_testable_where_the_rule_has_no_room():
@@ -85,8 +86,8 @@ def test_ddg2_is_not_testable_when_every_method_is_on_the_floor():
     rng = np.random.default_rng(1)
 
     def ev(dg_error: float) -> token_frictions.Evidence:
-        e = {f"{r}|all four": list(np.clip(0.999 + 0.0005 * rng.standard_normal(3), 0, 1)) for r in ("pg", "pmpo", "ppo")}
-        e["dg|all four"] = list(dg_error + 0.001 * rng.standard_normal(3))
+        e = {(r, "all four"): list(np.clip(0.999 + 0.0005 * rng.standard_normal(3), 0, 1)) for r in ("pg", "pmpo", "ppo")}
+        e["dg", "all four"] = list(dg_error + 0.001 * rng.standard_normal(3))
         return token_frictions.Evidence(seeds=[0, 1, 2], H=10, floor=1e-4, error=e)
 
     floored = assess(claim, ev(0.999))
@@ -98,7 +99,7 @@ def _async_evidence(across_stale: float | None, degrade: float = 0.15) -> async_
     rng = np.random.default_rng(2)
     levels = ["sync", "bounded:8,4", "bounded:32,4"]
     err, cos, across, health = {}, {}, {}, {}
-    for r in async_grpo.RECIPES:
+    for r in RECIPES:
         for i, d in enumerate(levels):
             err[f"{r}|{d}"] = list(0.2 + (degrade if (r == "grpo" and i) else 0.0) + 0.005 * rng.standard_normal(5))
             cos[f"{r}|{d}"] = list(0.5 + 0.01 * rng.standard_normal(5))

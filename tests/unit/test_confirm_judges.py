@@ -1,4 +1,4 @@
-"""GAC-2 and AREAL-1 under the pre-registered design (figures/experiments/async_grpo.py): learning-phase
+"""GAC-2 and AREAL-1 under the pre-registered design (figures/experiments/async_grpo/judges.py): learning-phase
 endpoints chosen from the base, plain means and collapses, the margin from the testbed's resolution; and the
 health flag that sees a high-error seed."""
 
@@ -11,6 +11,18 @@ import pytest
 
 from figures import confirm, prereg
 from figures.experiments import async_grpo as ag
+from figures.experiments.async_grpo import judges as ag_judges
+from figures.experiments.async_grpo.judges import (
+    judge_areal1,
+    judge_gac1,
+    judge_gac2,
+    phase_endpoints,
+    phase_margin,
+    predicted_at,
+    stale_aligned,
+    uncapped,
+)
+from figures.experiments.async_grpo.settings import RECIPES
 from figures.records import assess, unhealthy_flags
 
 N = 10
@@ -25,9 +37,9 @@ def _curve(level: float, seed: int) -> list[float]:
 
 def _evidence(grpo_collapses: int) -> ag.Evidence:
     curves = {}
-    for r in ag.RECIPES:
+    for r in RECIPES:
         for d in LEVELS:
-            curves[f"{r}|{d}"] = [_curve(0.1, 100 * i + ag.RECIPES.index(r)) for i in range(N)]
+            curves[f"{r}|{d}"] = [_curve(0.1, 100 * i + RECIPES.index(r)) for i in range(N)]
     for i in range(grpo_collapses):  # these stale grpo seeds stay near chance through the learning phase
         curves[f"grpo|{LEVELS[1]}"][i] = list(np.full(V.size, 0.85))
     error = {k: [c[-1] for c in v] for k, v in curves.items()}
@@ -38,19 +50,19 @@ def _evidence(grpo_collapses: int) -> ag.Evidence:
 
 def test_learning_window_and_endpoints_read_the_base_only():
     ev = _evidence(6)
-    window, end = ag.phase_endpoints(ev)
+    window, end = phase_endpoints(ev)
     ph = prereg.load().section("phase")
     assert window == confirm.learning_window(V, np.array(ev.curves["grpo|sync"]), ph["progress_lo"], ph["progress_hi"])
     assert window == (20.0, 60.0)
     # the stale grpo cells do not move the window
     ev2 = _evidence(0)
-    assert ag.phase_endpoints(ev2)[0] == window
+    assert phase_endpoints(ev2)[0] == window
     assert end[f"grpo|{LEVELS[1]}"][0] == pytest.approx(0.85)
 
 
 def test_areal1_naive_worse_by_its_collapses_and_decoupled_matches_sync():
     ev = _evidence(6)
-    j = ag.judge_areal1(ev)
+    j = judge_areal1(ev)
     names = [p.name for p in j.parts]
     assert names == [f"naive grpo worse than decoupled_ppo at {LEVELS[1]}", f"decoupled_ppo at {LEVELS[1]} matches grpo sync"]
     assert [p.status for p in j.parts] == ["holds", "holds"] and j.verdict == "reproduced"
@@ -62,17 +74,17 @@ def test_areal1_naive_worse_by_its_collapses_and_decoupled_matches_sync():
 
 
 def test_gac2_not_judged_where_grpo_does_not_degrade():
-    j = ag.judge_gac2(_evidence(0))
+    j = judge_gac2(_evidence(0))
     assert j.parts == [] and j.verdict == "inconclusive"
     assert any(p.name == f"grpo degrades at {LEVELS[1]}" and p.status in ("fails", "direction") for p in j.other_parts)
-    j = ag.judge_gac2(_evidence(6))
+    j = judge_gac2(_evidence(6))
     assert [p.status for p in j.parts] == ["holds", "holds"] and j.verdict == "reproduced"
 
 
 def test_margin_is_computed_from_the_base():
     ev = _evidence(6)
-    _, end = ag.phase_endpoints(ev)
-    m = ag.phase_margin(ev, end["grpo|sync"])
+    _, end = phase_endpoints(ev)
+    m = phase_margin(ev, end["grpo|sync"])
     p = float(np.median(end["grpo|sync"]))
     assert m.value >= math.log1p(1.645 * math.sqrt(2 * p * (1 - p) / 1000) / p) - 1e-12
     assert "1000 examples" in m.derivation
@@ -88,8 +100,8 @@ def _fingerprints(tmp_path, monkeypatch, version: int):
     fp.write_text(json.dumps({"staleness": TESTBED_V50, "noise_scale": 6370.0, "extra": {"version": version}}))
     (real / "smollm2-135m-instruct__arithmetic.json").write_text(json.dumps(
         {"model": "smollm2-135m-instruct", "task": "arithmetic", "date": "x", "staleness": SMOLLM2}))
-    monkeypatch.setattr(ag, "FINGERPRINT", fp)
-    monkeypatch.setattr(ag, "REAL_FINGERPRINTS", real)
+    monkeypatch.setattr(ag_judges, "FINGERPRINT", fp)
+    monkeypatch.setattr(ag_judges, "REAL_FINGERPRINTS", real)
 
 
 def test_claim_assessed_with_preconditions_under_the_design(tmp_path, monkeypatch):
@@ -122,38 +134,40 @@ def test_high_error_seed_is_unhealthy():
 
 def test_ddg3_registered_per_seed_exact_on_the_unit_grid():
     from figures.experiments import token_horizon as th
+    from figures.experiments.token_horizon.judges import judge_ddg3
 
     hs = list(range(2, 19))
     longest = {"dg": [13.0] * 6, "pmpo": [8.0] * 6, "ppo": [5.0] * 6, "pg": [3.0] * 6}
     ev = th.Evidence(grid="t", seeds=list(range(10000, 10006)), H=hs, longest=longest, confirmatory=True)
-    j = th.judge_ddg3(ev)
+    j = judge_ddg3(ev)
     assert [p.status for p in j.parts] == ["holds"] * 3 and j.verdict == "reproduced"
     assert j.parts[0].extra["fisher_p"] is None or math.isnan(j.parts[0].extra["fisher_p"])
     assert j.parts[0].interval.lo == pytest.approx(0.05 ** (1 / 6), abs=1e-6)  # 6 of 6 seeds, exact
     ev.longest["dg"] = [17.0] * 6  # 17 + 2 is off the grid: the rule has no room
-    j = th.judge_ddg3(ev)
+    j = judge_ddg3(ev)
     assert j.verdict == "inconclusive" and "needs 19" in j.settled
     ev.H = list(range(2, 17, 2))  # the even grid is refused as well
     ev.longest["dg"] = [12.0] * 6
-    assert th.judge_ddg3(ev).verdict == "inconclusive"
+    assert judge_ddg3(ev).verdict == "inconclusive"
 
 
 def test_ddg2_registered_solved_seeds_and_floor_precondition():
     from figures.experiments import token_frictions as tf
+    from figures.experiments.token_frictions.judges import judge_ddg2
 
     n = 6
-    err = {"dg|all four": [0.002] * n, "pg|all four": [0.6] * n, "pmpo|all four": [0.3] * n,
-           "ppo|all four": [0.2] * n}
+    err = {("dg", "all four"): [0.002] * n, ("pg", "all four"): [0.6] * n, ("pmpo", "all four"): [0.3] * n,
+           ("ppo", "all four"): [0.2] * n}
     ev = tf.Evidence(grid="t", seeds=list(range(10000, 10000 + n)), settings=["all four"], H=10, floor=2.5e-4,
                      error=err, confirmatory=True)
-    j = tf.judge_ddg2(ev)
+    j = judge_ddg2(ev)
     assert [p.name for p in j.parts] == [f"DG solves more seeds than {o} (error <= 0.1)" for o in ("PG", "PMPO", "PPO")]
     assert all(p.status == "holds" and p.extra["fisher_p"] == pytest.approx(1 / 924) for p in j.parts)
     claim = tf.CLAIMS[0]
     pre = {p["name"]: p for p in assess(claim, ev).preconditions}
     floor = pre["the baselines are not at the floor (within a stated factor of the paper's levels)"]
     assert floor["status"] == "met"
-    ev.error = {**err, "pmpo|all four": [0.96] * n, "ppo|all four": [0.97] * n}  # "DG learns" vs "nothing learns"
+    ev.error = {**err, ("pmpo", "all four"): [0.96] * n, ("ppo", "all four"): [0.97] * n}  # "DG learns" vs "nothing learns"
     j = assess(claim, ev)
     assert j.verdict == "not testable"
     assert "pmpo median 0.960 vs limit 0.450" in j.note
@@ -164,74 +178,78 @@ def test_ddg2_registered_solved_seeds_and_floor_precondition():
 def test_vcpo1_local_spike_rule_in_the_precursors():
     import pandas as pd
 
-    from figures.experiments import mnist_delay as md
+    from figures.experiments.mnist_delay.evidence import precursors
 
     rng = np.random.default_rng(3)
     n = 1000
     gn = np.exp(np.linspace(0, math.log(6), n)) * rng.lognormal(0, 0.1, n)  # a quiet run whose norm drifts up
     steps = pd.DataFrame({"step": np.arange(1, n + 1, dtype=float), "ess": np.ones(n), "grad_norm": gn})
-    drift = md.precursors(steps, float(n), 300.0, grad_spike=2.0)
-    local = md.precursors(steps, float(n), 300.0, grad_spike=2.0, spike_window=20)
+    drift = precursors(steps, float(n), 300.0, grad_spike=2.0)
+    local = precursors(steps, float(n), 300.0, grad_spike=2.0, spike_window=20)
     assert drift["grad_spike"] and not local["grad_spike"]
     steps.loc[900, "grad_norm"] *= 5  # a real spike inside the window
-    assert md.precursors(steps, float(n), 300.0, grad_spike=2.0, spike_window=20)["grad_spike"]
+    assert precursors(steps, float(n), 300.0, grad_spike=2.0, spike_window=20)["grad_spike"]
 
 
 def test_vcpo1_counts_only_staleness_caused_collapses_and_states_its_false_alarms():
     from figures.experiments import mnist_delay as md
+    from figures.experiments.mnist_delay.evidence import staleness_caused
+    from figures.experiments.mnist_delay.judges import _calibrated
 
     found = [{"recipe": "pg", "delay": "sync", "seed": 1, "step": 5.0},
              {"recipe": "pg", "delay": "fixed:1000", "seed": 1, "step": 9.0},
              {"recipe": "pg", "delay": "fixed:1000", "seed": 2, "step": 9.0}]
-    assert md.staleness_caused(found) == [found[2]]
+    assert staleness_caused(found) == [found[2]]
     ev = md.Evidence(grid="t", seeds=[10000], spike={"window": 20, "factor": 2.5, "false_alarm": 0.025,
                                                       "target": 0.05, "quiet_runs": 40})
-    status, text = md._calibrated(ev)
+    status, text = _calibrated(ev)
     assert status == "met" and "2.5% false alarms at the ends of 40 quiet runs" in text
     ev.spike = {**ev.spike, "factor": float("nan"), "false_alarm": float("nan")}
-    assert md._calibrated(ev)[0] == "failed"
-    assert md._calibrated(md.Evidence(grid="t", seeds=[0]))[0] == "met"  # not asked outside the design
+    assert _calibrated(ev)[0] == "failed"
+    assert _calibrated(md.Evidence(grid="t", seeds=[0]))[0] == "met"  # not asked outside the design
 
 
 def test_gac1_is_not_testable_where_the_noise_caps_the_cosine(tmp_path, monkeypatch):
     fp = tmp_path / "async_grpo.json"
-    monkeypatch.setattr(ag, "FINGERPRINT", fp)
+    monkeypatch.setattr(ag_judges, "FINGERPRINT", fp)
     ev = ag.Evidence(grid="t", seeds=[10000], regime={"batch_size": 400, "minibatches": 2})
-    assert ag.uncapped(ev)[0] == "unknown"  # no fingerprint: not checkable
+    assert uncapped(ev)[0] == "unknown"  # no fingerprint: not checkable
     fp.write_text('{"noise_scale": 6370.0}')
-    status, text = ag.uncapped(ev)  # m = 200: r = 0.0314, cap 0.0305; r >= 1 needs ceil(6370 / 200) = 32 blocks
+    status, text = uncapped(ev)  # m = 200: r = 0.0314, cap 0.0305; r >= 1 needs ceil(6370 / 200) = 32 blocks
     assert status == "failed" and "r = 0.031, cap r / (1 + r) = 0.030" in text and "32 consecutive minibatches" in text
     fp.write_text('{"noise_scale": 150.0}')
-    assert ag.uncapped(ev)[0] == "met"
+    assert uncapped(ev)[0] == "met"
     claim = next(c for c in ag.CLAIMS if c.id == "GAC-1")
     assert "the cosine is read where the gradient noise does not cap it" in claim.preconditions[1].name
 
 
 def test_vcpo2_and_vcpo3_read_the_learning_phase_with_their_registered_margins():
     from figures.experiments import mnist_delay as md
+    from figures.experiments.mnist_delay.judges import judge_vcpo2, judge_vcpo3, phase_view
+    from figures.experiments.mnist_delay.settings import ABLATIONS, RECIPES
 
     delays, abl = ["sync", "fixed:10", "fixed:100", "fixed:1000"], ["fixed:100", "fixed:1000"]
-    curves = {f"{r}|{d}": [_curve(0.1, 100 * i + j) for i in range(N)]
-              for j, r in enumerate(md.RECIPES) for d in delays}
-    for name in md.ABLATIONS:
+    curves = {(r, d): [_curve(0.1, 100 * i + j) for i in range(N)]
+              for j, r in enumerate(RECIPES) for d in delays}
+    for name in ABLATIONS:
         for d in abl:
-            curves[f"{name}|{d}"] = [list(np.array(_curve(0.1, 7 * i)) * (1.0 if name == "vcpo" else 1.5))
+            curves[name, d] = [list(np.array(_curve(0.1, 7 * i)) * (1.0 if name == "vcpo" else 1.5))
                                      for i in range(N)]
-    curves.update({f"vcpo|{d}": curves[f"vcpo|{d}"] for d in abl})
+    curves.update({("vcpo", d): curves["vcpo", d] for d in abl})
     # pg learns late at the stale delays: only the learning phase shows it (the plateau is the same)
     for d in delays[1:]:
-        curves[f"pg|{d}"] = [list(0.8 * np.exp(-V / 120.0) + 0.1) for _ in range(N)]
+        curves["pg", d] = [list(0.8 * np.exp(-V / 120.0) + 0.1) for _ in range(N)]
     error = {k: [c[-1] for c in v] for k, v in curves.items()}
     health = {k: {"health": ["healthy"] * N, "diverged": [False] * N} for k in curves}
     ev = md.Evidence(grid="t", seeds=list(range(10000, 10000 + N)), delays=delays, ablation_delays=abl, floor=5e-4,
                      error=error, health=health, versions=list(V), curves=curves, confirmatory=True)
-    j = md.judge_vcpo2(ev)
+    j = judge_vcpo2(ev)
     assert "learning phase: versions 20 to 60 (pg at sync's 25%-75% of its error drop)" in j.note
     assert [p.status for p in j.parts] == ["holds", "holds", "holds"] and j.verdict == "reproduced"
     assert any(p.name.startswith("secondary, final error") for p in j.other_parts)
-    view, _ = md.phase_view(ev)
-    assert view.error["pg|fixed:10"][0] > 1.5 * view.error["pg|sync"][0]  # the late learner, seen in the window
-    j3 = md.judge_vcpo3(ev)
+    view, _ = phase_view(ev)
+    assert view.error["pg", "fixed:10"][0] > 1.5 * view.error["pg", "sync"][0]  # the late learner, seen in the window
+    j3 = judge_vcpo3(ev)
     assert "margin factor 1.088" in j3.note and [p.status for p in j3.parts] == ["holds", "holds"]
 
 
@@ -253,10 +271,10 @@ def test_seed_curves_align_by_seed_and_fill_a_divergence_with_chance():
 def test_dg1_reads_the_learning_phase_from_pg_at_one_sample():
     from figures.experiments import mnist_samples as ms
 
-    level = {"pg|1": 0.3, "dg|1": 0.12, "pg|inf": 0.2, "dg|inf": 0.1, "ce": 0.05}
+    level = {("pg", "1"): 0.3, ("dg", "1"): 0.12, ("pg", "inf"): 0.2, ("dg", "inf"): 0.1, ("ce",): 0.05}
     curves = {k: [_curve(v, 100 * i + j) for i in range(N)] for j, (k, v) in enumerate(level.items())}
     error = {k: [c[-1] for c in v] for k, v in curves.items()}
-    health = {"pg|1": {"health": ["healthy"] * N, "diverged": [False] * N}}
+    health = {("pg", "1"): {"health": ["healthy"] * N, "diverged": [False] * N}}
     ev = ms.Evidence(grid="t", seeds=list(range(10000, 10000 + N)), k=[1], floor=5e-4, error=error, health=health,
                      versions=list(V), curves=curves, confirmatory=True)
     j = assess(ms.CLAIMS[0], ev)
@@ -279,13 +297,13 @@ def _exact_evidence(cos: dict[str, list[float]], r: dict[str, list[float]] | Non
 def test_gac1_reads_the_exact_cosine_and_its_rule_where_the_probe_measured():
     rng = np.random.default_rng(0)
     near_one = {d: list(0.97 + 0.005 * rng.standard_normal(N)) for d in LEVELS}
-    j = ag.judge_gac1(_exact_evidence(near_one))
+    j = judge_gac1(_exact_evidence(near_one))
     assert [p.name.split(":")[0] for p in j.parts] == ["exact gradients"] * 2
     assert [p.status for p in j.parts] == ["fails", "holds"]  # aligned at sync too: not near orthogonal
-    assert ag.uncapped(_exact_evidence(near_one))[0] == "met"
-    assert "r = infinity" in ag.uncapped(_exact_evidence(near_one))[1]
+    assert uncapped(_exact_evidence(near_one))[0] == "met"
+    assert "r = infinity" in uncapped(_exact_evidence(near_one))[1]
     orth = {"sync": list(0.01 * rng.standard_normal(N)), LEVELS[1]: list(0.6 + 0.02 * rng.standard_normal(N))}
-    assert [p.status for p in ag.judge_gac1(_exact_evidence(orth)).parts] == ["holds", "holds"]
+    assert [p.status for p in judge_gac1(_exact_evidence(orth)).parts] == ["holds", "holds"]
     # beside the verdict: the learner's capped cosine, r per level and the prediction at the real model's r
     names = [p.name for p in j.other_parts]
     assert any(n.startswith("learner's minibatch cosine (capped)") for n in names)
@@ -294,24 +312,24 @@ def test_gac1_reads_the_exact_cosine_and_its_rule_where_the_probe_measured():
 
 def test_prediction_at_the_real_models_r_scales_by_the_levels_noise():
     """cos x r_l / (1 + r_l), r_l = r x (r at the level / r at sync): exact numbers."""
-    got = ag.predicted_at([0.9, float("nan")], [0.5, 0.5], [0.25, 0.25], 0.04)
+    got = predicted_at([0.9, float("nan")], [0.5, 0.5], [0.25, 0.25], 0.04)
     assert got[0] == pytest.approx(0.9 * 0.08 / 1.08) and math.isnan(got[1])
 
 
 def test_gac2_premise_reads_the_exact_cosine_above_sync():
     rng = np.random.default_rng(1)
     same = {d: list(0.97 + 0.005 * rng.standard_normal(N)) for d in LEVELS}
-    status, text = ag.stale_aligned(_exact_evidence(same))
+    status, text = stale_aligned(_exact_evidence(same))
     assert status == "failed" and "exact consecutive-update cosine" in text
     up = {"sync": same["sync"], LEVELS[1]: [x + 0.02 for x in same["sync"]]}
-    assert ag.stale_aligned(_exact_evidence(up))[0] == "met"
+    assert stale_aligned(_exact_evidence(up))[0] == "met"
     # the registered design without the probe's measurement: unknown, never the capped reading
-    assert ag.stale_aligned(ag.Evidence(grid="t", seeds=[10000], levels=LEVELS, confirmatory=True))[0] == "unknown"
+    assert stale_aligned(ag.Evidence(grid="t", seeds=[10000], levels=LEVELS, confirmatory=True))[0] == "unknown"
 
 
 def test_a_window_the_probe_did_not_reach_is_not_testable(tmp_path, monkeypatch):
-    monkeypatch.setattr(ag, "FINGERPRINT", tmp_path / "none.json")
+    monkeypatch.setattr(ag_judges, "FINGERPRINT", tmp_path / "none.json")
     ev = ag.Evidence(grid="t", seeds=[10000], levels=LEVELS, exact_window=[30.0, 250.0], exact_until=200,
                      cos_exact={"grpo|sync": [float("nan")], f"grpo|{LEVELS[1]}": [float("nan")]})
-    status, text = ag.uncapped(ev)
+    status, text = uncapped(ev)
     assert status == "failed" and "not inside it" in text

@@ -71,6 +71,7 @@ def test_the_estimate_at_a_reports_stops_trains_the_looks_each_claim_went_on_to(
 
     from figures import budgets
     from figures.experiments import all_claims, experiment, mnist_samples
+    from figures.experiments.mnist_samples.settings import METHODS
     from testbed.util.sequential import Design
 
     # the quick budget with room for later looks: seeds 0, 1 first, then one more per look up to 4 (3 for tokens)
@@ -95,7 +96,7 @@ def test_the_estimate_at_a_reports_stops_trains_the_looks_each_claim_went_on_to(
     extra = {c.run_id for c in mnist_samples.staged_runs(b, seeds[:3], ["DG-1"])} - {
         c.run_id for c in mnist_samples.configs(b)}
     assert _ids(only_dg1, estimate.stops_row(0)) == extra != set()
-    assert len(extra) == len(mnist_samples.METHODS)  # pg and dg at k = 1, seed 2
+    assert len(extra) == len(METHODS)  # pg and dg at k = 1, seed 2
     # the first-look rows do not move with the stops
     assert [r for r in only_dg1 if r[0] != estimate.stops_row(0)] == estimate.plan(2, quick=True)
 

@@ -89,12 +89,12 @@ def test_sequential_stopping_keeps_its_error_budget_on_null_data():
 
 def test_truncated_keeps_the_first_seeds_and_their_events():
     ev = mnist_delay.Evidence(
-        seeds=[0, 1, 2, 3], error={"a|x": [1, 2, 3, 4], "b|x": [5, 6, None, 8]},
-        health={"a|x": {"health": ["healthy", None, "stalled", "healthy"], "diverged": [False] * 4}},
+        seeds=[0, 1, 2, 3], error={("a", "x"): [1, 2, 3, 4], ("b", "x"): [5, 6, None, 8]},
+        health={("a", "x"): {"health": ["healthy", None, "stalled", "healthy"], "diverged": [False] * 4}},
         delays=["sync", "fixed:10", "fixed:100", "fixed:1000"], events=[{"seed": 0}, {"seed": 3}], floor=1e-4)
     t = ev.truncated(2)
-    assert t.seeds == [0, 1] and t.error == {"a|x": [1, 2], "b|x": [5, 6]}
-    assert t.health["a|x"]["health"] == ["healthy", None]
+    assert t.seeds == [0, 1] and t.error == {("a", "x"): [1, 2], ("b", "x"): [5, 6]}
+    assert t.health["a", "x"]["health"] == ["healthy", None]
     assert t.delays == ev.delays  # not per seed: untouched
     assert t.events == [{"seed": 0}]
     assert ev.truncated(4) is ev and ev.seeds == [0, 1, 2, 3]  # the original is not changed
