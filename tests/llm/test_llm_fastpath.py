@@ -104,3 +104,22 @@ def test_shared_prompt_forward_gives_the_full_forwards_logprobs_and_gradients(tm
     assert shared_prompt_logits(trainer.model, batch.prompt_ids[rows],
                                 torch.cat([batch.prompt_mask[rows].long(), mask[rows].long()], 1), batch.completion_ids[rows]) is None
 
+
+def test_fastpath_benchmark_checks_equality_on_a_built_pocket_model(tmp_path, monkeypatch, capsys):
+    """The benchmark end to end on pocket-tiny: the exact path's results equal the plain path's, update by update."""
+    import json
+
+    from benchmarks.pocket_fastpath import main
+    from llm_scale.pocket import build_pocket
+
+    monkeypatch.setenv("STALENESS_TESTBED_MODELS", str(tmp_path / "models"))
+    out = tmp_path / "cost.json"
+    assert main(["--model", "pocket-tiny", "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["skipped"] == "pocket-tiny is not built: python -m llm_scale models build pocket-tiny"
+    build_pocket("pocket-tiny", tmp_path / "models", progress=False, log=lambda m: None)
+    args = ["--model", "pocket-tiny", "--prompts", "4", "--group", "4", "--eval-size", "8", "--rounds", "2", "--out", str(out)]
+    assert main(args) == 0
+    report = json.loads(out.read_text())
+    assert report["exact_equals_plain_bit_for_bit"] is True
+    assert report["shared_vs_plain"]["params_max_abs_diff_at_end"] < 1e-4
+    assert main(["--rounds", "0"]) == 2 and "--rounds must be a positive integer, got 0" in capsys.readouterr().err
