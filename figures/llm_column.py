@@ -31,13 +31,13 @@ Per claim (`LLM_CLAIMS`) the real model is judged by the testbed's own rule wher
   is closest (in log) to the testbed regime's; "near orthogonal" = the interval inside +-`BAND`. The
   staleness part is not in the fingerprint. Where GAC-1's trainer runs have finished (every planned
   seed of both arms), the whole claim is judged on them instead, by the testbed's own rule
-  (`figures.experiments.async_grpo.gac1_parts`: sync inside +-`BAND`, stale above it) on the same
+  (`figures.experiments.async_grpo.judges.gac1_parts`: sync inside +-`BAND`, stale above it) on the same
   quantity and window as the testbed's (the within-batch consecutive-step cosine over the second half of
   training, per seed), and set beside the testbed's verdict; the fingerprint's cosine is shown with it.
 * VCPO-1: on the trainer runs of its looks (`VCPO1_RUNS`, `vcpo1_runs`: a later look is read together with
   the earlier ones once all its runs have finished; one optimizer step per update, a greedy evaluation after
   every update), once every planned run has finished, by the testbed's own rule
-  and code (`figures.experiments.mnist_delay.collapses`, `precursor_counts`, `precursor_parts`): a collapse
+  and code (`figures.experiments.mnist_delay.evidence.collapses`, `precursor_counts`, `judges.precursor_parts`): a collapse
   is an evaluation whose error (1 - greedy accuracy) is more than 0.2 above its running minimum, or
   divergence; the precursors (an update's ESS below half, its raw gradient norm above twice, the median of
   every earlier update's) are read among the updates of the 3 evaluation intervals up to it, and at the last
@@ -45,7 +45,7 @@ Per claim (`LLM_CLAIMS`) the real model is judged by the testbed's own rule wher
   looks read (90% for one, 95% for two). No collapse after enough history: "not testable". Until the first
   look's runs have finished: "not measured", with the fingerprint's ESS by lag.
 * AREAL-1 (decoupled_ppo) / GAC-2 (gac): the promotion study's chosen cell (the first that degrades by the
-  study's rule, fixed in its sweep file) through `figures.experiments.async_grpo.rescue_parts`, the
+  study's rule, fixed in its sweep file) through `figures.experiments.async_grpo.judges.rescue_parts`, the
   testbed's rule, on error = 1 - greedy accuracy per seed (a diverged run: error 1), floored at half a
   problem. A study whose search found no degrading cell makes the claim "not testable", and every such
   study is named with its cells' drops (``search.csv``: ``eta``, ``lr``, ``drop``, ``drop_se``, ``pairs``,
@@ -79,7 +79,7 @@ from testbed.util.stats import ALPHA, combine, fmt, fmt_interval, using_level
 
 LLM_CLAIMS = ("GAC-1", "VCPO-1", "AREAL-1", "GAC-2")
 POSITIVE = ("reproduced", "direction only")
-BAND = 0.2  # GAC-1's "near orthogonal" band (figures/experiments/async_grpo.py)
+BAND = 0.2  # GAC-1's "near orthogonal" band (figures/experiments/async_grpo/judges.py)
 METHOD = {"AREAL-1": "decoupled_ppo", "GAC-2": "gac"}
 AGREEMENTS = ("agree", "disagree", "neither testable", "not decided", "not measured")  # what `agreement` returns
 TESTBED_FINGERPRINT = "results/fingerprint/async_grpo.json"
