@@ -119,3 +119,15 @@ class Ratio:
         verdict = {None: "", True: "  ok", False: "  MISSED"}[self.met]
         target = f"  (target {self.target})" if self.target else ""
         return f"{self.group:<22} {self.name:<42} {self.value:8.3f}{target}{verdict}  {self.detail}"
+
+
+def write_report(path: str, report: dict[str, Any]) -> None:
+    """Write a benchmark's report as JSON to ``path`` (its folder made if needed; atomically) and say so."""
+    import json
+    from pathlib import Path
+
+    from testbed.util.files import atomic_write_text
+
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(Path(path), json.dumps(report, indent=1) + "\n")
+    print(f"wrote {path}")

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import statistics
 import sys
 import tempfile
@@ -36,7 +35,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.common import clock, clock_name, machine, median_ratio, set_threads, spread
+from benchmarks.common import clock, clock_name, machine, median_ratio, set_threads, spread, write_report
 
 VARIANTS = ("plain", "exact", "shared")
 
@@ -158,11 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"plain / shared: update x{r['shared/update_s']:.2f} (learner x{r['shared/learner_s']:.2f}); "
               f"evaluation every update: x{r['shared/update_eval_each_s']:.2f}; {report['clock']}")  # fmt: skip
     if args.out:
-        from testbed.util.files import atomic_write_text
-
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(Path(args.out), json.dumps(report, indent=1) + "\n")
-        print(f"wrote {args.out}")
+        write_report(args.out, report)
     return 0
 
 

@@ -16,14 +16,13 @@ A model that is not in the model cache is skipped with the command that installs
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import clock, clock_name, machine, median_ratio, set_threads, spread
+from benchmarks.common import clock, clock_name, machine, median_ratio, set_threads, spread, write_report
 
 
 def _trainer(model: str, args: argparse.Namespace, out: str) -> Any:
@@ -110,11 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     if "skipped" in report:
         print(f"skipped: {report['skipped']}")
     if args.out:
-        from testbed.util.files import atomic_write_text
-
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(Path(args.out), json.dumps(report, indent=1) + "\n")
-        print(f"wrote {args.out}")
+        write_report(args.out, report)
     return 0
 
 

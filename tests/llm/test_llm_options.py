@@ -41,7 +41,7 @@ def test_train_config_keeps_its_field_order():
         "rollout_threads", "learner_threads", "weights_via", "steps", "stop_after", "lr", "lr_schedule", "warmup_steps",
         "min_lr_ratio", "weight_decay", "max_grad_norm", "betas", "agg", "epochs", "minibatches", "minibatch_split",
         "micro_batch_size", "proximal", "kl_coef", "kl_estimator", "entropy_coef", "nan_policy", "grad_cosine",
-        "dynamic_sampling", "device", "dtype", "autocast", "grad_checkpointing", "prompt_style", "out",
+        "grad_split_half", "dynamic_sampling", "device", "dtype", "autocast", "grad_checkpointing", "prompt_style", "out",
         "checkpoint_every", "keep_checkpoints", "resume", "eval_every", "eval_size", "tensorboard", "save_final",
         "scorecard", "progress", "tiny",
     ]  # fmt: skip

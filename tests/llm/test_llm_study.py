@@ -365,14 +365,15 @@ def test_studies_already_run_keep_their_run_keys(name, keys):
 
 
 def test_late_split_half_cosine_reads_the_second_half_of_the_updates(tmp_path):
-    """Updates 0..4 (n = 5): the window is updates 3 and 4 (the last n // 2), its pairs start at the window's second step."""
+    """Updates 0..8 (n = 9): the window is updates 5..8 (the last n // 2), its pairs start at the window's second step."""
     from llm_scale.study import late_split_half_cosine
     from testbed.stabilizers import fingerprint as fp
 
-    rows = ["update,grad_dot_prev,grad_half_dot"] + [f"{u},{10.0 + u},{1.0 + u}" for u in range(5)]
+    rows = ["update,grad_dot_prev,grad_half_dot"] + [f"{u},{10.0 + u},{1.0 + u}" for u in range(9)]
     (tmp_path / "grad_steps.csv").write_text("\n".join(rows) + "\n")
-    want = fp.consecutive_cosine_split_half([14.0], [4.0, 5.0])
-    assert late_split_half_cosine(tmp_path / "grad_steps.csv") == pytest.approx(want) == pytest.approx(14.0 / math.sqrt(16.0 * 20.0))
+    want = fp.consecutive_cosine_split_half([16.0, 17.0, 18.0], [6.0, 7.0, 8.0, 9.0])
+    assert late_split_half_cosine(tmp_path / "grad_steps.csv") == pytest.approx(want)
+    assert want == pytest.approx(51.0 / math.sqrt(4 * 21.0 * 4 * 24.0))
     (tmp_path / "plain.csv").write_text("update,grad_cos_prev\n0,0.5\n")  # written without --grad-split-half
     assert math.isnan(late_split_half_cosine(tmp_path / "plain.csv"))
     assert math.isnan(late_split_half_cosine(tmp_path / "absent.csv"))
