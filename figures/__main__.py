@@ -33,7 +33,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from figures import FIGURES, module
-from testbed.usage import EXIT_USAGE, ArgumentParser, RunFailed, UsageError, directory, guarded, integer
+from testbed.usage import ArgumentParser, directory, guarded, integer
+from testbed.util.errors import EXIT_USAGE, RunFailed, UsageError
 
 
 def _parser() -> ArgumentParser:
@@ -151,7 +152,7 @@ def _main(argv: list[str]) -> int:
 
     torch.set_num_threads(1)
     from figures import publish
-    from testbed.machine import machine
+    from testbed.util.provenance import machine
 
     unique = dedupe(configs)
     total_runs = len(unique)

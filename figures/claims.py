@@ -79,7 +79,7 @@ SHARED_RULES = (
 def by_experiment(payloads: dict[str, dict[str, Any]]) -> dict[str, Evidence]:
     """{experiment: its typed evidence} from the figures' payloads (`figures.common.read_evidence`; several figures
     may carry one experiment). A payload that does not fit the experiment's record is one clear error."""
-    from testbed.usage import UsageError
+    from testbed.util.errors import UsageError
 
     merged: dict[str, Evidence] = {}
     for figure, payload in payloads.items():

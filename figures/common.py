@@ -32,8 +32,9 @@ import pandas as pd
 from figures.budgets import Budget, budget
 from figures.evidence import Evidence
 from testbed.config import RunConfig
-from testbed.machine import NOT_RECORDED, describe, machine, trained_by
+from testbed.machine import NOT_RECORDED, describe, trained_by
 from testbed.util.files import atomic_write_text
+from testbed.util.provenance import machine
 
 
 @dataclass
@@ -111,7 +112,7 @@ class Context:
     def _train(self, todo: list[RunConfig], store: Any) -> None:
         from testbed.limits import DiskTooSmall
         from testbed.sweep import run_sweep
-        from testbed.usage import UsageError
+        from testbed.util.errors import UsageError
 
         workers = max(1, min(self.workers, len(todo)))
         # largest first, so that parallel workers finish together
@@ -431,7 +432,7 @@ def write_evidence(ctx: Context, name: str, evidence: dict[str, Evidence],
 
 def read_evidence(out: Path) -> dict[str, dict[str, Any]]:
     """{figure name: payload} for every evidence file under ``out/data``."""
-    from testbed.usage import UsageError
+    from testbed.util.errors import UsageError
 
     data = {}
     for path in sorted((Path(out) / "data").glob("*.json")):

@@ -31,7 +31,7 @@ def rows_path(cache: Path, config: RunConfig, until: int) -> Path:
 def _write(cache: Path, configs: Sequence[RunConfig], until: int, stamp: dict[str, Any] | None) -> None:
     from testbed.codeprint import config_code
     from testbed.gac_signal import measure
-    from testbed.machine import machine
+    from testbed.util.provenance import machine
 
     for cfg, out in zip(configs, measure(configs, until), strict=True):
         record = {"settings": {"run_id": cfg.run_id, "until": until, "config": cfg.to_dict()},

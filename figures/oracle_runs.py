@@ -100,7 +100,7 @@ def rows_path(cache: Path, kind: str, seed: int, steps: int, log_every: int) -> 
 
 def _train_to(paths: list[str], kind: str, seeds: list[int], steps: int, log_every: int) -> list[str]:
     from testbed.executor import stop_requested
-    from testbed.machine import machine
+    from testbed.util.provenance import machine
 
     rows_per_seed = train(kind, seeds, steps, log_every, stop=stop_requested)
     for path, seed, rows in zip(paths, seeds, rows_per_seed, strict=True):

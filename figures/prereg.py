@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from testbed.usage import EXIT_USAGE, UsageError
+from testbed.util.errors import EXIT_USAGE, UsageError
 from testbed.util.provenance import file_commit
 
 try:

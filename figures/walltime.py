@@ -150,7 +150,7 @@ def predict(workers: int, steps: int, progress: bool = True) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     from figures.publish import hms
-    from testbed.usage import UsageError
+    from testbed.util.errors import UsageError
 
     p = argparse.ArgumentParser(prog="python -m figures.walltime", description=__doc__.splitlines()[0])
     p.add_argument("--workers", type=int, default=1, help="training processes of the confirmatory run (default 1)")

@@ -37,7 +37,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from testbed.usage import EXIT_USAGE, ArgumentParser, RunFailed, UsageError, directory, guarded, integer, number
+from testbed.usage import ArgumentParser, directory, guarded, integer, number
+from testbed.util.errors import EXIT_USAGE, RunFailed, UsageError
 
 DEMO_RECIPES = ("pg", "tis", "ppo", "dg")
 DEMO_DELAYS = ("sync", "fixed:10", "fixed:100")

@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
 from testbed.stopping import StopRequest, note_in_worker, stop_on_signals, workers_start_ignoring_sigint
-from testbed.usage import UsageError
+from testbed.util.errors import UsageError
 
 NAMES = ("local", "ray")
 POLL_S = 0.5  # how often the parent looks at its jobs, and a Ray job at the stop request and its count

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from testbed.usage import UsageError
+from testbed.util.errors import UsageError
 
 LAG_BYTES_PER_STEP = 330
 LAG_BYTES_PER_ENTRY = 48

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from testbed.util.provenance import cpu_model, machine
-
-__all__ = ["NOT_RECORDED", "cpu_model", "describe", "machine", "trained_by"]
+__all__ = ["NOT_RECORDED", "describe", "trained_by"]
 
 NOT_RECORDED = "not recorded"
 

@@ -25,7 +25,7 @@ from testbed.results import ResultStore
 from testbed.stabilizers.registry import DEFAULT_ADVANTAGE
 from testbed.stabilizers.spec import SpecError
 from testbed.tasks import make_task
-from testbed.usage import UsageError
+from testbed.util.errors import UsageError
 
 T = TypeVar("T")
 MAX_LOOP = 8  # runs per loop by default: past this the per-run work dominates and memory grows

@@ -19,7 +19,7 @@ import pandas as pd
 
 from testbed.report import METRICS, setting_columns
 from testbed.results import read_frame
-from testbed.usage import UsageError
+from testbed.util.errors import UsageError
 
 STYLES = ("-", "--", "-.", ":")
 

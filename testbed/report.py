@@ -28,7 +28,7 @@ import pandas as pd
 
 from testbed.outcomes import STATUSES
 from testbed.results import CONFIG_COLUMNS, read_frame
-from testbed.usage import UsageError
+from testbed.util.errors import UsageError
 
 METRICS = ("final_test_error", "final_test_reward")
 REQUIRED = ("run_id", "status")

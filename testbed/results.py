@@ -43,9 +43,9 @@ import pandas as pd
 
 from testbed.codeprint import stale_parts
 from testbed.config import RunConfig
-from testbed.machine import machine
 from testbed.state import RunResult
 from testbed.util.files import atomic_write_frame, atomic_write_text
+from testbed.util.provenance import machine
 
 CONFIG_COLUMNS = ["run_id", *(f for f in RunConfig.field_names() if f != "task_args")]
 SUMMARY_FINALS = ("step", "test_error", "test_reward", "reward_avg")

@@ -66,12 +66,13 @@ from testbed.actor import Actor
 from testbed.config import OPTIMIZERS, SHAPE_FIELDS, Loop, RunConfig, RunSpec, chunk_sizes
 from testbed.delay import Schedule
 from testbed.learner import Learner, NoCompileAdam, NoCompileSGD, skip_dynamo_import
-from testbed.machine import describe, machine
+from testbed.machine import describe
 from testbed.slots import call_with
 from testbed.stabilizers.spec import SpecError
 from testbed.state import Interrupted, LoopState, RunResult, RunState
 from testbed.tasks import make_task
 from testbed.tasks.base import token_logp
+from testbed.util.provenance import machine
 from testbed.util.seeding import generator, numpy_rng
 
 

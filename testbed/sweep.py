@@ -48,7 +48,7 @@ from testbed.results import ResultStore
 from testbed.runner import Interrupted, Runner
 from testbed.stopping import StopRequest, stop_on_signals
 from testbed.sweep_file import TOP_KEYS, expand, file_settings, load_file, parse_loop_size  # noqa: F401
-from testbed.usage import RunFailed, UsageError
+from testbed.util.errors import RunFailed, UsageError
 from testbed.util.files import atomic_write_text
 from testbed.util.progress import Progress, interactive
 

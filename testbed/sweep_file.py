@@ -39,7 +39,7 @@ from testbed import limits
 from testbed.config import RunConfig, RunSpec
 from testbed.plan import FORMATS, build_task, parse_loop_size
 from testbed.tasks import task_options
-from testbed.usage import UsageError
+from testbed.util.errors import UsageError
 
 TOP_KEYS = ("out", "workers", "format", "base", "grid", "name", "description", "loop_size", "imports")
 

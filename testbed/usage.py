@@ -28,10 +28,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
-from testbed.util.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, RunFailed, UsageError, one_line
+from testbed.util.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, RunFailed, UsageError, one_line
 
-__all__ = ["EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "ArgumentParser", "RunFailed", "UsageError",
-           "directory", "guarded", "integer", "number", "one_line", "write_log"]
+__all__ = ["ArgumentParser", "directory", "guarded", "integer", "number", "write_log"]
 
 
 class ArgumentParser(argparse.ArgumentParser):

@@ -38,7 +38,8 @@ from figures.experiments.delayed_sgd.evidence import autocorr, simulated
 from figures.experiments.mnist_samples.settings import oracle_jobs
 from figures.experiments.token_horizon.evidence import longest
 from figures.llm_column import AGREEMENTS
-from testbed.machine import describe, machine
+from testbed.machine import describe
+from testbed.util.provenance import machine
 from theory.delayed_optimization import critical_step
 
 pytestmark = pytest.mark.integration

@@ -57,7 +57,7 @@ def test_rows_reads_the_trained_runs_only_and_trains_and_prints_nothing(tmp_path
 
 def test_disk_refusal_names_figures_own_options(tmp_path, monkeypatch):
     from testbed import limits
-    from testbed.usage import UsageError
+    from testbed.util.errors import UsageError
 
     monkeypatch.setattr(limits, "free_disk", lambda out: 1)
     ctx = Context(out=tmp_path / "out", cache=tmp_path / "cache", progress=False)
@@ -80,7 +80,8 @@ def _set_machine(store: ResultStore, run_id: str, value) -> None:
 
 
 def test_reused_runs_trained_elsewhere_are_counted_in_the_cache_line(tmp_path, capsys):
-    from testbed.machine import describe, machine
+    from testbed.machine import describe
+    from testbed.util.provenance import machine
 
     ctx = Context(out=tmp_path / "out", cache=tmp_path / "cache", progress=False)
     configs = _configs(3)
@@ -104,7 +105,8 @@ def test_a_figure_counts_the_machines_of_every_run_it_read(tmp_path):
     import types
 
     from figures.common import machines
-    from testbed.machine import NOT_RECORDED, describe, machine
+    from testbed.machine import NOT_RECORDED, describe
+    from testbed.util.provenance import machine
 
     ctx = Context(out=tmp_path / "out", cache=tmp_path / "cache", progress=False)
     own, shared = _configs(3)[:1], _configs(3)[1:]

@@ -14,7 +14,7 @@ from testbed.config import RunConfig
 from testbed.plan import plan_sweep
 from testbed.results import ResultStore
 from testbed.runner import Interrupted, Runner
-from testbed.usage import RunFailed, UsageError
+from testbed.util.errors import RunFailed, UsageError
 from testbed.validate import format_card
 from tests.integration.test_stop_resume import _stop_after
 

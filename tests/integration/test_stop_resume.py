@@ -157,8 +157,9 @@ def test_a_shared_store_keeps_the_saved_loops_of_other_commands(tmp_path):
 
 def test_a_loop_resumed_on_another_machine_records_both(tmp_path, monkeypatch):
     from testbed import runner as runner_module
-    from testbed.machine import describe, machine, trained_by
+    from testbed.machine import describe, trained_by
     from testbed.results import ResultStore
+    from testbed.util.provenance import machine
 
     configs = _loop_configs(steps=12)
     runner = Runner(configs)

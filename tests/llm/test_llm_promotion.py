@@ -173,8 +173,9 @@ def test_shipped_scorecard_reproduces(tmp_path, spec):
     on a machine like the one that made the card (`testbed.machine.describe`): a change to the loop, the seeds or
     the battery that moves them fails here until the cards are regenerated. Elsewhere the same verdict and each
     cell's score within `ACROSS_MACHINES`."""
-    from testbed.machine import describe, machine
+    from testbed.machine import describe
     from testbed.util import scorecard
+    from testbed.util.provenance import machine
 
     shipped = scorecard.read(scorecard.path_for(spec, scorecard.SHIPPED_DIR))
     assert not scorecard.stale_reasons(shipped), scorecard.stale_reasons(shipped)

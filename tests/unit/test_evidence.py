@@ -10,7 +10,7 @@ import pytest
 from figures.claims import by_experiment
 from figures.evidence import cell_key, label, parse_label
 from figures.experiments import EXPERIMENTS, async_grpo, contamination, experiment, mnist_delay
-from testbed.usage import UsageError
+from testbed.util.errors import UsageError
 
 
 def test_every_experiment_has_a_record_whose_empty_instance_is_falsy():

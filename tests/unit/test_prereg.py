@@ -10,7 +10,7 @@ import pytest
 
 from figures import prereg
 from figures.prereg import tomllib
-from testbed.usage import UsageError
+from testbed.util.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[2]
 
