@@ -174,10 +174,9 @@ def design(pilot: Path) -> dict[str, Any]:
     def cost(seeds: int | None, arms: int, updates_: int) -> float | None:
         return None if seeds is None else seeds * arms * updates_ * per_update_s / 3600
 
-    # the spread a paired drop has from the evaluation's binomial noise alone, at the chosen setting's sync score:
-    # a pilot of few seeds may show less, never the design (sqrt(2 p (1 - p) / problems))
+    # a pilot of few seeds may show less spread than the evaluation's binomial noise, never the design
     p_sync = float(at[at["arm"] == "sync"]["accuracy"].mean()) if len(at) else math.nan
-    floor = math.sqrt(2 * p_sync * (1 - p_sync) / last) if math.isfinite(p_sync) else math.nan
+    floor = binomial_floor_sd(p_sync, last)
     planned = max(drop_sd, floor) if math.isfinite(drop_sd) and math.isfinite(floor) else drop_sd
     n_drop = seeds_needed(planned, MARGIN)
     out["AREAL-1/GAC-2"] = {"quantity": "paired drop sync - stale in score (greedy accuracy, 256 problems x 2 evals)",
@@ -227,6 +226,12 @@ def design(pilot: Path) -> dict[str, Any]:
     return out
 
 
+def binomial_floor_sd(p: float, problems: int) -> float:
+    """The spread a paired drop of two scores has from the evaluation's binomial noise alone: sqrt(2 p (1 - p) /
+    problems) at score p on ``problems`` problems per score; NaN when p is."""
+    return math.sqrt(2 * p * (1 - p) / problems) if math.isfinite(p) else math.nan
+
+
 def choose_lag(base: Path, lag_pilots: list[Path]) -> dict[str, Any]:
     """The lag of AREAL-1 and GAC-2 by the pocket LM's registered rule (sweeps/llm/pocket_prereg.toml
     [claims.AREAL-1] lag): the smallest eta whose mean paired drop (sync score - stale score, naive GRPO, by seed) is
@@ -256,7 +261,7 @@ def choose_lag(base: Path, lag_pilots: list[Path]) -> dict[str, Any]:
         drops, p = per_eta[eta]["drops"], float(sync.mean())
         pilot_sd = float(np.std(drops, ddof=1)) if len(drops) > 1 else math.nan
         problems = int(json.loads((base / "study.json").read_text()).get("eval_problems", 512))
-        floor = math.sqrt(2 * p * (1 - p) / problems)
+        floor = binomial_floor_sd(p, problems)
         sd = max(pilot_sd, floor) if math.isfinite(pilot_sd) else floor
         power = {"pilot_sd": pilot_sd, "binomial_floor_sd": floor, "sd": sd, "seeds": seeds_needed(sd, MARGIN),
                  "arms": "sync, stale, stale + decoupled_ppo, stale + gac"}
