@@ -206,7 +206,7 @@ def _make(ctx, names: list[str], configs: list, args, out: Path) -> dict[str, fl
                   "'no evidence'", flush=True)
             continue
         with ctx.reading() as used:  # every run the figure reads, for the machines that trained them
-            ctx.ensure(mod.configs(args.quick))
+            ctx.ensure(needs)
             trained = time.perf_counter() - t
             evidence = mod.make(ctx)
         write_evidence(ctx, name, evidence, machines(sorted(used)))
