@@ -81,6 +81,7 @@ LLM_CLAIMS = ("GAC-1", "VCPO-1", "AREAL-1", "GAC-2")
 POSITIVE = ("reproduced", "direction only")
 BAND = 0.2  # GAC-1's "near orthogonal" band (figures/experiments/async_grpo/judges.py)
 METHOD = {"AREAL-1": "decoupled_ppo", "GAC-2": "gac"}
+MATCH_POINTS = 0.03  # AREAL-1's and GAC-2's tolerance on the pocket LM when its registration names none
 AGREEMENTS = ("agree", "disagree", "neither testable", "not decided", "not measured")  # what `agreement` returns
 TESTBED_FINGERPRINT = "results/fingerprint/async_grpo.json"
 GAC1_RUNS = "results/llm/gac1_cpu/runs.csv"
@@ -88,6 +89,7 @@ VCPO1_RUNS = ("results/llm/vcpo1_cpu", "results/llm/vcpo1_cpu_look2")  # its loo
 POCKET_FINGERPRINTS = "results/llm/fingerprint/pocket"  # version0/ and learning/ (python -m llm_scale fingerprint)
 POCKET_PREREG = "sweeps/llm/pocket_prereg.toml"  # the pocket LM's designs and the GPU commands
 POCKET_GAC1 = "results/llm/pocket/gac1_confirm"  # GAC-1's confirmatory runs on the pocket LM (sync/, stale/: runs.csv)
+POCKET_RESCUE = "results/llm/pocket/rescue_confirm"  # AREAL-1's and GAC-2's confirmatory runs (runs.csv, four arms)
 PHASES = (("version0", "version 0"), ("learning", "learning phase"))
 RUNG_LAGS = (1, 2, 4)
 
@@ -512,6 +514,54 @@ def pocket_gac1(root: Path, prereg: dict[str, Any]) -> dict[str, str] | None:
                                f"{shown}"}
 
 
+def pocket_rescue(root: Path, prereg: dict[str, Any], cid: str) -> dict[str, str] | None:
+    """AREAL-1 or GAC-2 (``cid``: its method `METHOD`) on the pocket LM from their confirmatory runs
+    (`POCKET_RESCUE`/runs.csv: naive GRPO sync and stale at the registered lag, and stale + each method, seeds from
+    the registration's ``seeds_from``): the testbed's rule (`rescue_parts`, both tolerances the registration's
+    ``margin`` on the difference scale, default `MATCH_POINTS`; the plain paired mean, no seed trimmed: a
+    rescue is a claim about the tail) on error = 1 - score per seed (the
+    score: greedy accuracy, the mean of the last two evaluations; a diverged run scores 0, as in the study's
+    promotion rule), errors floored at half a problem of the evaluations, at the level of a fixed design
+    (one-sided `ALPHA`). Until every run of the three arms has finished: "not measured", with how many have; None
+    when no run is tabulated. A run with a non-confirmatory seed is never read."""
+    import pandas as pd
+
+    method, spec = METHOD[cid], (prereg.get("claims") or {}).get(cid) or {}
+    try:
+        runs = pd.read_csv(Path(root) / POCKET_RESCUE / "runs.csv")
+        meta = json.loads((Path(root) / POCKET_RESCUE / "study.json").read_text())
+    except (OSError, ValueError):
+        return None
+    first = int((prereg.get("common") or {}).get("seeds_from", 100))
+    runs = runs[(runs["seed"] >= first) & runs["arm"].isin(["sync", "stale", method])]
+    if runs.empty:
+        return None
+    done = runs["finished"].astype(bool)
+    seeds = sorted(set(runs["seed"]))
+    if not done.all() or set(runs["arm"]) != {"sync", "stale", method} or len(runs) != 3 * len(seeds):
+        return {"pocket": "not measured",
+                "pocket_evidence": f"confirmatory runs {POCKET_RESCUE}/runs.csv: {int(done.sum())} of {3 * len(seeds)} "
+                                   f"runs of sync, stale and stale + {method} finished (seeds {seeds[0]}..{seeds[-1]}); "
+                                   f"judged when all have"}  # fmt: skip
+    eta = int(runs[runs["arm"] != "sync"]["eta"].iloc[0])
+    level = f"eta{eta}"
+    score = runs["accuracy"].where(~runs["diverged"].astype(bool), 0.0)
+    error = {f"{'grpo' if arm in ('sync', 'stale') else arm}|{'sync' if arm == 'sync' else level}":
+             list(1.0 - score[g.index].to_numpy()[np.argsort(g["seed"].to_numpy())]) for arm, g in runs.groupby("arm")}
+    problems = int(meta.get("eval_problems", 512))  # behind a score: the evaluation size times the evaluations averaged
+    margin = float(spec.get("margin", MATCH_POINTS))
+    with using_level(1 - 2 * ALPHA):
+        parts = rescue_parts(error, ["sync", level], method, 0.5 / problems, degrade=margin, match=margin, scale="diff",
+                             estimator="mean")
+    shown = (f"confirmatory runs {POCKET_RESCUE}/runs.csv (seeds {seeds[0]}..{seeds[-1]}, {len(runs)} runs): error "
+             f"(1 - greedy accuracy on {problems} problems) grpo sync {fmt(error['grpo|sync'], 3, pct=True)}, grpo "
+             f"eta = {eta} {fmt(error['grpo|' + level], 3, pct=True)}, {method} {fmt(error[f'{method}|{level}'], 3, pct=True)}; "
+             + "; ".join(f"{o.name}: {fmt_interval(o)} -> {o.status}" for o in parts))  # fmt: skip
+    if parts[0].status != "holds":
+        return {"pocket": "not testable", "pocket_evidence": shown + " (grpo does not degrade by the testbed's rule at the registered lag)"}
+    return {"pocket": combine(parts[1:]), "pocket_evidence": shown}
+
+
 def pocket_cells(root: Path) -> dict[str, dict[str, str]]:
     """Claim -> the pocket LM's cell (``pocket``, ``pocket_evidence``) and the GPU model's (``gpu``), from the
     pre-registration `POCKET_PREREG` and the pilot's ``design.json`` it names (seeds and CPU-hours per design,
@@ -547,7 +597,8 @@ def pocket_cells(root: Path) -> dict[str, dict[str, str]]:
             need = f"not computable from the pilot ({plan.get('why', 'its spread is undefined')})"
         else:
             need = "seeds from a pilot not yet run"
-        judged = pocket_gac1(root, prereg) if cid == "GAC-1" else None
+        judged = pocket_gac1(root, prereg) if cid == "GAC-1" else (
+            pocket_rescue(root, prereg, cid) if cid in METHOD else None)
         if judged is not None:
             out[cid] = {**judged, "gpu": f"not measured: needs {spec.get('gpu_command', '?')} ({spec.get('gpu_cost', '?')})"}
             continue

@@ -2,8 +2,9 @@
 
 Reads a pilot in the promotion study's tables (``runs.csv``, ``updates.csv``: synchronous and, where run,
 naive-stale GRPO over learning rates and seeds), written by ``python -m llm_scale study SWEEP --search-only`` or
-by ``python -m llm_scale.pocket_design pilot SWEEP RUNS OUT [sync|sync,stale]`` (`run_pilot`: the study's own
-runs of those arms alone, seed by seed across the learning rates), and writes ``PILOT_DIR/design.json``:
+by ``python -m llm_scale.pocket_design pilot SWEEP RUNS OUT [ARM,ARM...] [--parallel N]`` (`run_pilot`: the
+study's own runs of those arms alone (sync, stale, or recipes of the file's ``[compare]`` trained stale), seed by
+seed across the learning rates), and writes ``PILOT_DIR/design.json``:
 
 1. **The learning rate, by synchronous GRPO's health alone** (`choose_lr`). A sync run is *healthy* when it
    finished, did not diverge and never collapsed (no greedy evaluation more than `COLLAPSE` below its running
@@ -334,51 +335,56 @@ def load_pilot(sweep_file: str) -> tuple[Any, list[dict[str, Any]], str]:
 
 
 def run_pilot(sweep_file: str, runs: Path, out: Path, arms: tuple[str, ...], log: Any = print, start: bool = True,
-              only: tuple[str, float] | None = None) -> None:
+              only: tuple[str, float] | None = None, parallel: int = 1) -> None:
     """Run the pilot's ``arms`` (the study's runs of ``sweep_file``'s cells, `load_pilot`; same keys and directories
-    as the study's; finished ones are kept) seed by seed across the cells and learning rates, then write
-    ``out``/runs.csv, updates.csv and study.json in the study's columns (and the cell's). ``start`` False: tabulate
-    what has finished, start nothing (a run not finished is a row with ``finished`` False). ``only`` (cell, lr):
-    start runs of that setting alone (every setting's finished runs are tabulated)."""
+    as the study's; finished ones are kept) seed by seed across the cells and learning rates, ``parallel`` at a
+    time (the study's scheduler, `study.execute`: an interrupted run resumes from its last checkpoint), then write
+    ``out``/runs.csv, updates.csv and study.json in the study's columns (and the cell's). An arm is sync, stale
+    or a recipe of the file's ``[compare] recipes`` (trained stale, at the file's first eta). ``start`` False:
+    tabulate what has finished, start nothing (a run not finished is a row with ``finished`` False). ``only``
+    (cell, lr): start runs of that setting alone (every setting's finished runs are tabulated)."""
     import dataclasses
-    import os
-    import subprocess
 
     import pandas as pd
 
-    from .study import late_split_half_cosine, make_run, run_updates
+    from .config import UsageError
+    from .study import STALE, SYNC, execute, late_split_half_cosine, make_run, run_updates
 
     sweep, cells, choose = load_pilot(sweep_file)
-    rows, ups = [], []
+    bad = [a for a in arms if a not in (SYNC, STALE, *sweep.recipes)]
+    if bad:
+        raise UsageError(f"pocket pilot: arm {bad[0]!r} is neither sync, stale nor one of {sweep_file}'s [compare] "
+                         f"recipes {list(sweep.recipes)}")  # fmt: skip
+    planned = []  # (run, cell, lr, chosen) seed-major: an interrupted pilot has its arms balanced by seed
     for seed in sweep.search_seeds:
         for cell in cells:
             settings = {k: v for k, v in cell.items() if k not in ("name", "lr")}
             at = dataclasses.replace(sweep, train={**sweep.train, **settings})
             for lr in cell["lr"]:
-                for arm in arms:
-                    run = make_run(at, "search", arm, sweep.etas[0], float(lr), seed)
-                    d = runs / run.key
-                    summary = json.loads((d / "summary.json").read_text()) if (d / "summary.json").is_file() else {}
-                    chosen = only is None or (cell["name"], float(lr)) == (only[0], float(only[1]))
-                    if start and chosen and summary.get("status") not in ("finished", "diverged"):
-                        log(f"pilot: {arm} {cell['name'] or 'lr'} lr={lr:g} seed={seed} -> {d}")
-                        subprocess.run([sys.executable, "-m", "llm_scale", *run.argv(d), "--resume", "auto"], check=False,
-                                       env=dict(os.environ), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-                        summary = json.loads((d / "summary.json").read_text()) if (d / "summary.json").is_file() else {}
-                    done = summary.get("status") in ("finished", "diverged")
-                    if not done and not chosen:
-                        continue  # a setting this invocation does not run: no row
-                    trajectory = run_updates(d) if done else []
-                    evals = [r["eval_reward"] for r in trajectory if math.isfinite(r["eval_reward"])]
-                    n = sweep.last_evals
-                    rows.append({"key": run.key, "stage": "search", "cell": cell["name"], "arm": arm, "eta": sweep.etas[0],
-                                 "lr": float(lr), "seed": seed, "sequences": at.train.get("prompts_per_step", 8) * at.train.get("group_size", 8),
-                                 "finished": done, "accuracy": sum(evals[-n:]) / n if len(evals) > n else math.nan,
-                                 "diverged": summary.get("status") == "diverged", "accuracy_v0": evals[0] if evals else math.nan,
-                                 "wall_seconds": summary.get("wall_seconds", math.nan), "late_grad_cos_within": _late_cos(d),
-                                 "late_grad_cos_across": _late_cos(d, "grad_cos_across"),
-                                 "late_grad_cos_split_half": late_split_half_cosine(d / "grad_steps.csv")})  # fmt: skip
-                    ups += [{"key": run.key, **r} for r in trajectory]
+                chosen = only is None or (cell["name"], float(lr)) == (only[0], float(only[1]))
+                planned += [(make_run(at, "search", arm, sweep.etas[0], float(lr), seed), at, cell, float(lr), chosen)
+                            for arm in arms]  # fmt: skip
+    if start:
+        execute([run for run, *_, chosen in planned if chosen], runs, budget_s=math.inf, parallel=parallel,
+                device=None, log=sys.stdout)  # fmt: skip
+    rows, ups = [], []
+    for run, at, cell, lr, chosen in planned:
+        d = runs / run.key
+        summary = json.loads((d / "summary.json").read_text()) if (d / "summary.json").is_file() else {}
+        done = summary.get("status") in ("finished", "diverged")
+        if not done and not chosen:
+            continue  # a setting this invocation does not run: no row
+        trajectory = run_updates(d) if done else []
+        evals = [r["eval_reward"] for r in trajectory if math.isfinite(r["eval_reward"])]
+        n = sweep.last_evals
+        rows.append({"key": run.key, "stage": "search", "cell": cell["name"], "arm": run.arm, "eta": sweep.etas[0],
+                     "lr": lr, "seed": run.seed, "sequences": at.train.get("prompts_per_step", 8) * at.train.get("group_size", 8),
+                     "finished": done, "accuracy": sum(evals[-n:]) / n if len(evals) > n else math.nan,
+                     "diverged": summary.get("status") == "diverged", "accuracy_v0": evals[0] if evals else math.nan,
+                     "wall_seconds": summary.get("wall_seconds", math.nan), "late_grad_cos_within": _late_cos(d),
+                     "late_grad_cos_across": _late_cos(d, "grad_cos_across"),
+                     "late_grad_cos_split_half": late_split_half_cosine(d / "grad_steps.csv")})  # fmt: skip
+        ups += [{"key": run.key, **r} for r in trajectory]
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_frame(pd.DataFrame(rows), out / "runs.csv")
     atomic_write_frame(pd.DataFrame(ups), out / "updates.csv")
@@ -488,7 +494,16 @@ def main(argv: list[str] | None = None) -> int:
         atomic_write_text(Path(argv[2]), json.dumps(res, indent=1) + "\n")
         print(res["reading"])
         return 0
-    if argv[:1] == ["pilot"] and len(argv) in (4, 5, 6, 7):
+    if argv[:1] == ["pilot"]:
+        usage = "pilot SWEEP RUNS OUT [ARM,ARM...] [collect | CELL LR] [--parallel N]"
+        parallel = 1
+        if "--parallel" in argv:
+            at = argv.index("--parallel")
+            value = argv[at + 1] if at + 1 < len(argv) else ""
+            if not value.isdigit() or int(value) < 1:
+                print(f"error: {usage}: --parallel takes a whole number >= 1, got {value!r}", file=sys.stderr)
+                return 2
+            parallel, argv = int(value), argv[:at] + argv[at + 2:]
         arms = tuple(argv[4].split(",")) if len(argv) >= 5 else ("sync",)
         rest = argv[5:]
         only = None
@@ -497,16 +512,19 @@ def main(argv: list[str] | None = None) -> int:
                 only = (rest[0], float(rest[1]))
             except ValueError:
                 only = None
-        if not set(arms) <= {"sync", "stale"} or (rest not in ([], ["collect"]) and only is None):
-            print(f"error: pilot SWEEP RUNS OUT [sync|sync,stale] [collect | CELL LR], got {' '.join(argv[1:])!r}", file=sys.stderr)
+        if len(argv) not in (4, 5, 6, 7) or not all(arms) or (rest not in ([], ["collect"]) and only is None):
+            print(f"error: {usage}, got {' '.join(argv[1:])!r}", file=sys.stderr)
             return 2
         from .config import UsageError
 
         try:
-            run_pilot(argv[1], Path(argv[2]), Path(argv[3]), arms, start=rest != ["collect"], only=only)
+            run_pilot(argv[1], Path(argv[2]), Path(argv[3]), arms, start=rest != ["collect"], only=only, parallel=parallel)
         except UsageError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
+        if set(arms) - {"sync", "stale"}:  # recipes: a comparison, judged by figures/llm_column.py, not a pilot
+            print(f"tabulated {argv[3]}/runs.csv (arms {', '.join(arms)}); a comparison with recipes chooses no design")
+            return 0
         if "sync" not in arms:  # a stale-only pilot: its numbers are read against a base pilot's sync arm (`lag`)
             print(f"tabulated {argv[3]}/runs.csv; a pilot without the sync arm has no design of its own: read it "
                   f"with `python -m llm_scale.pocket_design lag BASE_PILOT OUT.json {argv[3]}`")

@@ -362,11 +362,13 @@ def _walsh_hl(a: Any, b: Any, scale: str, floor: float | None) -> float:
 
 
 def superiority(name: str, reference: Any, candidate: Any, delta: float, scale: str = "diff",
-                floor: float | None = None, higher: bool = False, detail: str = "") -> Outcome:
+                floor: float | None = None, higher: bool = False, detail: str = "",
+                estimator: str = "trimmed") -> Outcome:
     """``candidate`` beats ``reference`` by more than ``delta``. The effect is reference - candidate when
-    lower is better (error rates, the default) and candidate - reference with ``higher=True``."""
+    lower is better (error rates, the default) and candidate - reference with ``higher=True``; decided on the
+    ``estimator`` of the paired differences (`difference`: "mean" for a claim about the tail)."""
     a, b = (candidate, reference) if not higher else (reference, candidate)
-    iv = difference(a, b, scale, floor)
+    iv = difference(a, b, scale, floor, estimator=estimator)
     status, need = decide_superiority(iv, delta)
     o = Outcome(name, "superiority", status, delta, scale, iv, need, detail)
     return _with_mean(o, difference(a, b, scale, floor, estimator="mean"), lambda x: decide_superiority(x, delta),
@@ -374,9 +376,9 @@ def superiority(name: str, reference: Any, candidate: Any, delta: float, scale: 
 
 
 def equivalence(name: str, a: Any, b: Any, tol: float, scale: str = "diff", floor: float | None = None,
-                detail: str = "") -> Outcome:
-    """``b`` matches ``a`` within ``tol`` (on ``scale``)."""
-    iv = difference(a, b, scale, floor)
+                detail: str = "", estimator: str = "trimmed") -> Outcome:
+    """``b`` matches ``a`` within ``tol`` (on ``scale``), decided on the ``estimator`` of the paired differences."""
+    iv = difference(a, b, scale, floor, estimator=estimator)
     status, need = decide_equivalence(iv, tol)
     o = Outcome(name, "equivalence", status, tol, scale, iv, need, detail)
     return _with_mean(o, difference(a, b, scale, floor, estimator="mean"), lambda x: decide_equivalence(x, tol),
@@ -422,12 +424,14 @@ def exact(name: str, holds: bool, value: float = float("nan"), margin: float = f
     return Outcome(name, "exact", "holds" if holds else "fails", margin, "diff", iv, None, detail)
 
 
-def precondition(name: str, base: Any, stale: Any, min_effect: float, detail: str = "", unit: str = "%") -> Outcome:
-    """Does ``stale`` exceed ``base`` (paired) significantly *and* by at least ``min_effect`` on average?
+def precondition(name: str, base: Any, stale: Any, min_effect: float, detail: str = "", unit: str = "%",
+                 estimator: str = "trimmed") -> Outcome:
+    """Does ``stale`` exceed ``base`` (paired, the ``estimator`` of the differences) significantly *and* by at
+    least ``min_effect`` on average?
 
     holds: lo > 0 and estimate >= min_effect; n/a: hi < min_effect (it does not, by that much);
     otherwise undecided (seeds needed to settle min_effect). The regime search's definition of "degrades"."""
-    iv = difference(base, stale)
+    iv = difference(base, stale, estimator=estimator)
     if iv.n == 0 or not math.isfinite(iv.estimate):
         return Outcome(name, "precondition", "undecided", min_effect, "diff", iv, None, detail, unit=unit)
     if iv.lo > 0 and iv.estimate >= min_effect:

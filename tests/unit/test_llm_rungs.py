@@ -202,3 +202,52 @@ def test_pocket_gac1_is_judged_by_the_testbeds_rule_on_its_confirmatory_runs(tmp
     assert pocket_gac1(tmp_path, prereg) is None  # not every run has finished
     runs([0.01, -0.03, 0.02], [0.6, 0.58, 0.62], first=0)
     assert pocket_gac1(tmp_path, prereg) is None  # exploratory seeds are never read
+
+
+def test_pocket_rescue_is_judged_by_the_testbeds_rule_on_its_confirmatory_runs(tmp_path):
+    from figures.llm_column import POCKET_RESCUE, pocket_cells, pocket_rescue
+
+    noise = [0.004, -0.006, 0.002, 0.0, -0.003, 0.005, -0.001, 0.003, -0.004]
+
+    def runs(scores: dict[str, float], finished: bool = True, first: int = 100, diverged: str = "") -> None:
+        d = tmp_path / POCKET_RESCUE
+        d.mkdir(parents=True, exist_ok=True)
+        rows = [{"arm": arm, "eta": 0 if arm == "sync" else 8, "seed": first + i, "finished": finished,
+                 "diverged": arm == diverged and i == 0, "accuracy": score + e}
+                for arm, score in scores.items() for i, e in enumerate(noise)]
+        pd.DataFrame(rows).to_csv(d / "runs.csv", index=False)
+        (d / "study.json").write_text('{"eval_problems": 512}')
+
+    prereg = {"common": {"seeds_from": 100}, "claims": {"AREAL-1": {"margin": 0.03}, "GAC-2": {"margin": 0.03}}}
+    assert pocket_rescue(tmp_path, prereg, "GAC-2") is None  # nothing tabulated
+    runs({"sync": 0.55, "stale": 0.48, "decoupled_ppo": 0.55, "gac": 0.48})
+    cell = pocket_rescue(tmp_path, prereg, "AREAL-1")
+    assert cell["pocket"] == "reproduced" and "seeds 100..108, 27 runs" in cell["pocket_evidence"]
+    assert pocket_rescue(tmp_path, prereg, "GAC-2")["pocket"] == "not reproduced"  # no better than stale grpo
+    cells = pocket_cells(tmp_path)  # the transfer table's cells read the same runs (no registration: not measured)
+    assert cells["AREAL-1"]["pocket"] == "not measured"
+    runs({"sync": 0.55, "stale": 0.55, "decoupled_ppo": 0.55, "gac": 0.55})
+    assert pocket_rescue(tmp_path, prereg, "GAC-2")["pocket"] == "not testable"  # grpo does not degrade at the lag
+    runs({"sync": 0.55, "stale": 0.48, "decoupled_ppo": 0.55, "gac": 0.48}, finished=False)
+    cell = pocket_rescue(tmp_path, prereg, "GAC-2")
+    assert cell["pocket"] == "not measured" and "0 of 27 runs" in cell["pocket_evidence"]
+    runs({"sync": 0.55, "stale": 0.48, "decoupled_ppo": 0.55, "gac": 0.48}, first=0)
+    assert pocket_rescue(tmp_path, prereg, "GAC-2") is None  # exploratory seeds are never read
+    runs({"sync": 0.55, "stale": 0.48, "decoupled_ppo": 0.55, "gac": 0.48}, diverged="decoupled_ppo")
+    cell = pocket_rescue(tmp_path, prereg, "AREAL-1")  # a diverged run scores 0: error 1 on that seed
+    assert cell["pocket"] == "inconclusive"  # no seed trimmed: the diverged seed widens the match past its margin
+
+
+def test_pocket_pilot_refuses_an_arm_its_file_does_not_name(tmp_path, capsys):
+    from llm_scale.pocket_design import main
+
+    sweep = tmp_path / "s.toml"
+    sweep.write_text('[train]\nmodel = "pocket-arithmetic"\nsteps = 2\neval_every = 1\n\n[search]\neta = [8]\nlr = [1e-4]\nseeds = [100, 101]\n\n'
+                     '[compare]\nrecipes = ["gac"]\nseeds = [0, 1]\n')
+    assert main(["pilot", str(sweep), str(tmp_path / "r"), str(tmp_path / "o"), "sync,tis", "collect"]) == 2
+    assert "arm 'tis' is neither sync, stale nor one of" in capsys.readouterr().err
+    assert main(["pilot", str(sweep), str(tmp_path / "r"), str(tmp_path / "o"), "sync,gac", "--parallel", "0"]) == 2
+    assert "--parallel takes a whole number >= 1, got '0'" in capsys.readouterr().err
+    assert main(["pilot", str(sweep), str(tmp_path / "r"), str(tmp_path / "o"), "sync,gac", "collect"]) == 0
+    table = pd.read_csv(tmp_path / "o" / "runs.csv")  # nothing run: one unfinished row per arm
+    assert list(table["arm"]) == ["sync", "gac", "sync", "gac"] and not table["finished"].any()

@@ -191,26 +191,32 @@ def _exact_judgement(ev: Evidence) -> Judgement:
 
 
 def rescue_parts(error: dict[str, Any], levels: list[str], method: str, floor: float,
-                 base: str = "grpo") -> list[Outcome]:
+                 base: str = "grpo", degrade: float | None = None, match: float | None = None,
+                 scale: str = "log", estimator: str = "trimmed") -> list[Outcome]:
     """The parts of a rescue claim (AREAL-1, GAC-2) from per-seed errors, paired by seed position.
 
     ``error``: cell ``"<recipe>|<level>"`` -> one error per seed (NaN: missing); ``levels[0]`` is the
     synchronous level. Per stale level s: the precondition "``base`` degrades at s" (error rise of at
-    least `DEGRADE` points, `precondition`); where it holds, "``method`` at s matches ``base`` at sync"
-    (error ratio within `MATCH`, log scale, errors floored at ``floor``), softened to "direction" when the
-    method at least beats the stale base (`with_direction`)."""
+    least ``degrade`` points, default `DEGRADE`, `precondition`); where it holds, "``method`` at s matches
+    ``base`` at sync" (within ``match`` on ``scale``: default the error ratio within `MATCH`, log scale,
+    errors floored at ``floor``), softened to "direction" when the method at least beats the stale base by
+    as much (`with_direction`); each on the ``estimator`` of the paired differences (`difference`)."""
+    degrade = DEGRADE.value if degrade is None else degrade
+    match = MATCH.value if match is None else match
     sync = arr(error[f"{base}|{levels[0]}"])
     parts: list[Outcome] = []
     for s in levels[1:]:
         stale = arr(error[f"{base}|{s}"])
-        pre = precondition(f"{base} degrades at {s}", sync, stale, DEGRADE.value)
+        pre = precondition(f"{base} degrades at {s}", sync, stale, degrade, estimator=estimator)
         parts.append(pre)
         if pre.status != "holds":
             continue
         cand = arr(error[f"{method}|{s}"])
-        match = equivalence(f"{method} at {s} matches {base} sync (ratio)", sync, cand, MATCH.value, "log", floor)
-        rescue = superiority(f"{method} below {base} at {s}", stale, cand, MATCH.value, "log", floor)
-        parts.append(with_direction(match, rescue))
+        kind = "ratio" if scale == "log" else "difference"
+        same = equivalence(f"{method} at {s} matches {base} sync ({kind})", sync, cand, match, scale, floor,
+                           estimator=estimator)
+        rescue = superiority(f"{method} below {base} at {s}", stale, cand, match, scale, floor, estimator=estimator)
+        parts.append(with_direction(same, rescue))
     return parts
 
 
