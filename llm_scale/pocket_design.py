@@ -288,16 +288,16 @@ def gac1_seeds(mean: float, sd: float, arm: str, low: int = 3, cap: int = 10) ->
 
 
 def _late_cos(directory: Path, column: str = "grad_cos_within") -> float:
-    """NaN-aware mean of ``column`` (``grad_cos_within``: the study's quantity; ``grad_cos_across``: consecutive
-    updates') over the second half of a run's updates."""
+    """`study.late_mean` of ``column`` (``grad_cos_within``: the study's quantity; ``grad_cos_across``: consecutive
+    updates') in a run's metrics.csv."""
     import pandas as pd
 
+    from .study import late_mean
+
     try:
-        m = pd.read_csv(directory / "metrics.csv")
+        return late_mean(pd.read_csv(directory / "metrics.csv"), column)
     except (OSError, ValueError):
         return math.nan
-    late = m[column].iloc[len(m) // 2 :] if column in m else []
-    return float(late.mean()) if len(late) and late.notna().any() else math.nan
 
 
 def load_pilot(sweep_file: str) -> tuple[Any, list[dict[str, Any]], str]:

@@ -316,8 +316,17 @@ def _metrics_means(path: Path) -> dict[str, float]:
             "mismatch_abs_max", "lag_mean")  # fmt: skip
     out = {f"mean_{c}": float(table[c].mean()) for c in cols if c in table}
     if "grad_cos_within" in table:
-        out["late_grad_cos_within"] = float(table["grad_cos_within"].iloc[len(table) - len(table) // 2:].mean())
+        out["late_grad_cos_within"] = late_mean(table, "grad_cos_within")
     return out
+
+
+def late_mean(table: Any, column: str) -> float:
+    """The NaN-aware mean of ``column`` over the second half of a run's updates (the last ``n // 2`` of the
+    table's ``n`` rows, one per update); NaN when the column is absent or undefined there."""
+    if column not in table:
+        return math.nan
+    late = table[column].iloc[len(table) - len(table) // 2:]
+    return float(late.mean()) if late.notna().any() else math.nan
 
 
 def late_split_half_cosine(path: Path) -> float:
