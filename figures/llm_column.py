@@ -557,9 +557,9 @@ def pocket_rescue(root: Path, prereg: dict[str, Any], cid: str) -> dict[str, str
              f"(1 - greedy accuracy on {problems} problems) grpo sync {fmt(error['grpo|sync'], 3, pct=True)}, grpo "
              f"eta = {eta} {fmt(error['grpo|' + level], 3, pct=True)}, {method} {fmt(error[f'{method}|{level}'], 3, pct=True)}; "
              + "; ".join(f"{o.name}: {fmt_interval(o)} -> {o.status}" for o in parts))  # fmt: skip
-    if parts[0].status != "holds":
-        return {"pocket": "not testable", "pocket_evidence": shown + " (grpo does not degrade by the testbed's rule at the registered lag)"}
-    return {"pocket": combine(parts[1:]), "pocket_evidence": shown}
+    if parts[0].status == "n/a":  # the testbed's reading of a precondition that does not hold (`combine`)
+        return {"pocket": "not testable", "pocket_evidence": shown + " (grpo does not degrade by the margin at the registered lag)"}
+    return {"pocket": combine(parts), "pocket_evidence": shown}  # an undecided precondition: inconclusive
 
 
 def pocket_cells(root: Path) -> dict[str, dict[str, str]]:

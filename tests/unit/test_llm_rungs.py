@@ -209,12 +209,13 @@ def test_pocket_rescue_is_judged_by_the_testbeds_rule_on_its_confirmatory_runs(t
 
     noise = [0.004, -0.006, 0.002, 0.0, -0.003, 0.005, -0.001, 0.003, -0.004]
 
-    def runs(scores: dict[str, float], finished: bool = True, first: int = 100, diverged: str = "") -> None:
+    def runs(scores: dict[str, float], finished: bool = True, first: int = 100, diverged: str = "",
+             spread: float = 0.0) -> None:
         d = tmp_path / POCKET_RESCUE
         d.mkdir(parents=True, exist_ok=True)
         rows = [{"arm": arm, "eta": 0 if arm == "sync" else 8, "seed": first + i, "finished": finished,
-                 "diverged": arm == diverged and i == 0, "accuracy": score + e}
-                for arm, score in scores.items() for i, e in enumerate(noise)]
+                 "diverged": arm == diverged and i == 0, "accuracy": score + e + (spread * (-1) ** i if arm == "stale" else 0)}
+                for arm, score in scores.items() for i, e in enumerate(noise)]  # fmt: skip
         pd.DataFrame(rows).to_csv(d / "runs.csv", index=False)
         (d / "study.json").write_text('{"eval_problems": 512}')
 
@@ -228,6 +229,9 @@ def test_pocket_rescue_is_judged_by_the_testbeds_rule_on_its_confirmatory_runs(t
     assert cells["AREAL-1"]["pocket"] == "not measured"
     runs({"sync": 0.55, "stale": 0.55, "decoupled_ppo": 0.55, "gac": 0.55})
     assert pocket_rescue(tmp_path, prereg, "GAC-2")["pocket"] == "not testable"  # grpo does not degrade at the lag
+    runs({"sync": 0.55, "stale": 0.522, "decoupled_ppo": 0.55, "gac": 0.55}, spread=0.03)
+    cell = pocket_rescue(tmp_path, prereg, "GAC-2")  # a drop below the margin whose interval reaches it
+    assert cell["pocket"] == "inconclusive" and "grpo degrades at eta8" in cell["pocket_evidence"]
     runs({"sync": 0.55, "stale": 0.48, "decoupled_ppo": 0.55, "gac": 0.48}, finished=False)
     cell = pocket_rescue(tmp_path, prereg, "GAC-2")
     assert cell["pocket"] == "not measured" and "0 of 27 runs" in cell["pocket_evidence"]
