@@ -84,6 +84,10 @@ class Context:
                 self.stamp_records(store.runs / f"{c.run_id}.csv" for c in todo if store.done(c.run_id))
             self.touch(store.runs / f"{c.run_id}.csv" for c in configs if store.done(c.run_id))
 
+    def uncached(self, configs: list[RunConfig]) -> int:
+        """How many of ``configs`` the cache does not hold yet (`missing`)."""
+        return missing(self.cache, configs)
+
     # -- the protocol stamp of a confirmatory run (figures/preregistration.toml) ----------------------------
     @property
     def protocol_stamp(self) -> dict[str, Any] | None:

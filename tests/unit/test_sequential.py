@@ -101,11 +101,15 @@ def test_truncated_keeps_the_first_seeds_and_their_events():
 
 
 class _Ctx:
-    def __init__(self) -> None:
+    def __init__(self, cached_only: bool = False, cached: set | None = None) -> None:
         self.trained: list[list] = []
+        self.cached_only, self.cached = cached_only, cached
 
     def ensure(self, configs: list) -> None:
         self.trained.append(list(configs))
+
+    def uncached(self, configs: list) -> int:
+        return sum(c not in self.cached for c in configs) if self.cached is not None else 0
 
 
 def test_staged_adds_seeds_only_to_undecided_claims_and_records_why_each_stopped():
@@ -191,3 +195,27 @@ def test_the_grid_line_counts_the_seeds_a_design_may_add():
 
     assert Design(5, 5, 15).seeds_shown() == "5 seeds at the first look, up to 15 where a claim's design adds seeds"
     assert Design(3, 3, 3).seeds_shown() == "3 seeds"  # one look: nothing is added
+
+
+def test_a_partial_report_stops_at_the_last_look_the_cache_holds():
+    """--cached-only: a later look whose runs are not all cached is not taken; the claims it would have judged
+    stop at the look before, saying so (never "cap reached" on the first look's seeds)."""
+    rng = np.random.default_rng(0)
+    seeds = tuple(range(15))
+    vague = 0.3 + 1.0 * rng.standard_normal(15)
+    claims = (Claim("B", "", "", "", "e", "", (), "", lambda ev: Judgement("x", [stats.at_least("above 0", ev.error["vague"], 0.0)]), ()),)
+    cached = {("B", s) for s in range(5)}
+    ctx = _Ctx(cached_only=True, cached=cached)
+
+    def runs(train, cls):
+        return [("B", s) for s in train]
+
+    def build():
+        return mnist_delay.Evidence(seeds=list(seeds), error={"vague": [float(vague[s]) if ("B", s) in cached else None
+                                                                         for s in seeds]})
+
+    ev = staged(ctx, claims, Design(5, 5, 15), seeds, runs, build)
+    b = ev.sequential["B"]
+    assert (b["n"], b["look"], b["verdict"]) == (5, 0, "inconclusive")
+    assert b["reason"] == "look 2 of 3 not yet run (--cached-only)"
+    assert ctx.trained == [[("B", s) for s in range(5)]]  # nothing asked of the later looks
