@@ -533,7 +533,7 @@ def pocket_rescue(root: Path, prereg: dict[str, Any], cid: str) -> dict[str, str
     except (OSError, ValueError):
         return None
     first = int((prereg.get("common") or {}).get("seeds_from", 100))
-    runs = runs[(runs["seed"] >= first) & runs["arm"].isin(["sync", "stale", method])]
+    runs = runs[(runs["seed"] >= first) & runs["arm"].isin(["sync", "stale", method])].sort_values("seed")
     if runs.empty:
         return None
     done = runs["finished"].astype(bool)
@@ -546,8 +546,8 @@ def pocket_rescue(root: Path, prereg: dict[str, Any], cid: str) -> dict[str, str
     eta = int(runs[runs["arm"] != "sync"]["eta"].iloc[0])
     level = f"eta{eta}"
     score = runs["accuracy"].where(~runs["diverged"].astype(bool), 0.0)
-    error = {f"{'grpo' if arm in ('sync', 'stale') else arm}|{'sync' if arm == 'sync' else level}":
-             list(1.0 - score[g.index].to_numpy()[np.argsort(g["seed"].to_numpy())]) for arm, g in runs.groupby("arm")}
+    error = {f"{'grpo' if arm in ('sync', 'stale') else arm}|{'sync' if arm == 'sync' else level}": list(1.0 - score[g.index])
+             for arm, g in runs.groupby("arm")}  # each arm's errors in seed order (pairs by seed position)
     problems = int(meta.get("eval_problems", 512))  # behind a score: the evaluation size times the evaluations averaged
     margin = float(spec.get("margin", MATCH_POINTS))
     with using_level(1 - 2 * ALPHA):

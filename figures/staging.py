@@ -65,18 +65,16 @@ def staged(ctx: Context, claims: tuple[Claim, ...], design: Design, seeds: tuple
     stops: dict[str, dict[str, Any]] = {}
     pending = list(claims)
     ev: E | None = None
+    waiting: dict[str, dict[str, Any]] = {}  # the undecided claims' stops and verdicts at the last look taken
     for k, n in enumerate(design.looks):
         look = runs(list(seeds[:n]), None if k == 0 else pending)
         if k and ctx.cached_only and ctx.uncached(look):  # a partial report: this look has not run yet
-            assert ev is not None
-            for claim in pending:
-                stop = {"n": design.looks[k - 1], "look": k - 1, "level": design.level(k - 1), "looks": list(design.looks)}
-                ev.sequential = {**stops, claim.id: stop}
-                stops[claim.id] = {**stop, "reason": f"look {k + 1} of {len(design.looks)} not yet run (--cached-only)",
-                                   "verdict": assess(claim, ev).verdict}  # fmt: skip
+            why = f"look {k + 1} of {len(design.looks)} not yet run (--cached-only)"
+            stops.update({claim.id: {**waiting[claim.id], "reason": why} for claim in pending})
             break
         ctx.ensure(look)
         ev = build()
+        waiting = {}
         for claim in list(pending):
             stop = {"n": n, "look": k, "level": design.level(k), "looks": list(design.looks)}
             ev.sequential = {**stops, claim.id: stop}
@@ -96,6 +94,8 @@ def staged(ctx: Context, claims: tuple[Claim, ...], design: Design, seeds: tuple
                     why = "not staged: judged at the first look"
                 stops[claim.id] = {**stop, "reason": why, "verdict": verdict}
                 pending.remove(claim)
+            else:
+                waiting[claim.id] = {**stop, "verdict": verdict}
         if not pending:
             break
     assert ev is not None  # a design has at least one look

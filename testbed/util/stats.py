@@ -371,7 +371,8 @@ def superiority(name: str, reference: Any, candidate: Any, delta: float, scale: 
     iv = difference(a, b, scale, floor, estimator=estimator)
     status, need = decide_superiority(iv, delta)
     o = Outcome(name, "superiority", status, delta, scale, iv, need, detail)
-    return _with_mean(o, difference(a, b, scale, floor, estimator="mean"), lambda x: decide_superiority(x, delta),
+    mean_iv = iv if estimator == "mean" else difference(a, b, scale, floor, estimator="mean")
+    return _with_mean(o, mean_iv, lambda x: decide_superiority(x, delta),
                       _walsh_hl(a, b, scale, floor))
 
 
@@ -381,7 +382,8 @@ def equivalence(name: str, a: Any, b: Any, tol: float, scale: str = "diff", floo
     iv = difference(a, b, scale, floor, estimator=estimator)
     status, need = decide_equivalence(iv, tol)
     o = Outcome(name, "equivalence", status, tol, scale, iv, need, detail)
-    return _with_mean(o, difference(a, b, scale, floor, estimator="mean"), lambda x: decide_equivalence(x, tol),
+    mean_iv = iv if estimator == "mean" else difference(a, b, scale, floor, estimator="mean")
+    return _with_mean(o, mean_iv, lambda x: decide_equivalence(x, tol),
                       _walsh_hl(a, b, scale, floor))
 
 
