@@ -88,6 +88,7 @@ GAC1_RUNS = "results/llm/gac1_cpu/runs.csv"
 VCPO1_RUNS = ("results/llm/vcpo1_cpu", "results/llm/vcpo1_cpu_look2")  # its looks, in order
 POCKET_FINGERPRINTS = "results/llm/fingerprint/pocket"  # version0/ and learning/ (python -m llm_scale fingerprint)
 POCKET_PREREG = "sweeps/llm/pocket_prereg.toml"  # the pocket LM's designs and the GPU commands
+POCKET_REDESIGNS = ("sweeps/llm/pocket_prereg2.toml",)  # later registrations, in order: new designs, new seed blocks
 POCKET_GAC1 = "results/llm/pocket/gac1_confirm"  # GAC-1's confirmatory runs on the pocket LM (sync/, stale/: runs.csv)
 POCKET_RESCUE = "results/llm/pocket/rescue_confirm"  # AREAL-1's and GAC-2's confirmatory runs (runs.csv, four arms)
 PHASES = (("version0", "version 0"), ("learning", "learning phase"))
@@ -482,16 +483,17 @@ def testbed_noise_scale(root: Path) -> float | None:
 
 
 def pocket_gac1(root: Path, prereg: dict[str, Any]) -> dict[str, str] | None:
-    """GAC-1 on the pocket LM from its confirmatory runs (`POCKET_GAC1`/{sync,stale}/runs.csv, one per arm's
-    command; naive GRPO sync and stale at the
+    """GAC-1 on the pocket LM from its confirmatory runs (the registration's ``runs`` folder, default `POCKET_GAC1`;
+    {sync,stale}/runs.csv, one per arm's command; naive GRPO sync and stale at the
     registered lag, seeds from the registration's ``seeds_from``): the testbed's rule (`gac1_parts`) on each seed's
     ``late_grad_cos_split_half`` (the cosine between consecutive updates' mean gradients over the second half of
     the updates, not capped by r / (1 + r)), at the level of a fixed design (one-sided `ALPHA`). None until every
     run of both arms has finished; a run with a non-confirmatory seed is never read."""
     import pandas as pd
 
+    folder = str(((prereg.get("claims") or {}).get("GAC-1") or {}).get("runs", POCKET_GAC1))
     try:
-        runs = pd.concat([pd.read_csv(Path(root) / POCKET_GAC1 / arm / "runs.csv") for arm in ("sync", "stale")])
+        runs = pd.concat([pd.read_csv(Path(root) / folder / arm / "runs.csv") for arm in ("sync", "stale")])
     except (OSError, ValueError):
         return None
     first = int((prereg.get("common") or {}).get("seeds_from", 100))
@@ -508,15 +510,16 @@ def pocket_gac1(root: Path, prereg: dict[str, Any]) -> dict[str, str] | None:
     verdict = combine(parts)
     shown = "; ".join(f"{o.name}: {fmt_interval(o)} -> {o.status}" for o in parts)
     return {"pocket": verdict,
-            "pocket_evidence": f"confirmatory runs {POCKET_GAC1}/{{sync,stale}}/runs.csv (seeds {int(runs['seed'].min())}.."
+            "pocket_evidence": f"confirmatory runs {folder}/{{sync,stale}}/runs.csv (seeds {int(runs['seed'].min())}.."
                                f"{int(runs['seed'].max())}, {len(runs)} runs): split-half consecutive-update cosine "
                                f"per seed, sync {fmt(cos['grpo|sync'])}, stale eta = {eta} {fmt(cos['grpo|' + level])}; "
                                f"{shown}"}
 
 
 def pocket_rescue(root: Path, prereg: dict[str, Any], cid: str) -> dict[str, str] | None:
-    """AREAL-1 or GAC-2 (``cid``: its method `METHOD`) on the pocket LM from their confirmatory runs
-    (`POCKET_RESCUE`/runs.csv: naive GRPO sync and stale at the registered lag, and stale + each method, seeds from
+    """AREAL-1 or GAC-2 (``cid``: its method `METHOD`) on the pocket LM from their confirmatory runs (the
+    registration's ``runs`` folder, default `POCKET_RESCUE`; runs.csv: naive GRPO sync and stale at the registered
+    lag, and stale + each method, seeds from
     the registration's ``seeds_from``): the testbed's rule (`rescue_parts`, both tolerances the registration's
     ``margin`` on the difference scale, default `MATCH_POINTS`; the plain paired mean, no seed trimmed: a
     rescue is a claim about the tail) on error = 1 - score per seed (the
@@ -527,9 +530,10 @@ def pocket_rescue(root: Path, prereg: dict[str, Any], cid: str) -> dict[str, str
     import pandas as pd
 
     method, spec = METHOD[cid], (prereg.get("claims") or {}).get(cid) or {}
+    folder = str(spec.get("runs", POCKET_RESCUE))
     try:
-        runs = pd.read_csv(Path(root) / POCKET_RESCUE / "runs.csv")
-        meta = json.loads((Path(root) / POCKET_RESCUE / "study.json").read_text())
+        runs = pd.read_csv(Path(root) / folder / "runs.csv")
+        meta = json.loads((Path(root) / folder / "study.json").read_text())
     except (OSError, ValueError):
         return None
     first = int((prereg.get("common") or {}).get("seeds_from", 100))
@@ -540,7 +544,7 @@ def pocket_rescue(root: Path, prereg: dict[str, Any], cid: str) -> dict[str, str
     seeds = sorted(set(runs["seed"]))
     if not done.all() or set(runs["arm"]) != {"sync", "stale", method} or len(runs) != 3 * len(seeds):
         return {"pocket": "not measured",
-                "pocket_evidence": f"confirmatory runs {POCKET_RESCUE}/runs.csv: {int(done.sum())} of {3 * len(seeds)} "
+                "pocket_evidence": f"confirmatory runs {folder}/runs.csv: {int(done.sum())} of {3 * len(seeds)} "
                                    f"runs of sync, stale and stale + {method} finished (seeds {seeds[0]}..{seeds[-1]}); "
                                    f"judged when all have"}  # fmt: skip
     eta = int(runs[runs["arm"] != "sync"]["eta"].iloc[0])
@@ -553,7 +557,7 @@ def pocket_rescue(root: Path, prereg: dict[str, Any], cid: str) -> dict[str, str
     with using_level(1 - 2 * ALPHA):
         parts = rescue_parts(error, ["sync", level], method, 0.5 / problems, degrade=margin, match=margin, scale="diff",
                              estimator="mean")
-    shown = (f"confirmatory runs {POCKET_RESCUE}/runs.csv (seeds {seeds[0]}..{seeds[-1]}, {len(runs)} runs): error "
+    shown = (f"confirmatory runs {folder}/runs.csv (seeds {seeds[0]}..{seeds[-1]}, {len(runs)} runs): error "
              f"(1 - greedy accuracy on {problems} problems) grpo sync {fmt(error['grpo|sync'], 3, pct=True)}, grpo "
              f"eta = {eta} {fmt(error['grpo|' + level], 3, pct=True)}, {method} {fmt(error[f'{method}|{level}'], 3, pct=True)}; "
              + "; ".join(f"{o.name}: {fmt_interval(o)} -> {o.status}" for o in parts))  # fmt: skip
@@ -607,7 +611,42 @@ def pocket_cells(root: Path) -> dict[str, dict[str, str]]:
                                        f"{spec.get('power', '?')} -> {need} (pre-registration {POCKET_PREREG}, "
                                        f"status {status})",
                     "gpu": f"not measured: needs {spec.get('gpu_command', '?')} ({spec.get('gpu_cost', '?')})"}  # fmt: skip
-    return out
+    return {cid: redesigned(root, cid, cell) for cid, cell in out.items()}
+
+
+def redesigned(root: Path, cid: str, cell: dict[str, str]) -> dict[str, str]:
+    """``cell`` (the first registration's, `pocket_cells`) under each later registration (`POCKET_REDESIGNS`, in
+    order) that holds a design for ``cid``: a design whose runs have all finished gives the cell its verdict, the
+    earlier design's shown beside it; one whose lag rule chose no lag (``lag_choice``, the output of ``python -m
+    llm_scale.pocket_design lag``, with ``eta`` null) makes the claim "not testable" there, with the rule's reading;
+    one not yet run (or not finished) leaves the verdict as it was and says what it needs. The GPU cell is the
+    first registration's."""
+    import tomllib
+
+    for path in POCKET_REDESIGNS:
+        try:
+            reg = tomllib.loads((Path(root) / path).read_text())
+        except (OSError, ValueError):
+            continue
+        spec = (reg.get("claims") or {}).get(cid)
+        if not spec:
+            continue
+        earlier = f"earlier design: {cell['pocket']} ({cell['pocket_evidence']})"
+        lag = _load_json(Path(root) / str(spec["lag_choice"])) if spec.get("lag_choice") else None
+        if isinstance(lag, dict) and "eta" in lag and lag["eta"] is None:
+            cell = {**cell, "pocket": "not testable",
+                    "pocket_evidence": f"{path}: {lag.get('reading', 'its lag rule chose no lag')}; {earlier}"}
+            continue
+        judged = pocket_gac1(root, reg) if cid == "GAC-1" else pocket_rescue(root, reg, cid) if cid in METHOD else None
+        if judged is not None and judged["pocket"] != "not measured":
+            cell = {**cell, **judged, "pocket_evidence": f"{judged['pocket_evidence']} (registration {path}); {earlier}"}
+            continue
+        so_far = judged["pocket_evidence"] if judged is not None else "not yet run"
+        first = (reg.get("common") or {}).get("seeds_from", "?")
+        cell = {**cell, "pocket_evidence": f"{cell['pocket_evidence']}; a later design is registered ({path}, seeds from "
+                                           f"{first}): {so_far}; it needs {spec.get('sweeps', '?')} "
+                                           f"({spec.get('cpu_cost', '?')})"}  # fmt: skip
+    return cell
 
 
 def pocket_setting(root: Path) -> list[str]:

@@ -233,12 +233,13 @@ def binomial_floor_sd(p: float, problems: int) -> float:
     return math.sqrt(2 * p * (1 - p) / problems) if math.isfinite(p) else math.nan
 
 
-def choose_lag(base: Path, lag_pilots: list[Path]) -> dict[str, Any]:
+def choose_lag(base: Path, lag_pilots: list[Path], min_drop: float = MARGIN) -> dict[str, Any]:
     """The lag of AREAL-1 and GAC-2 by the pocket LM's registered rule (sweeps/llm/pocket_prereg.toml
-    [claims.AREAL-1] lag): the smallest eta whose mean paired drop (sync score - stale score, naive GRPO, by seed) is
-    at least `MARGIN`, at the setting ``base``'s design.json chose (``base``: the pilot with the sync arm, whose stale
-    arm is one lag; ``lag_pilots``: stale-only pilots at other lags, the same setting and seeds). Reads the baseline
-    alone. ``eta`` None: no lag degrades naive GRPO by the margin."""
+    [claims.AREAL-1] lag; the second registration's asks ``min_drop`` = 2 x `MARGIN`): the smallest eta whose mean
+    paired drop (sync score - stale score, naive GRPO, by seed) is at least ``min_drop``, at the setting ``base``'s
+    design.json chose (``base``: the pilot with the sync arm, whose stale arm is one lag; ``lag_pilots``: stale-only
+    pilots at other lags, the same setting and seeds). Reads the baseline alone. ``eta`` None: no lag degrades naive
+    GRPO by ``min_drop``."""
     import numpy as np
     import pandas as pd
 
@@ -254,7 +255,7 @@ def choose_lag(base: Path, lag_pilots: list[Path]) -> dict[str, Any]:
         seeds = sorted(set(stale.index) & set(sync.index))
         drops = [float(sync[s] - stale[s]) for s in seeds]
         per_eta[int(eta)] = {"seeds": seeds, "drops": drops, "mean_drop": sum(drops) / len(drops) if drops else math.nan}
-    eta = next((e for e in sorted(per_eta) if per_eta[e]["mean_drop"] >= MARGIN), None)
+    eta = next((e for e in sorted(per_eta) if per_eta[e]["mean_drop"] >= min_drop), None)
     power: dict[str, Any] = {}
     if eta is not None:  # AREAL-1 / GAC-2's registered power at that lag (as `design`'s, from these drops)
         from testbed.util.stats import seeds_needed
@@ -266,9 +267,10 @@ def choose_lag(base: Path, lag_pilots: list[Path]) -> dict[str, Any]:
         sd = max(pilot_sd, floor) if math.isfinite(pilot_sd) else floor
         power = {"pilot_sd": pilot_sd, "binomial_floor_sd": floor, "sd": sd, "seeds": seeds_needed(sd, MARGIN),
                  "arms": "sync, stale, stale + decoupled_ppo, stale + gac"}
-    return {"setting": {"cell": cell, "lr": lr}, "margin": MARGIN, "per_eta": per_eta, "eta": eta, "power": power,
-            "reading": (f"naive GRPO degrades by at least {MARGIN:g} at eta = {eta}" if eta is not None else
-                        "not testable on the pocket LM: naive GRPO does not degrade by the margin at any lag tried "
+    return {"setting": {"cell": cell, "lr": lr}, "margin": MARGIN, "min_drop": min_drop, "per_eta": per_eta, "eta": eta,
+            "power": power,
+            "reading": (f"naive GRPO degrades by at least {min_drop:g} at eta = {eta}" if eta is not None else
+                        f"not testable on the pocket LM: naive GRPO does not degrade by {min_drop:g} at any lag tried "
                         f"({', '.join(str(e) for e in sorted(per_eta))})"),
             "pilots": [str(base), *map(str, lag_pilots)]}
 
@@ -485,12 +487,24 @@ def main(argv: list[str] | None = None) -> int:
         print(text, end="")
         return 0
     if argv[:1] == ["lag"]:
+        min_drop = MARGIN
+        if "--min-drop" in argv:
+            at = argv.index("--min-drop")
+            value = argv[at + 1] if at + 1 < len(argv) else ""
+            try:
+                min_drop = float(value)
+            except ValueError:
+                min_drop = math.nan
+            if not (math.isfinite(min_drop) and min_drop > 0):
+                print(f"error: lag: --min-drop takes a positive score difference, got {value!r}", file=sys.stderr)
+                return 2
+            argv = argv[:at] + argv[at + 2:]
         if len(argv) < 4 or not all((Path(d) / "runs.csv").is_file() for d in [argv[1], *argv[3:]]) \
                 or not (Path(argv[1]) / "design.json").is_file():
-            print(f"error: lag BASE_PILOT OUT.json LAG_PILOT..., BASE_PILOT with runs.csv and design.json, each lag pilot "
+            print(f"error: lag BASE_PILOT OUT.json LAG_PILOT... [--min-drop D], BASE_PILOT with runs.csv and design.json, each lag pilot "
                   f"with runs.csv; got {' '.join(argv[1:])!r}", file=sys.stderr)
             return 2
-        res = choose_lag(Path(argv[1]), [Path(d) for d in argv[3:]])
+        res = choose_lag(Path(argv[1]), [Path(d) for d in argv[3:]], min_drop)
         atomic_write_text(Path(argv[2]), json.dumps(res, indent=1) + "\n")
         print(res["reading"])
         return 0

@@ -168,6 +168,9 @@ def test_lag_rule_takes_the_smallest_lag_that_degrades_the_baseline(tmp_path):
     floor = math.sqrt(2 * 0.56 * 0.44 / 512)  # the evaluation's binomial floor exceeds these drops' spread
     assert res["power"]["sd"] == pytest.approx(floor) and res["power"]["seeds"] == seeds_needed(floor, MARGIN)
     assert choose_lag(base, [lag8])["eta"] is None and "not testable" in choose_lag(base, [lag8])["reading"]
+    twice = choose_lag(base, [lag8, lag16], min_drop=2 * MARGIN)  # the second registration's rule: eta 16's 0.043 < 0.06
+    assert twice["eta"] is None and twice["min_drop"] == 2 * MARGIN and "does not degrade by 0.06" in twice["reading"]
+    assert choose_lag(base, [lag16], min_drop=0.04)["eta"] == 16
 
 
 def test_gac1_registered_seeds_decide_each_part_either_way():
@@ -255,3 +258,40 @@ def test_pocket_pilot_refuses_an_arm_its_file_does_not_name(tmp_path, capsys):
     assert main(["pilot", str(sweep), str(tmp_path / "r"), str(tmp_path / "o"), "sync,gac", "collect"]) == 0
     table = pd.read_csv(tmp_path / "o" / "runs.csv")  # nothing run: one unfinished row per arm
     assert list(table["arm"]) == ["sync", "gac", "sync", "gac"] and not table["finished"].any()
+
+
+def test_a_later_registration_decides_a_claim_once_its_runs_have_finished(tmp_path):
+    from figures.llm_column import POCKET_REDESIGNS, pocket_cells
+
+    (tmp_path / "sweeps/llm").mkdir(parents=True)
+    (tmp_path / "sweeps/llm/pocket_prereg.toml").write_text(
+        'status = "run"\n[common]\nseeds_from = 100\n[claims.GAC-1]\ndesign = "D1"\n[claims.AREAL-1]\nmargin = 0.03\n'
+        '[claims.GAC-2]\nmargin = 0.03\n')
+    (tmp_path / POCKET_REDESIGNS[0]).write_text(
+        '[common]\nseeds_from = 200\n[claims.GAC-1]\nruns = "g2"\nsweeps = "S"\ncpu_cost = "C"\n'
+        '[claims.AREAL-1]\nruns = "r2"\nmargin = 0.03\nlag_choice = "lag2.json"\n')
+
+    def gac1(folder: str, first: int, sync: list[float]) -> None:
+        for arm, vals in (("sync", sync), ("stale", [0.6, 0.58, 0.62])):
+            d = tmp_path / folder / arm
+            d.mkdir(parents=True, exist_ok=True)
+            pd.DataFrame([{"arm": arm, "eta": 4, "seed": first + i, "finished": True, "late_grad_cos_split_half": v}
+                          for i, v in enumerate(vals)]).to_csv(d / "runs.csv", index=False)
+
+    gac1("results/llm/pocket/gac1_confirm", 100, [1.3, 0.4])  # the first design: sync's interval reaches the band
+    cells = pocket_cells(tmp_path)
+    assert cells["GAC-1"]["pocket"] == "inconclusive"
+    assert "a later design is registered (sweeps/llm/pocket_prereg2.toml, seeds from 200): not yet run" in \
+        cells["GAC-1"]["pocket_evidence"]
+    gac1("g2", 200, [0.88, 0.86, 0.9])  # the second design's seeds: aligned at sync, the sync part fails
+    cell = pocket_cells(tmp_path)["GAC-1"]
+    assert cell["pocket"] == "not reproduced" and "g2/{sync,stale}/runs.csv (seeds 200..202" in cell["pocket_evidence"]
+    assert "earlier design: inconclusive (confirmatory runs results/llm/pocket/gac1_confirm" in cell["pocket_evidence"]
+    gac1("g2", 100, [0.88, 0.86, 0.9])  # the first block's seeds in the second design's folder are never read
+    assert pocket_cells(tmp_path)["GAC-1"]["pocket"] == "inconclusive"
+    assert pocket_cells(tmp_path)["AREAL-1"]["pocket"] == "not measured"  # nothing tabulated by either design
+    _write(tmp_path / "lag2.json", {"eta": None, "reading": "not testable on the pocket LM: naive GRPO does not degrade "
+                                                             "by 0.06 at any lag tried (4, 16)"})
+    cell = pocket_cells(tmp_path)["AREAL-1"]
+    assert cell["pocket"] == "not testable" and "does not degrade by 0.06" in cell["pocket_evidence"]
+    assert pocket_cells(tmp_path)["GAC-2"]["pocket"] == "not measured"  # the later registration holds no GAC-2 design
