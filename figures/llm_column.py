@@ -74,6 +74,7 @@ import numpy as np
 from figures.experiments.async_grpo.judges import gac1_parts, rescue_parts
 from figures.experiments.mnist_delay.evidence import collapses, precursor_counts
 from figures.experiments.mnist_delay.judges import precursor_leads, precursor_parts
+from llm_scale.pocket_design import MARGIN
 from testbed.stabilizers.fingerprint import newest_files
 from testbed.util.stats import ALPHA, combine, fmt, fmt_interval, using_level
 
@@ -81,7 +82,6 @@ LLM_CLAIMS = ("GAC-1", "VCPO-1", "AREAL-1", "GAC-2")
 POSITIVE = ("reproduced", "direction only")
 BAND = 0.2  # GAC-1's "near orthogonal" band (figures/experiments/async_grpo/judges.py)
 METHOD = {"AREAL-1": "decoupled_ppo", "GAC-2": "gac"}
-MATCH_POINTS = 0.03  # AREAL-1's and GAC-2's tolerance on the pocket LM when its registration names none
 AGREEMENTS = ("agree", "disagree", "neither testable", "not decided", "not measured")  # what `agreement` returns
 TESTBED_FINGERPRINT = "results/fingerprint/async_grpo.json"
 GAC1_RUNS = "results/llm/gac1_cpu/runs.csv"
@@ -521,7 +521,7 @@ def pocket_rescue(root: Path, prereg: dict[str, Any], cid: str) -> dict[str, str
     registration's ``runs`` folder, default `POCKET_RESCUE`; runs.csv: naive GRPO sync and stale at the registered
     lag, and stale + each method, seeds from
     the registration's ``seeds_from``): the testbed's rule (`rescue_parts`, both tolerances the registration's
-    ``margin`` on the difference scale, default `MATCH_POINTS`; the plain paired mean, no seed trimmed: a
+    ``margin`` on the difference scale, default `llm_scale.pocket_design.MARGIN`; the plain paired mean, no seed trimmed: a
     rescue is a claim about the tail) on error = 1 - score per seed (the
     score: greedy accuracy, the mean of the last two evaluations; a diverged run scores 0, as in the study's
     promotion rule), errors floored at half a problem of the evaluations, at the level of a fixed design
@@ -553,7 +553,7 @@ def pocket_rescue(root: Path, prereg: dict[str, Any], cid: str) -> dict[str, str
     error = {f"{'grpo' if arm in ('sync', 'stale') else arm}|{'sync' if arm == 'sync' else level}": list(1.0 - score[g.index])
              for arm, g in runs.groupby("arm")}  # each arm's errors in seed order (pairs by seed position)
     problems = int(meta.get("eval_problems", 512))  # behind a score: the evaluation size times the evaluations averaged
-    margin = float(spec.get("margin", MATCH_POINTS))
+    margin = float(spec.get("margin", MARGIN))
     with using_level(1 - 2 * ALPHA):
         parts = rescue_parts(error, ["sync", level], method, 0.5 / problems, degrade=margin, match=margin, scale="diff",
                              estimator="mean")
