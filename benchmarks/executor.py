@@ -1,5 +1,5 @@
 """Executor overhead: runs per second of one small sweep run as Ray tasks with 2 workers / with 1, and as Ray
-tasks / in the local process pool at equal workers (testbed/executor.py).
+tasks / in the local process pool at equal workers (testbed/util/executor.py).
 
 The sweep: ``--runs`` MNIST pg runs of ``--steps`` steps, one run per loop (``loop_size`` 1: one job per run,
 so the per-job cost shows), one thread per worker, run by `testbed.sweep.run_sweep` into a fresh directory
@@ -25,9 +25,9 @@ import tempfile
 import time
 
 from benchmarks.common import Ratio, set_threads
-from testbed.executor import LocalPool, RayExecutor
 from testbed.runner import RunConfig
 from testbed.sweep import run_sweep
+from testbed.util.executor import LocalPool, RayExecutor
 
 
 def runs_per_second(configs: list[RunConfig], workers: int, executor) -> float:

@@ -113,7 +113,7 @@ def _main(argv: list[str]) -> int:
                + (" --cached-only" if args.cached_only else ""))
     ctx = Context(out=out, cache=cache, quick=args.quick, workers=args.workers or (os.cpu_count() or 1),
                   progress=not args.no_progress, command=command, cached_only=args.cached_only)
-    from testbed.executor import make, using
+    from testbed.util.executor import make, using
 
     executor = make(args.executor, args.address, num_cpus=ctx.workers)
     if targets == ["claims"]:
@@ -163,7 +163,7 @@ def _main(argv: list[str]) -> int:
     t0 = time.perf_counter()
     timings = None
     try:
-        with using(executor):  # every run the figures train (testbed/executor.py)
+        with using(executor):  # every run the figures train (testbed/util/executor.py)
             timings = _make(ctx, names, configs, args, out)
         entry["completed"] = True
     finally:  # finished or interrupted, the invocation is on record (a resumed run is timed whole)

@@ -99,7 +99,7 @@ def rows_path(cache: Path, kind: str, seed: int, steps: int, log_every: int) -> 
 
 
 def _train_to(paths: list[str], kind: str, seeds: list[int], steps: int, log_every: int) -> list[str]:
-    from testbed.executor import stop_requested
+    from testbed.util.executor import stop_requested
     from testbed.util.provenance import machine
 
     rows_per_seed = train(kind, seeds, steps, log_every, stop=stop_requested)
@@ -123,7 +123,7 @@ def batches(jobs: list[tuple[str, int]], workers: int) -> list[tuple[str, list[i
 def ensure(cache: Path, jobs: list[tuple[str, int]], steps: int, log_every: int, workers: int = 1,
            cached_only: bool = False) -> None:
     """Train the (kind, seed) jobs not yet cached (`batches`), in ``workers`` processes of the command's executor
-    (testbed/executor.py: the local pool, or Ray with ``--executor ray``)."""
+    (testbed/util/executor.py: the local pool, or Ray with ``--executor ray``)."""
     todo = [(k, s) for k, s in jobs if not rows_path(cache, k, s, steps, log_every).is_file()]
     if not todo or cached_only:
         return
@@ -133,7 +133,7 @@ def ensure(cache: Path, jobs: list[tuple[str, int]], steps: int, log_every: int,
         for kind, seeds, paths in runs:
             _train_to(paths, kind, seeds, steps, log_every)
         return
-    from testbed.executor import default
+    from testbed.util.executor import default
 
     default().run(_train_to, [(paths, kind, seeds, steps, log_every) for kind, seeds, paths in runs],
                   min(workers, len(runs)))

@@ -25,7 +25,7 @@ output path that is a file or not writable) gets one ``error:`` line on stderr a
 nothing is written: every config is validated, every task built and the output directory checked
 before it is touched. A run that fails with an internal error is recorded as ``failed`` (traceback in
 ``OUT/runs/<id>.log``), the others finish, and the command exits 1. Ctrl-C (or SIGTERM) stops every loop
-in progress after its current step and saves it (testbed/stopping.py), and exits 130; rerunning the same
+in progress after its current step and saves it (testbed/util/stopping.py), and exits 130; rerunning the same
 command resumes each saved loop at its step, exactly; a second Ctrl-C stops at once.
 """
 
@@ -157,8 +157,8 @@ def _loop_size(args: argparse.Namespace) -> int | None:
 def _execute(configs: list, out: str, args: argparse.Namespace, meta: dict[str, Any],
              after: Any = None, specs: dict[str, Any] | None = None) -> int:
     """Plan (everything checked), then run (unless --dry-run), print the summary; exit 1 if a run failed."""
-    from testbed.executor import make
     from testbed.sweep import failure_message, failures, plan_sweep, run_sweep
+    from testbed.util.executor import make
 
     executor = make(args.executor, args.address, num_cpus=args.workers)
     if not args.dry_run:

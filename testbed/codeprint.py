@@ -35,7 +35,7 @@ _SCALARS = (bool, int, float, str, bytes, type(None))
 # Modules that resolve names, parse specs, write files, show progress or describe the machine: they decide which
 # code runs and where its results go, not what it computes, so editing them leaves every fingerprint as it was.
 PLUMBING = frozenset({"testbed.stabilizers.registry", "testbed.stabilizers.spec", "testbed.config", "testbed.machine",
-                      "testbed.util.files", "testbed.stopping", "testbed.usage",
+                      "testbed.util.files", "testbed.util.stopping", "testbed.usage",
                       "testbed.util.errors", "testbed.util.progress", "testbed.util.provenance"})
 
 

@@ -251,7 +251,7 @@ def plan_sweep(configs: list[RunConfig], out: str | Path, *, workers: int = 1, f
         est.why["runs"] = f"{len(group)} run(s) in one loop"
         loops.append(est)
     disk = sum(e.disk for e in loops) * 2 + 65536  # per-run files, then results.csv and summary.csv
-    # a stop saves every loop in progress whole (testbed/stopping.py): at most one loop per worker at once, each
+    # a stop saves every loop in progress whole (testbed/util/stopping.py): at most one loop per worker at once, each
     # about its state in memory (parameters and optimizer moments, batches in flight, lag table, rows)
     saved = sorted((sum(v for k, v in e.parts.items() if k != "runs") for e in loops), reverse=True)
     checkpoints = sum(saved[:max(1, min(workers, len(loops)))])

@@ -160,7 +160,7 @@ class ResultStore:
         self.runs = self.out / "runs"
 
     def checkpoint(self, run_ids: Iterable[str]) -> Path:
-        """Where the loop of these runs is saved when a sweep is stopped (testbed/stopping.py)."""
+        """Where the loop of these runs is saved when a sweep is stopped (testbed/util/stopping.py)."""
         key = hashlib.sha1(",".join(run_ids).encode()).hexdigest()[:12]
         return self.out / "checkpoints" / f"loop-{key}.pt"
 

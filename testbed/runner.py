@@ -29,7 +29,7 @@ batch; the others go on.
 Stopping. ``run(stop=...)`` asks ``stop()`` after every step and raises `Interrupted` between two steps when it
 says so; `Runner.save` then keeps the whole loop as a state dict of tensors and plain values (parameters,
 optimizer and stabilizer state, queued batches, logged rows, random streams: testbed/checkpoint.py) and
-`Runner.load` + ``run`` finish it exactly as an uninterrupted loop (testbed/stopping.py).
+`Runner.load` + ``run`` finish it exactly as an uninterrupted loop (testbed/util/stopping.py).
 
 Policy versions. No old parameters are stored: a chunk with lag L is sampled at the moment version
 t - L is current and waits in the queue (about 40 bytes per sample on MNIST). Per-token mixed

@@ -8,7 +8,7 @@ testbed/outcomes.py. One sweep at a time writes to an output directory (a lock f
 
 Grouping is the sweep's decision, not the runner's: `group_runs` packs the configs that share a
 model shape (`testbed.runner.SHAPE_FIELDS`) into loops of at most ``loop_size`` runs, and each loop
-runs in this process or as a job of an executor (testbed/executor.py: local worker processes, which end with
+runs in this process or as a job of an executor (testbed/util/executor.py: local worker processes, which end with
 their parent, or Ray tasks). A run's results are the same whatever loop it ran in, under either executor.
 """
 
@@ -30,8 +30,6 @@ from testbed import limits, outcomes
 from testbed.checkpoint import CheckpointError
 from testbed.codeprint import run_code, stale_parts
 from testbed.config import Loop, RunConfig, RunSpec
-from testbed.executor import Executor, LocalPool, WorkerLost, add_done, stop_requested
-from testbed.executor import default as default_executor
 from testbed.plan import (  # noqa: F401  (re-exported: the sweep's public names)
     FORMATS,
     MAX_LAG,
@@ -46,11 +44,13 @@ from testbed.plan import (  # noqa: F401  (re-exported: the sweep's public names
 )
 from testbed.results import ResultStore
 from testbed.runner import Interrupted, Runner
-from testbed.stopping import StopRequest, stop_on_signals
 from testbed.sweep_file import TOP_KEYS, expand, file_settings, load_file, parse_loop_size  # noqa: F401
 from testbed.util.errors import RunFailed, UsageError
+from testbed.util.executor import Executor, LocalPool, WorkerLost, add_done, stop_requested
+from testbed.util.executor import default as default_executor
 from testbed.util.files import atomic_write_text
 from testbed.util.progress import Progress, interactive
+from testbed.util.stopping import StopRequest, stop_on_signals
 
 # -- running ----------------------------------------------------------------------------------------------
 
@@ -63,7 +63,7 @@ def _train(configs: list[RunConfig], store: ResultStore, chance: dict[str, float
     ``failed`` (a loop of several is retried run by run first, parsed afresh). Returns the statuses.
     ``specs``: the configs as the plan parsed them; the task is the one the plan built. ``on_version``:
     the runner's hook (every new version of every run). ``stop``: asked after every step; when it says so,
-    the loop is saved whole in ``OUT/checkpoints/`` (testbed/stopping.py) and KeyboardInterrupt raised; a loop
+    the loop is saved whole in ``OUT/checkpoints/`` (testbed/util/stopping.py) and KeyboardInterrupt raised; a loop
     saved so is resumed at its step."""
     if stop is not None and stop():
         raise KeyboardInterrupt
@@ -145,7 +145,7 @@ def _resume(checkpoint: Path, task: Any, ids: list[str], code: list[dict[str, st
 
 
 def _execute(configs: list[dict[str, Any]], out: str, chance: dict[str, float | None]) -> list[str]:
-    """A worker's loop (a job of the executor, testbed/executor.py). Every new version of a run adds 1 / steps to
+    """A worker's loop (a job of the executor, testbed/util/executor.py). Every new version of a run adds 1 / steps to
     the command's count of runs done, so the parent's bar moves while a loop trains; at the end the loop's share
     is made exactly its number of runs (a run that diverged early, or a loop retried run by run)."""
     cfgs = [RunConfig(**c) for c in configs]
@@ -209,7 +209,7 @@ def run_sweep(
 ) -> pd.DataFrame:
     """Run every config not already finished under ``out``; write the tables; return results.
     ``shared``: ``out`` is a run store several commands add to (`plan_sweep`). ``executor``: where the loops
-    run (testbed/executor.py; default: this process's, the local pool unless a command chose another); the
+    run (testbed/util/executor.py; default: this process's, the local pool unless a command chose another); the
     local pool with one worker runs them in this process.
 
     Runs sharing a model shape train together, at most ``loop_size`` per loop (None: up to `MAX_LOOP`,
@@ -251,7 +251,7 @@ def run_sweep(
 
 def _run_jobs(plan: Plan, store: ResultStore, chance: dict[str, float | None], threads: int, bar: Progress,
               executor: Executor) -> None:
-    """Run the plan's loops as jobs of ``executor`` (testbed/executor.py). A stop request cancels the loops not
+    """Run the plan's loops as jobs of ``executor`` (testbed/util/executor.py). A stop request cancels the loops not
     yet started and waits for the running ones to save themselves, then raises KeyboardInterrupt."""
     jobs = [([s.config.to_dict() for s in g], str(store.out), {s.run_id: chance.get(s.run_id) for s in g})
             for g in plan.groups]

@@ -28,6 +28,8 @@ import typing
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
+from testbed.util.workers import IMPORTS_ENV
+
 from .base import Advantage, GradientTransform, Surrogate
 from .recipe import Recipe
 from .spec import SpecError, coerce, parse_spec
@@ -37,7 +39,6 @@ SURROGATES: dict[str, type[Surrogate]] = {}
 TRANSFORMS: dict[str, type[GradientTransform]] = {}
 _KINDS: dict[str, dict[str, Any]] = {"advantage": ADVANTAGES, "surrogate": SURROGATES, "transform": TRANSFORMS}
 
-IMPORTS_ENV = "TESTBED_IMPORTS"
 OWN_HINT = ("your own component: --import MODULE (a module that registers it with "
             "testbed.stabilizers.registry.register) or a 'module:ClassName' term; see docs/own_stabilizer.md")
 DEFAULT_ADVANTAGE = "auto"

@@ -1,8 +1,8 @@
-"""A child process for the worker-watchdog test: arms `testbed.workers.die_with_parent`, then sleeps."""
+"""A child process for the worker-watchdog test: arms `testbed.util.workers.die_with_parent`, then sleeps."""
 
 import time
 
-from testbed.workers import die_with_parent
+from testbed.util.workers import die_with_parent
 
 
 def sleep_forever(parent: int) -> None:

@@ -1,4 +1,4 @@
-"""Executors (testbed/executor.py): a sweep run as Ray tasks on a local two-worker Ray cluster gives the local
+"""Executors (testbed/util/executor.py): a sweep run as Ray tasks on a local two-worker Ray cluster gives the local
 pool's results.csv bit for bit, records a failing run the same way, and a sweep interrupted under one executor
 resumes under the other to the uninterrupted results."""
 
@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from testbed.cli import main
-from testbed.executor import RayExecutor, make
 from testbed.runner import Runner
 from testbed.sweep import sweep_file
+from testbed.util.executor import RayExecutor, make
 
 pytestmark = pytest.mark.integration
 

@@ -1,4 +1,4 @@
-"""Stopping a sweep without losing work (testbed/stopping.py): Ctrl-C stops every loop in progress between two
+"""Stopping a sweep without losing work (testbed/util/stopping.py): Ctrl-C stops every loop in progress between two
 steps and saves it; rerunning the same command resumes it and gives exactly the results of an uninterrupted
 sweep."""
 

@@ -5,7 +5,7 @@ time, each call (a *job*) in a worker process with ``threads`` torch threads, an
 order. Two implementations, chosen with ``--executor {local,ray}``:
 
 * `LocalPool`: spawned worker processes on this machine (``concurrent.futures``); workers end with their
-  parent (testbed/workers.py).
+  parent (testbed/util/workers.py).
 * `RayExecutor`: each job is a Ray task with ``num_cpus=1``, on a Ray cluster (``--address ADDR``) or on a
   Ray instance started on this machine for the command. Ray is an optional extra (``pip install -e
   ".[ray]"``), imported only when this executor runs. Jobs read and write the same output directory as the
@@ -15,7 +15,7 @@ A job does the same work under either (the sweep's `testbed.sweep._train`: same 
 loops), so a sweep interrupted under one executor resumes under the other.
 
 Inside a job, `stop_requested` tells whether the command was asked to stop (Ctrl-C or SIGTERM,
-testbed/stopping.py): the sweep's loops then save themselves after their current step; jobs not started are
+testbed/util/stopping.py): the sweep's loops then save themselves after their current step; jobs not started are
 not started, and `Executor.run` raises KeyboardInterrupt once the running ones have returned. `add_done`
 adds to the command's count of finished work (fractions of runs), which its progress bar shows while jobs
 run. A job that raises has its exception raised by `run` (the sweep's jobs record a failing run themselves
@@ -36,8 +36,9 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
-from testbed.stopping import StopRequest, note_in_worker, stop_on_signals, workers_start_ignoring_sigint
 from testbed.util.errors import UsageError
+from testbed.util.stopping import StopRequest, note_in_worker, stop_on_signals, workers_start_ignoring_sigint
+from testbed.util.workers import IMPORTS_ENV, die_with_parent
 
 NAMES = ("local", "ray")
 POLL_S = 0.5  # how often the parent looks at its jobs, and a Ray job at the stop request and its count
@@ -92,8 +93,6 @@ def add_done(share: float) -> None:
 
 def _pool_init(threads: int, parent: int, done: Any, stop: Any) -> None:
     import torch
-
-    from testbed.workers import die_with_parent
 
     request = StopRequest(stop)
     _set_job(request, lambda share: _add_shared(done, share))
@@ -219,8 +218,6 @@ def _ray_job(fn: Callable[..., Any], args: tuple[Any, ...], threads: int, parent
     spawned local worker inherits from the command (`_parent`), taken where it exists on this node."""
     import torch
 
-    from testbed.stabilizers.registry import IMPORTS_ENV
-
     if os.path.isdir(parent["cwd"]):  # relative paths (--out, --cache) mean what they mean to the command
         os.chdir(parent["cwd"])
     sys.path[:0] = [p for p in parent["path"] if p not in sys.path and os.path.isdir(p)]
@@ -275,8 +272,6 @@ class RayExecutor:
 
     def run(self, fn: Callable[..., Any], jobs: Sequence[tuple[Any, ...]], workers: int, threads: int = 1,
             on_done: Callable[[float], None] | None = None) -> list[Any]:
-        from testbed.stabilizers.registry import IMPORTS_ENV
-
         self.start(workers)
         ray = _ray()
         shared = ray.remote(num_cpus=0)(_Shared).remote()

@@ -1,6 +1,6 @@
 """Worker processes that end with their parent.
 
-The worker processes of the local pool (testbed/executor.py: a sweep's ``--workers N``) call
+The worker processes of the local pool (testbed/util/executor.py: a sweep's ``--workers N``) call
 `die_with_parent` when they start. If the parent is killed (SIGKILL, the out-of-memory killer, a closed terminal), its
 workers end too instead of training on, orphaned, and writing results that nobody collects: on
 Linux the kernel sends them SIGKILL (``prctl(PR_SET_PDEATHSIG)``); everywhere, a daemon thread that
@@ -15,6 +15,10 @@ import signal
 import sys
 import threading
 import time
+
+# The modules every worker process imports first (os.pathsep-separated names: a user's own stabilizers, set by
+# testbed.stabilizers.registry); spawned local workers inherit it, a Ray job is given the command's.
+IMPORTS_ENV = "TESTBED_IMPORTS"
 
 PR_SET_PDEATHSIG = 1
 
