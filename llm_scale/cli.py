@@ -235,9 +235,9 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 return study_main(rest)
             except KeyboardInterrupt:
-                n = stop_trainers()
-                print(f"study interrupted: {n} trainer(s) stopped at their last checkpoint; rerun the same command to "
-                      "resume", file=sys.stderr)
+                stop_trainers()  # the jobs have interrupted theirs; any started in this process too
+                print("study interrupted: every running trainer stopped at its last checkpoint; rerun the same command "
+                      "to resume", file=sys.stderr)
                 return 130
         if command in ("recipes", "tasks"):
             if rest:

@@ -1,5 +1,8 @@
 """Trainer processes that a study starts, and that end with it.
 
+`train_job` is one study run as a job of an executor (testbed/util/executor.py: the local process pool or Ray):
+it starts the trainer, waits for it, and interrupts it at the study's deadline or when the study is asked to stop.
+
 `start_trainer` starts ``python -m llm_scale ARGV`` in a process group of its own (so that the study can
 signal a trainer with everything the trainer started) and, on Linux, with the parent-death signal armed
 (``prctl(PR_SET_PDEATHSIG, SIGTERM)``): when the study is killed, even by SIGKILL, the kernel ends its
@@ -16,7 +19,10 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from typing import IO, Any
+
+from testbed.util.executor import stop_requested
 
 PR_SET_PDEATHSIG = 1
 _RUNNING: list[subprocess.Popen] = []
@@ -67,3 +73,33 @@ def stop_trainers(timeout_s: float = 60.0) -> int:
             proc.wait()
     _RUNNING.clear()
     return len(procs)
+
+
+def interrupt(proc: subprocess.Popen, timeout_s: float = 60.0) -> None:
+    """SIGINT to ``proc``'s group (a trainer stops after its current update and keeps its last checkpoint); kill
+    the group if it has not ended after ``timeout_s``."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGINT)
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def train_job(argv: list[str], log_path: str, env: dict[str, str], deadline: float, poll_s: float = 1.0) -> str:
+    """Run ``python -m llm_scale *argv`` (output appended to ``log_path``) to its end, in a job of an executor:
+    "exited" once it ends by itself; "interrupted" when the wall clock (``time.time()``) passes ``deadline`` or
+    the command is asked to stop (`stop_requested`) first (the trainer is interrupted and keeps its last
+    checkpoint); "not started" when the deadline had passed before it could start."""
+    if time.time() >= deadline or stop_requested():
+        return "not started"
+    with open(log_path, "a") as log:
+        proc = start_trainer(argv, log, env)
+        while proc.poll() is None:
+            if time.time() >= deadline or stop_requested():
+                interrupt(proc)
+                return "interrupted"
+            time.sleep(poll_s)
+    return "exited"

@@ -31,9 +31,10 @@ Every run is an ordinary ``python -m llm_scale train`` in its own directory name
 configuration, so the study is a set of cached, resumable runs: a run whose summary says finished
 and whose evaluations reach its last version is done and never rerun; an interrupted one resumes
 from its last checkpoint. One invocation runs at most ``--parallel`` runs at once (sharing one GPU,
-or splitting the CPU threads) for at most ``--budget-s`` seconds, then interrupts what is still
-running (each keeps its last checkpoint) and writes the tables from what has finished; the next
-invocation picks up from there. Each run records the device it ran on (its summary.json).
+or splitting the CPU threads), each a job of the executor (``--executor local``: worker processes on this
+machine; ``ray``: tasks on a Ray cluster; testbed/util/executor.py), for at most ``--budget-s`` seconds,
+then interrupts what is still running (each keeps its last checkpoint) and writes the tables from what has
+finished; the next invocation picks up from there. Each run records the device it ran on (its summary.json).
 
 Outputs under ``--out`` (default results/llm/study): search.csv (one row per cell), compare.csv
 (one row per arm), runs.csv (one row per run with its accuracy, device and wall time), updates.csv (one
@@ -50,8 +51,6 @@ import hashlib
 import json
 import math
 import os
-import signal
-import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -62,11 +61,12 @@ import tomllib
 
 import testbed.util.stats as stats
 from testbed.stabilizers import fingerprint as fp
+from testbed.util.executor import make, using
 from testbed.util.files import atomic_write_text
 from testbed.util.stats import ALPHA
 
 from .config import TrainConfig, UsageError, checkpoint_pointer, cpu_budget
-from .processes import start_trainer
+from .processes import train_job
 
 SYNC, STALE = "sync", "stale"
 MIN_SEEDS = 10  # the floor of [compare] min_seeds: fewer paired seeds never promote
@@ -352,63 +352,53 @@ def execute(
 ) -> int:  # fmt: skip
     """Run (or resume) the unfinished ``runs`` under ``root``, ``parallel`` at a time, for at most ``budget_s`` seconds.
 
-    Returns how many runs finished in this invocation. Runs still going at the deadline are
-    interrupted (SIGINT: each keeps its last checkpoint) and resumed by the next invocation.
+    Each run is a job (`llm_scale.processes.train_job`) of the command's executor (testbed/util/executor.py: the
+    local process pool, or Ray with ``--executor ray``), so the study's runs go where a sweep's loops go. Returns
+    how many runs finished in this invocation. Runs still going at the deadline are interrupted (SIGINT: each
+    keeps its last checkpoint) and resumed by the next invocation; so are they on Ctrl-C, after which
+    KeyboardInterrupt is raised.
     """
+    import shutil
+
+    from testbed.util.executor import default
+
     todo, seen = [], set()
     for run in runs:
         if run.key not in seen and run_result(root / run.key) is None:
             seen.add(run.key)
             todo.append(run)
-    deadline = time.monotonic() + budget_s
+    if not todo:
+        return 0
+    deadline = time.time() + budget_s
     threads = max(1, cpu_budget() // max(1, parallel))
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
-    active: list[tuple[Run, subprocess.Popen, Any]] = []
-    finished = 0
     root.mkdir(parents=True, exist_ok=True)
-    while (todo or active) and time.monotonic() < deadline:
-        while todo and len(active) < parallel:
-            run = todo.pop(0)
-            out = root / run.key
-            argv = run.argv(out)
-            if device:
-                argv += ["--device", device]
-            if checkpoint_pointer(out).is_file() or (out / "metrics.csv").exists():
-                argv += ["--resume", "auto"]
-                if not checkpoint_pointer(out).is_file():  # nothing to resume from: start over
-                    import shutil
-
-                    shutil.rmtree(out)
-                    argv = argv[:-2]
-            out.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(root / f"{run.key}.json", json.dumps({"stage": run.stage, "arm": run.arm, "eta": run.eta,
-                                                              "lr": run.lr, "seed": run.seed,
-                                                              "options": dict(run.options)}, default=str, indent=1))  # fmt: skip
-            handle = (root / f"{run.key}.log").open("a")
-            print(f"study: start {run.arm} eta={run.eta} lr={run.lr:g} seed={run.seed} -> {out}", file=log, flush=True)
-            proc = start_trainer(argv, handle, env)  # own process group; ends with the study (llm_scale/processes.py)
-            active.append((run, proc, handle))
-        time.sleep(1.0)
-        for item in list(active):
-            run, proc, handle = item
-            if proc.poll() is not None:
-                handle.close()
-                active.remove(item)
-                ok = run_result(root / run.key) is not None
-                finished += ok
-                print(f"study: {'done' if ok else f'FAILED (exit {proc.returncode}, see {root / run.key}.log)'} "
-                      f"{run.arm} seed={run.seed}", file=log, flush=True)  # fmt: skip
-    for _, proc, _ in active:  # out of time: keep each run's last checkpoint
-        proc.send_signal(signal.SIGINT)
-    for run, proc, handle in active:
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        handle.close()
-        then = "resumes from its last checkpoint" if checkpoint_pointer(root / run.key).is_file() else "no checkpoint: starts over"
-        print(f"study: interrupted {run.arm} seed={run.seed} ({then} next time)", file=log, flush=True)
+    jobs = []
+    for run in todo:
+        out = root / run.key
+        argv = run.argv(out) + (["--device", device] if device else [])
+        if checkpoint_pointer(out).is_file():
+            argv += ["--resume", "auto"]
+        elif (out / "metrics.csv").exists():  # begun, but nothing to resume from: start over
+            shutil.rmtree(out)
+        atomic_write_text(root / f"{run.key}.json", json.dumps({"stage": run.stage, "arm": run.arm, "eta": run.eta,
+                                                          "lr": run.lr, "seed": run.seed,
+                                                          "options": dict(run.options)}, default=str, indent=1))  # fmt: skip
+        jobs.append((argv, str(root / f"{run.key}.log"), env, deadline))
+    print(f"study: {len(todo)} run(s) to train under {root}, {parallel} at a time", file=log, flush=True)
+    ends = default().run(train_job, jobs, workers=parallel)
+    finished = 0
+    for run, end in zip(todo, ends, strict=True):
+        ok = run_result(root / run.key) is not None
+        finished += ok
+        if end == "not started":
+            continue
+        if end == "interrupted":
+            then = "resumes from its last checkpoint" if checkpoint_pointer(root / run.key).is_file() else "no checkpoint: starts over"
+            state = f"interrupted ({then} next time)"
+        else:
+            state = "done" if ok else f"FAILED (see {root / run.key}.log)"
+        print(f"study: {state} {run.arm} eta={run.eta} lr={run.lr:g} seed={run.seed}", file=log, flush=True)
     return finished
 
 
@@ -725,9 +715,26 @@ def format_promotion(r: dict[str, Any]) -> str:
             f"> {r['threshold']:g} with >= {r['min_seeds']} seeds)")  # fmt: skip
 
 
+def _train(sweep: Sweep, root: Path, rep: Report, args: argparse.Namespace, force: tuple[int, float] | None,
+           t0: float) -> Report:
+    """The runs an invocation trains: the search (and the comparison where a cell is chosen), then, if the search
+    has just chosen a cell, the comparison in the budget left. Returns the report of what has finished."""
+    todo = search_runs(sweep)
+    if rep.chosen is not None and not args.search_only:
+        todo = todo + compare_runs(sweep, rep.chosen["eta"], rep.chosen["lr"])
+    execute(todo, root, budget_s=args.budget_s, parallel=args.parallel, device=args.device)
+    rep = collect(sweep, root, force)
+    left = args.budget_s - (time.monotonic() - t0)
+    if rep.chosen is not None and left > 30 and not args.search_only:  # the search just chose: compare in the time left
+        execute(compare_runs(sweep, rep.chosen["eta"], rep.chosen["lr"]), root, budget_s=left, parallel=args.parallel,
+                device=args.device)  # fmt: skip
+        rep = collect(sweep, root, force)
+    return rep
+
+
 def main(argv: list[str] | None = None) -> int:
     """``study SWEEP [--budget-s S] [--parallel N] [--device D] [--runs DIR] [--out DIR] [--plan] [--search-only]
-    [--force-cell ETA,LR]``."""
+    [--force-cell ETA,LR] [--executor {local,ray} [--address ADDR]]``."""
     parser = argparse.ArgumentParser(prog="python -m llm_scale study", description=__doc__.splitlines()[0])
     parser.add_argument("sweep", help="sweep file (e.g. sweeps/llm/promotion.toml)")
     parser.add_argument("--budget-s", type=float, default=540.0, help="stop starting and interrupt runs after this long")
@@ -740,6 +747,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="run only the regime search, never a comparison run (one that could not finish in the "
                              "budget, without checkpoints, would be lost)")
     parser.add_argument("--force-cell", default=None, help="ETA,LR: run the comparison there even if the rule chose none")
+    parser.add_argument("--executor", choices=("local", "ray"), default="local",
+                        help="where the runs' jobs go: local worker processes (default), or Ray tasks (the optional "
+                             "extra ray; each job starts its trainer where it runs, so --runs must be on storage "
+                             "every node sees)")
+    parser.add_argument("--address", default=None, metavar="ADDR",
+                        help="with --executor ray: a running Ray cluster's address (default: Ray started here)")
     parser.add_argument("--cost-from", default=None,
                         help="with --plan: a finished study's runs.csv; print this study's size and estimated device time")
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -751,6 +764,7 @@ def main(argv: list[str] | None = None) -> int:
         sweep = load_sweep(args.sweep)
         if args.parallel < 1 or args.budget_s <= 0:
             raise UsageError(f"study: --parallel must be >= 1 and --budget-s > 0, got {args.parallel} and {args.budget_s}")
+        executor = make(args.executor, args.address, num_cpus=args.parallel)
         force = None
         if args.force_cell is not None:
             try:
@@ -774,17 +788,13 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     rep = collect(sweep, root, force)
     if not args.plan:
-        todo = search_runs(sweep)
-        if rep.chosen is not None and not args.search_only:
-            todo = todo + compare_runs(sweep, rep.chosen["eta"], rep.chosen["lr"])
-        execute(todo, root, budget_s=args.budget_s, parallel=args.parallel, device=args.device)
-        rep = collect(sweep, root, force)
-        left = args.budget_s - (time.monotonic() - t0)
-        # the search just finished: start the comparison in the time left
-        if rep.chosen is not None and left > 30 and not args.search_only:
-            execute(compare_runs(sweep, rep.chosen["eta"], rep.chosen["lr"]), root, budget_s=left, parallel=args.parallel,
-                    device=args.device)  # fmt: skip
-            rep = collect(sweep, root, force)
+        try:
+            executor.start(args.parallel)
+        except UsageError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        with using(executor):
+            rep = _train(sweep, root, rep, args, force, t0)
     write_report(sweep, rep, out, command)
     print(format_report(rep))
     return 0

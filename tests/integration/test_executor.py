@@ -177,3 +177,22 @@ def test_an_address_where_no_cluster_answers_is_refused_before_anything_is_writt
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith(f"error: --address '127.0.0.1:{port}': no Ray cluster answers there")
     assert not out.exists()
+
+
+@pytest.mark.slow  # eight trainer processes, each importing the LLM stack: about a minute on a quiet machine
+def test_a_study_as_ray_tasks_trains_the_runs_the_local_pool_does(ray_cluster, tmp_path, capsys):
+    """llm_scale's study on the same executors: its search under Ray finishes the same runs, with the same
+    accuracies, as under the local pool."""
+    import llm_scale.study as study
+
+    dry = Path(__file__).resolve().parents[2] / "sweeps" / "llm" / "dry_tiny.toml"
+    common = ["--budget-s", "600", "--parallel", "2", "--search-only", "--force-cell", "1,1e-3"]
+    tables = {}
+    for name in ("local", "ray"):
+        runs, out = str(tmp_path / name / "runs"), str(tmp_path / name / "out")
+        assert study.main([str(dry), "--runs", runs, "--out", out, "--executor", name, *common]) == 0
+        tables[name] = (tmp_path / name / "out" / "runs.csv").read_text().splitlines()
+    keep = [i for i, c in enumerate(tables["local"][0].split(",")) if c in ("key", "arm", "seed", "finished", "accuracy")]
+    pick = {name: [[row.split(",")[i] for i in keep] for row in rows[1:]] for name, rows in tables.items()}
+    assert sum(row[-2] == "True" for row in pick["ray"]) == 4  # the search's four runs; no comparison run started
+    assert pick["ray"] == pick["local"]

@@ -101,7 +101,7 @@ def test_ctrl_c_of_the_study_is_one_line_and_stops_its_trainers(tmp_path, monkey
     monkeypatch.setattr(llm_scale.study, "main", interrupted)
     assert main(["study", "sweep.toml"]) == 130
     assert capsys.readouterr().err.splitlines() == [
-        "study interrupted: 1 trainer(s) stopped at their last checkpoint; rerun the same command to resume"]
+        "study interrupted: every running trainer stopped at its last checkpoint; rerun the same command to resume"]
     assert proc.returncode == 130 and not alive(proc.pid)
 
 
@@ -123,3 +123,22 @@ def test_a_removed_lock_file_cannot_admit_a_second_writer(tmp_path, monkeypatch)
     monkeypatch.setattr(fcntl, "flock", racing)
     with pytest.raises(DirectoryBusy, match="writing to"), one_writer(tmp_path):
         pass
+
+
+def test_a_study_job_runs_its_trainer_to_the_end_or_interrupts_it(tmp_path, monkeypatch):
+    """`train_job`: a run that ends by itself -> "exited"; asked to stop while training -> its trainer gets SIGINT,
+    stops after its update and keeps its checkpoint ("interrupted"); a deadline already past -> nothing starts."""
+    import json
+
+    from llm_scale import processes
+
+    short = [*TRAIN[:-1], "2", "--out", str(tmp_path / "short")]
+    assert processes.train_job(short, str(tmp_path / "short.log"), env(), time.time() + 600) == "exited"
+    assert json.loads((tmp_path / "short" / "summary.json").read_text())["status"] == "finished"
+    out = tmp_path / "long"
+    monkeypatch.setattr(processes, "stop_requested", lambda: (out / "metrics.csv").exists())
+    long = [*TRAIN, "--checkpoint-every", "1", "--out", str(out)]
+    assert processes.train_job(long, str(tmp_path / "long.log"), env(), time.time() + 600, poll_s=0.2) == "interrupted"
+    assert "interrupted at update" in (tmp_path / "long.log").read_text() and processes.running() == []
+    assert processes.train_job(long, str(tmp_path / "late.log"), env(), time.time() - 1) == "not started"
+    assert not (tmp_path / "late.log").exists()
