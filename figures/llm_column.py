@@ -634,8 +634,12 @@ def redesigned(root: Path, cid: str, cell: dict[str, str]) -> dict[str, str]:
         earlier = f"earlier design: {cell['pocket']} ({cell['pocket_evidence']})"
         lag = _load_json(Path(root) / str(spec["lag_choice"])) if spec.get("lag_choice") else None
         if isinstance(lag, dict) and "eta" in lag and lag["eta"] is None:
+            drops = ", ".join(f"eta {e} {v['mean_drop']:+.3f}" for e, v in (lag.get("per_eta") or {}).items()
+                              if isinstance(v, dict) and "mean_drop" in v)
             cell = {**cell, "pocket": "not testable",
-                    "pocket_evidence": f"{path}: {lag.get('reading', 'its lag rule chose no lag')}; {earlier}"}
+                    "pocket_evidence": f"{path}: {lag.get('reading', 'its lag rule chose no lag')}"
+                                       + (f" (naive GRPO's mean paired drop sync - stale, pilot seeds: {drops})" if drops else "")
+                                       + f"; {earlier}"}  # fmt: skip
             continue
         judged = pocket_gac1(root, reg) if cid == "GAC-1" else pocket_rescue(root, reg, cid) if cid in METHOD else None
         if judged is not None and judged["pocket"] != "not measured":

@@ -291,7 +291,9 @@ def test_a_later_registration_decides_a_claim_once_its_runs_have_finished(tmp_pa
     assert pocket_cells(tmp_path)["GAC-1"]["pocket"] == "inconclusive"
     assert pocket_cells(tmp_path)["AREAL-1"]["pocket"] == "not measured"  # nothing tabulated by either design
     _write(tmp_path / "lag2.json", {"eta": None, "reading": "not testable on the pocket LM: naive GRPO does not degrade "
-                                                             "by 0.06 at any lag tried (4, 16)"})
+                                                             "by 0.06 at any lag tried (4, 16)",
+                                    "per_eta": {"4": {"mean_drop": -0.005}, "16": {"mean_drop": 0.035}}})
     cell = pocket_cells(tmp_path)["AREAL-1"]
     assert cell["pocket"] == "not testable" and "does not degrade by 0.06" in cell["pocket_evidence"]
+    assert "mean paired drop sync - stale, pilot seeds: eta 4 -0.005, eta 16 +0.035)" in cell["pocket_evidence"]
     assert pocket_cells(tmp_path)["GAC-2"]["pocket"] == "not measured"  # the later registration holds no GAC-2 design
