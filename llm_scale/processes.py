@@ -62,15 +62,9 @@ def stop_trainers(timeout_s: float = 60.0) -> int:
     Returns how many were running."""
     procs = running()
     for proc in procs:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGINT)
+        _signal(proc, signal.SIGINT)
     for proc in procs:
-        try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        _wait_or_kill(proc, timeout_s)
     _RUNNING.clear()
     return len(procs)
 
@@ -78,13 +72,20 @@ def stop_trainers(timeout_s: float = 60.0) -> int:
 def interrupt(proc: subprocess.Popen, timeout_s: float = 60.0) -> None:
     """SIGINT to ``proc``'s group (a trainer stops after its current update and keeps its last checkpoint); kill
     the group if it has not ended after ``timeout_s``."""
+    _signal(proc, signal.SIGINT)
+    _wait_or_kill(proc, timeout_s)
+
+
+def _signal(proc: subprocess.Popen, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGINT)
+        os.killpg(proc.pid, sig)
+
+
+def _wait_or_kill(proc: subprocess.Popen, timeout_s: float) -> None:
     try:
         proc.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        _signal(proc, signal.SIGKILL)
         proc.wait()
 
 
