@@ -340,7 +340,8 @@ def run_pilot(sweep_file: str, runs: Path, out: Path, arms: tuple[str, ...], log
               only: tuple[str, float] | None = None, parallel: int = 1) -> None:
     """Run the pilot's ``arms`` (the study's runs of ``sweep_file``'s cells, `load_pilot`; same keys and directories
     as the study's; finished ones are kept) seed by seed across the cells and learning rates, ``parallel`` at a
-    time (the study's scheduler, `study.execute`: an interrupted run resumes from its last checkpoint), then write
+    time (the study's scheduler, `study.execute`: an interrupted run resumes from its last checkpoint, one begun or
+    finished by code that has changed since is trained afresh), then write
     ``out``/runs.csv, updates.csv and study.json in the study's columns (and the cell's). An arm is sync, stale
     or a recipe of the file's ``[compare] recipes`` (trained stale, at the file's first eta). ``start`` False:
     tabulate what has finished, start nothing (a run not finished is a row with ``finished`` False). ``only``
@@ -351,6 +352,7 @@ def run_pilot(sweep_file: str, runs: Path, out: Path, arms: tuple[str, ...], log
 
     from .config import UsageError
     from .study import STALE, SYNC, execute, late_split_half_cosine, make_run, run_updates
+    from .trainer import code_changed
 
     sweep, cells, choose = load_pilot(sweep_file)
     bad = [a for a in arms if a not in (SYNC, STALE, *sweep.recipes)]
@@ -373,7 +375,7 @@ def run_pilot(sweep_file: str, runs: Path, out: Path, arms: tuple[str, ...], log
     for run, at, cell, lr, chosen in planned:
         d = runs / run.key
         summary = json.loads((d / "summary.json").read_text()) if (d / "summary.json").is_file() else {}
-        done = summary.get("status") in ("finished", "diverged")
+        done = summary.get("status") in ("finished", "diverged") and not code_changed(d, run.recipe)
         if not done and not chosen:
             continue  # a setting this invocation does not run: no row
         trajectory = run_updates(d) if done else []

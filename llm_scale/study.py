@@ -194,6 +194,11 @@ class Run:
     options: tuple[tuple[str, Any], ...]  # the TrainConfig fields (without out)
 
     @property
+    def recipe(self) -> str:
+        """The recipe spec the run trains."""
+        return str(dict(self.options)["recipe"])
+
+    @property
     def key(self) -> str:
         """Hash of the configuration: the run's directory name (same settings, same run, whatever the stage)."""
         keyed = {k: v for k, v in self.options if k not in KEY_NEUTRAL or v != KEY_NEUTRAL[k]}
@@ -243,8 +248,14 @@ def compare_runs(sweep: Sweep, eta: int, lr: float) -> list[Run]:
 
 
 # -- runs on disk -----------------------------------------------------------------------------------
-def run_result(directory: Path, last_evals: int = 1) -> dict[str, Any] | None:
-    """The finished run's record (accuracy, device, wall time), or None when it is not finished."""
+def run_result(directory: Path, last_evals: int = 1, recipe: str | None = None) -> dict[str, Any] | None:
+    """The finished run's record (accuracy, device, wall time), or None when it is not finished, or, given its
+    ``recipe``, when it was started by code that has changed since (`llm_scale.trainer.code_changed`)."""
+    if recipe is not None:
+        from .trainer import code_changed
+
+        if code_changed(directory, recipe):
+            return None
     try:
         summary = json.loads((directory / "summary.json").read_text())
         if summary.get("status") == "diverged":  # a result, not a failure: its accuracy is undefined (NaN)
@@ -356,16 +367,26 @@ def execute(
     local process pool, or Ray with ``--executor ray``), so the study's runs go where a sweep's loops go. Returns
     how many runs finished in this invocation. Runs still going at the deadline are interrupted (SIGINT: each
     keeps its last checkpoint) and resumed by the next invocation; so are they on Ctrl-C, after which
-    KeyboardInterrupt is raised.
+    KeyboardInterrupt is raised. A run finished or begun by code that has changed since (its code.json,
+    `llm_scale.trainer.code_changed`) is trained afresh: its result and its checkpoint are another code's.
     """
     import shutil
 
     from testbed.util.executor import default
 
+    from .trainer import code_changed
+
     todo, seen = [], set()
     for run in runs:
-        if run.key not in seen and run_result(root / run.key) is None:
-            seen.add(run.key)
+        if run.key in seen:
+            continue
+        seen.add(run.key)
+        changed = code_changed(root / run.key, run.recipe)
+        if changed:  # finished or begun by other code: neither its result nor its checkpoint is this code's
+            print(f"study: {run.arm} eta={run.eta} lr={run.lr:g} seed={run.seed} ran other code ({', '.join(changed)}): "
+                  "trained afresh", file=log, flush=True)  # fmt: skip
+            shutil.rmtree(root / run.key)
+        if run_result(root / run.key) is None:
             todo.append(run)
     if not todo:
         return 0
@@ -512,7 +533,7 @@ def collect(sweep: Sweep, root: Path, force: tuple[int, float] | None = None) ->
 
     def result(run: Run) -> dict[str, Any] | None:
         if run.key not in results:
-            results[run.key] = run_result(root / run.key, sweep.last_evals)
+            results[run.key] = run_result(root / run.key, sweep.last_evals, run.recipe)
         return results[run.key]
 
     complete = True

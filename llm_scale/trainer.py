@@ -9,7 +9,8 @@ rollout side to the learner and weights the other way; nothing calls back.
 The recipe is ``testbed.stabilizers.build(spec)``: the very objects the testbed validates.
 Outputs under ``--out``: metrics.csv (one row per update), grad_steps.csv (one row per optimizer
 step: gradient norm, cosine to the previous step and the kind of pair), eval.csv (greedy
-evaluation by policy version, from version 0), summary.json (with the device it ran on),
+evaluation by policy version, from version 0), summary.json (with the device it ran on), code.json (the
+fingerprint of the code a fresh run started with, `run_code`: a study retrains a run whose code has changed),
 tensorboard/, checkpoints/, final/, and error.log when a run fails.
 """
 
@@ -294,6 +295,8 @@ class Trainer:
         reserve_for_failure(self.out)
         atomic_write_text(self.out / "config.json", json.dumps(asdict(cfg), indent=2, default=str))
         start = self.step
+        if start == 0:  # the code of a fresh run; a resumed run keeps the record of the run it continues
+            atomic_write_text(self.out / CODE_FILE, json.dumps(run_code(self.recipe), indent=1, sort_keys=True) + "\n")
         metrics = CsvLog(self.out / "metrics.csv", keep_below=start)
         grad_steps = CsvLog(self.out / "grad_steps.csv", key="update", keep_below=start) if cfg.grad_cosine else None
         evals = CsvLog(self.out / "eval.csv", key="version", keep_below=start) if cfg.eval_every else None
@@ -424,6 +427,35 @@ class Trainer:
         if self.device.type == "cuda":
             summary["peak_memory_gib"] = torch.cuda.max_memory_allocated(self.device) / 2**30
         return summary
+
+
+CODE_FILE = "code.json"  # in a run's directory: the fingerprint of the code it was started with (`run_code`)
+
+
+def run_code(recipe: Any) -> dict[str, str]:
+    """The fingerprint of the code an LLM run of ``recipe`` (a `testbed.stabilizers.recipe.Recipe`) runs, by part
+    (`testbed.util.codeprint.source_digest`): ``trainer`` (the `Trainer` and everything it names: learner, rollout,
+    sampler, tasks, models, and the stabilizer layer's code it calls) and each recipe component, which the
+    learner finds by name at run time. Settings are not code: they are in the run's key."""
+    from testbed.util.codeprint import source_digest
+
+    parts = {"trainer": source_digest(Trainer), f"advantage {recipe.advantage.name}": source_digest(type(recipe.advantage)),
+             f"surrogate {recipe.surrogate.name}": source_digest(type(recipe.surrogate))}
+    parts.update({f"transform {x.name}": source_digest(type(x)) for x in recipe.transforms})
+    return parts
+
+
+def code_changed(directory: Path, recipe_spec: str) -> list[str]:
+    """The parts of the code that changed since the run in ``directory`` (a run of ``recipe_spec``) was started,
+    from its `CODE_FILE` (`testbed.util.codeprint.stale_parts`); [] when it has none (a run started before runs
+    recorded their code is not judged) or it is unreadable."""
+    from testbed.util.codeprint import stale_parts
+
+    try:
+        recorded = json.loads((Path(directory) / CODE_FILE).read_text())
+    except (OSError, ValueError):
+        return []
+    return stale_parts(recorded if isinstance(recorded, dict) else None, run_code(build(recipe_spec)))
 
 
 def device_name(device: torch.device) -> str:

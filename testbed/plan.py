@@ -280,7 +280,7 @@ def _reuse_notes(store: ResultStore, runs: list[RunSpec], waiting: set[str],
                  code: dict[str, dict[str, str]]) -> tuple[dict[str, list[str]], int]:
     """(the finished runs retrained because their code changed, with the parts that did; how many reused runs
     have no code fingerprint to check). ``waiting``: the run ids still to train."""
-    from testbed.codeprint import stale_parts
+    from testbed.util.codeprint import stale_parts
 
     stale, unchecked = {}, 0
     for spec in runs:

@@ -41,9 +41,9 @@ from typing import Any
 
 import pandas as pd
 
-from testbed.codeprint import stale_parts
 from testbed.config import RunConfig
 from testbed.state import RunResult
+from testbed.util.codeprint import stale_parts
 from testbed.util.files import atomic_write_frame, atomic_write_text
 from testbed.util.provenance import machine
 

@@ -28,7 +28,7 @@ import pandas as pd
 
 from testbed import limits, outcomes
 from testbed.checkpoint import CheckpointError
-from testbed.codeprint import run_code, stale_parts
+from testbed.codeprint import run_code
 from testbed.config import Loop, RunConfig, RunSpec
 from testbed.plan import (  # noqa: F401  (re-exported: the sweep's public names)
     FORMATS,
@@ -45,6 +45,7 @@ from testbed.plan import (  # noqa: F401  (re-exported: the sweep's public names
 from testbed.results import ResultStore
 from testbed.runner import Interrupted, Runner
 from testbed.sweep_file import TOP_KEYS, expand, file_settings, load_file, parse_loop_size  # noqa: F401
+from testbed.util.codeprint import stale_parts
 from testbed.util.errors import RunFailed, UsageError
 from testbed.util.executor import Executor, LocalPool, WorkerLost, add_done, stop_requested
 from testbed.util.executor import default as default_executor

@@ -14,11 +14,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from testbed.codeprint import run_code, source_digest, stale_parts
+from testbed.codeprint import run_code
 from testbed.config import RunConfig
 from testbed.plan import build_task, plan_sweep
 from testbed.stabilizers import registry
 from testbed.sweep import run_sweep
+from testbed.util.codeprint import source_digest, stale_parts
 
 ROOT = Path(__file__).resolve().parents[2]
 MODULE = '''
@@ -117,7 +118,7 @@ def test_digest_follows_helpers_and_ignores_plumbing():
     from testbed.stabilizers import importance, numerics
 
     parts: dict = {}
-    from testbed.codeprint import _walk
+    from testbed.util.codeprint import _walk
 
     _walk(importance.TIS, parts)
     assert "testbed.stabilizers.numerics.safe_exp" in parts  # a helper it calls
@@ -164,3 +165,15 @@ edited -> nothing retrains."""
                           .replace("    p = prepare(terms)\n", "    p = prepare(terms)  # float32, masked\n"))
     err = sweep()
     assert "4 of 4 run(s) reused from 'o'" in err and "retraining" not in err
+
+
+def test_a_digest_is_the_same_in_every_process_whatever_the_defaults_hold(tmp_path):
+    """A default value that is a function or an object prints with its memory address; the digest names it by its
+    module and name instead, so a record written by one process matches the digest another computes."""
+    (tmp_path / "fp_defaults.py").write_text("def step(x, f=lambda v: v + 1, seen=object(), opts={'g': len}):\n"
+                                            "    return f(x)\n")
+    code = "from fp_defaults import step; from testbed.util.codeprint import source_digest; print(source_digest(step))"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    digests = {subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+               for _ in range(2)}
+    assert len(digests) == 1 and len(digests.pop().strip()) == 16

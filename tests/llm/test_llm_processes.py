@@ -135,6 +135,12 @@ def test_a_study_job_runs_its_trainer_to_the_end_or_interrupts_it(tmp_path, monk
     short = [*TRAIN[:-1], "2", "--out", str(tmp_path / "short")]
     assert processes.train_job(short, str(tmp_path / "short.log"), env(), time.time() + 600) == "exited"
     assert json.loads((tmp_path / "short" / "summary.json").read_text())["status"] == "finished"
+    from llm_scale.trainer import CODE_FILE, code_changed, run_code
+    from testbed.stabilizers import build
+
+    recorded = json.loads((tmp_path / "short" / CODE_FILE).read_text())  # the code the run started with
+    assert recorded == run_code(build("pg")) and set(recorded) == {"trainer", "advantage auto", "surrogate pg"}
+    assert code_changed(tmp_path / "short", "pg") == []
     out = tmp_path / "long"
     monkeypatch.setattr(processes, "stop_requested", lambda: (out / "metrics.csv").exists())
     long = [*TRAIN, "--checkpoint-every", "1", "--out", str(out)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import math
 from pathlib import Path
@@ -175,6 +176,34 @@ def test_a_run_counts_as_done_only_when_finished_through_its_last_version(tmp_pa
     diverged = study.run_result(run)
     assert diverged["diverged"] and math.isnan(diverged["accuracy"])  # done, and never rerun, but no accuracy
     assert math.isnan(study.mean_se([0.5, math.nan, 0.4])[0])
+
+
+def test_a_run_started_by_other_code_is_no_result_and_is_trained_afresh(tmp_path):
+    """run_result with the run's recipe: a run whose code.json names other code is not a result; without a
+    code.json (a run from before runs recorded their code) it is not judged; `execute` trains the former afresh."""
+    from llm_scale.trainer import CODE_FILE, run_code
+    from testbed.stabilizers import build
+
+    run = tmp_path / "r"
+    run.mkdir()
+    (run / "summary.json").write_text(json.dumps({"status": "finished", "of_steps": 2}))
+    (run / "eval.csv").write_text("version,eval_reward\n0,0.1\n2,0.5\n")
+    assert study.run_result(run, recipe="grpo")["accuracy"] == 0.5  # no record of its code: not judged
+    (run / CODE_FILE).write_text(json.dumps(run_code(build("grpo"))))
+    assert study.run_result(run, recipe="grpo")["accuracy"] == 0.5
+    assert study.run_result(run, recipe="tis(c=2)") is None  # a recipe whose components the record does not hold
+    (run / CODE_FILE).write_text(json.dumps({**run_code(build("grpo")), "trainer": "0" * 16}))
+    assert study.run_result(run, recipe="grpo") is None and study.run_result(run)["accuracy"] == 0.5
+    sweep = study.load_sweep(DRY)
+    first = study.search_runs(sweep)[0]
+    moved = tmp_path / "runs" / first.key
+    moved.parent.mkdir()
+    run.rename(moved)
+    (moved / CODE_FILE).write_text(json.dumps({**run_code(build(first.recipe)), "trainer": "0" * 16}))
+    log = io.StringIO()
+    assert study.execute([first], tmp_path / "runs", budget_s=-1.0, parallel=1, device=None, log=log) == 0  # too late
+    assert not moved.exists()  # removed, to be trained afresh
+    assert "ran other code (trainer): trained afresh" in log.getvalue()
 
 
 @pytest.mark.parametrize("cosines, late", [((0.9, 0.9, 0.1, "nan"), 0.1), ((0.9, 0.2, 0.4), 0.4),
