@@ -249,6 +249,10 @@ def assess(claim: Claim, ev: Evidence) -> Judgement:
         j.verdict = "not testable"
         j.note = "; ".join(f"{p['name']}: {p['status']} ({p['measured']})" for p in blocked) + (
             f"; {j.note}" if j.note else "")
+    if stop.get("missing"):  # a partial report (--cached-only) whose look is part-trained: no verdict yet
+        j.note = (f"not judged: {stop['missing']} of its runs not yet run; the cached runs alone read "
+                  f"'{j.verdict}'") + (f"; {j.note}" if j.note else "")
+        j.verdict, j.verdict_if_testable = "inconclusive", None
     return j
 
 

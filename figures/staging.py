@@ -68,9 +68,17 @@ def staged(ctx: Context, claims: tuple[Claim, ...], design: Design, seeds: tuple
     waiting: dict[str, dict[str, Any]] = {}  # the undecided claims' stops and verdicts at the last look taken
     for k, n in enumerate(design.looks):
         look = runs(list(seeds[:n]), None if k == 0 else pending)
-        if k and ctx.cached_only and ctx.uncached(look):  # a partial report: this look has not run yet
+        absent = ctx.uncached(look) if ctx.cached_only else 0
+        if k and absent:  # a partial report: this look has not run yet
             why = f"look {k + 1} of {len(design.looks)} not yet run (--cached-only)"
             stops.update({claim.id: {**waiting[claim.id], "reason": why} for claim in pending})
+            break
+        if absent:  # a partial report whose first look is part-trained: shown, not judged (`records.assess`)
+            ctx.ensure(look)
+            ev = build()
+            why = f"look 1 of {len(design.looks)}: {absent} of {len(look)} runs not yet run (--cached-only)"
+            stops.update({claim.id: {"n": n, "look": 0, "level": design.level(0), "looks": list(design.looks),
+                                     "reason": why, "verdict": "inconclusive", "missing": absent} for claim in pending})
             break
         ctx.ensure(look)
         ev = build()

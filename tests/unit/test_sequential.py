@@ -15,7 +15,7 @@ import pytest
 
 from figures.claims import looks_text
 from figures.experiments import mnist_delay
-from figures.records import Claim, Judgement, history_consistent, look_history
+from figures.records import Claim, Judgement, assess, history_consistent, look_history
 from figures.staging import staged
 from testbed.util import stats
 from testbed.util.sequential import Design, boundaries, false_verdict_rate, spent
@@ -219,3 +219,27 @@ def test_a_partial_report_stops_at_the_last_look_the_cache_holds():
     assert (b["n"], b["look"], b["verdict"]) == (5, 0, "inconclusive")
     assert b["reason"] == "look 2 of 3 not yet run (--cached-only)"
     assert ctx.trained == [[("B", s) for s in range(5)]]  # nothing asked of the later looks
+
+
+def test_a_partial_report_does_not_judge_a_part_trained_first_look():
+    """--cached-only with only some of the first look's runs cached: the evidence is built (the figure shows it),
+    but the claims read "inconclusive", naming how many runs are missing and what the cached ones alone say."""
+    seeds = tuple(range(5))
+    claims = (Claim("C", "", "", "", "e", "", (), "", lambda ev: Judgement("x", [stats.at_least("above 0", ev.error["clear"], 0.0)]), ()),)
+    cached = {("C", s) for s in range(3)}
+    ctx = _Ctx(cached_only=True, cached=cached)
+
+    def build():
+        return mnist_delay.Evidence(seeds=list(seeds), error={"clear": [1.0 + 0.01 * s if ("C", s) in cached else None
+                                                                        for s in seeds]})
+
+    ev = staged(ctx, claims, Design(5, 5, 5), seeds, lambda train, cls: [("C", s) for s in train], build)
+    c = ev.sequential["C"]
+    assert (c["n"], c["missing"], c["verdict"]) == (5, 2, "inconclusive")
+    assert c["reason"] == "look 1 of 1: 2 of 5 runs not yet run (--cached-only)"
+    j = assess(claims[0], ev)
+    assert j.verdict == "inconclusive" and j.note.startswith("not judged: 2 of its runs not yet run; the cached runs "
+                                                             "alone read 'reproduced'")
+    whole = staged(_Ctx(cached_only=True, cached={("C", s) for s in seeds}), claims, Design(5, 5, 5), seeds,
+                   lambda train, cls: [("C", s) for s in train], build)
+    assert "missing" not in whole.sequential["C"]  # every run cached: judged as usual
