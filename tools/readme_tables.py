@@ -52,7 +52,7 @@ def confirmatory_table(report: dict) -> str:
     total, missing = report.get("total_runs"), report.get("missing_runs") or 0
     runs = (f"{total - missing} of its {total} simulator runs" if isinstance(total, int) else "its simulator runs")
     line = (f"Protocol: **{st.get('label', 'exploratory')}**; seed block {st['seed_block'][0]}..{st['seed_block'][1]}; "
-            f"the report holds {runs}" + ("; a claim none of whose runs has run yet reads 'inconclusive' (no data)." if missing else "."))
+            f"the report holds {runs}" + ("; a claim whose design has not all run yet reads 'inconclusive' (no data, or not judged on the runs that have)." if missing else "."))
     return "\n".join([line, "", *verdict_table(report, header=False)])
 
 
