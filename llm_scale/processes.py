@@ -22,7 +22,7 @@ import sys
 import time
 from typing import IO, Any
 
-from testbed.util.executor import stop_requested
+from testbed.util.executor import add_done, stop_requested
 
 PR_SET_PDEATHSIG = 1
 _RUNNING: list[subprocess.Popen] = []
@@ -101,6 +101,8 @@ def train_job(argv: list[str], log_path: str, env: dict[str, str], deadline: flo
         while proc.poll() is None:
             if time.time() >= deadline or stop_requested():
                 interrupt(proc)
+                add_done(1.0)
                 return "interrupted"
             time.sleep(poll_s)
+    add_done(1.0)  # the command's count of ended runs (its progress line)
     return "exited"

@@ -407,7 +407,11 @@ def execute(
                                                           "options": dict(run.options)}, default=str, indent=1))  # fmt: skip
         jobs.append((argv, str(root / f"{run.key}.log"), env, deadline))
     print(f"study: {len(todo)} run(s) to train under {root}, {parallel} at a time", file=log, flush=True)
-    ends = default().run(train_job, jobs, workers=parallel)
+
+    def ended(total: float) -> None:
+        print(f"study: {total:g} of {len(todo)} run(s) ended ({time.strftime('%H:%M:%S')})", file=log, flush=True)
+
+    ends = default().run(train_job, jobs, workers=parallel, on_done=ended)
     finished = 0
     for run, end in zip(todo, ends, strict=True):
         ok = run_result(root / run.key) is not None

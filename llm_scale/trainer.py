@@ -296,7 +296,7 @@ class Trainer:
         atomic_write_text(self.out / "config.json", json.dumps(asdict(cfg), indent=2, default=str))
         start = self.step
         if start == 0:  # the code of a fresh run; a resumed run keeps the record of the run it continues
-            atomic_write_text(self.out / CODE_FILE, json.dumps(run_code(self.recipe), indent=1, sort_keys=True) + "\n")
+            atomic_write_text(self.out / CODE_FILE, json.dumps(run_code(self.recipe, fresh=True), indent=1, sort_keys=True) + "\n")
         metrics = CsvLog(self.out / "metrics.csv", keep_below=start)
         grad_steps = CsvLog(self.out / "grad_steps.csv", key="update", keep_below=start) if cfg.grad_cosine else None
         evals = CsvLog(self.out / "eval.csv", key="version", keep_below=start) if cfg.eval_every else None
@@ -432,16 +432,20 @@ class Trainer:
 CODE_FILE = "code.json"  # in a run's directory: the fingerprint of the code it was started with (`run_code`)
 
 
-def run_code(recipe: Any) -> dict[str, str]:
+def run_code(recipe: Any, fresh: bool = False) -> dict[str, str]:
     """The fingerprint of the code an LLM run of ``recipe`` (a `testbed.stabilizers.recipe.Recipe`) runs, by part
     (`testbed.util.codeprint.source_digest`): ``trainer`` (the `Trainer` and everything it names: learner, rollout,
     sampler, tasks, models, and the stabilizer layer's code it calls) and each recipe component, which the
-    learner finds by name at run time. Settings are not code: they are in the run's key."""
+    learner finds by name at run time. Settings are not code: they are in the run's key. ``fresh``: the code as it
+    is at this moment (`testbed.util.codeprint.source_digest`), as a run records it."""
     from testbed.util.codeprint import source_digest
 
-    parts = {"trainer": source_digest(Trainer), f"advantage {recipe.advantage.name}": source_digest(type(recipe.advantage)),
-             f"surrogate {recipe.surrogate.name}": source_digest(type(recipe.surrogate))}
-    parts.update({f"transform {x.name}": source_digest(type(x)) for x in recipe.transforms})
+    def digest(obj: Any) -> str:
+        return source_digest(obj, fresh=fresh)
+
+    parts = {"trainer": digest(Trainer), f"advantage {recipe.advantage.name}": digest(type(recipe.advantage)),
+             f"surrogate {recipe.surrogate.name}": digest(type(recipe.surrogate))}
+    parts.update({f"transform {x.name}": digest(type(x)) for x in recipe.transforms})
     return parts
 
 

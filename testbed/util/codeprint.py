@@ -147,8 +147,7 @@ def _walk(obj: Any, parts: dict[str, str]) -> None:
             parts.setdefault(f"{module_name}.{name}", repr(value))
 
 
-@functools.lru_cache(maxsize=256)
-def _digest_cached(objs: tuple[Any, ...]) -> str:
+def _digest(objs: tuple[Any, ...]) -> str:
     parts: dict[str, str] = {}
     for obj in objs:
         _walk(obj, parts)
@@ -158,9 +157,14 @@ def _digest_cached(objs: tuple[Any, ...]) -> str:
     return h.hexdigest()[:16]
 
 
-def source_digest(*objs: Any) -> str:
-    """A digest of the source of ``objs`` and of everything they name in the project's or the user's modules."""
-    return _digest_cached(tuple(objs))
+_digest_cached = functools.lru_cache(maxsize=256)(_digest)
+
+
+def source_digest(*objs: Any, fresh: bool = False) -> str:
+    """A digest of the source of ``objs`` and of everything they name in the project's or the user's modules.
+    Cached per process by the objects themselves; ``fresh``: walked anew (the code as it is now, e.g. where a
+    module's global has been replaced since), and not cached."""
+    return _digest(tuple(objs)) if fresh else _digest_cached(tuple(objs))
 
 
 def stale_parts(recorded: dict[str, str] | None, current: dict[str, str]) -> list[str]:

@@ -54,7 +54,8 @@ def test_a_finished_run_leaves_no_reserve(tmp_path):
     argv = ["train", "--model", "tiny", "--task", "copy", "--steps", "2", "--prompts-per-step", "2", "--group-size", "2",
             "--tensorboard", "off", "--no-progress", "--no-save-final", "--out", str(tmp_path / "ok")]  # fmt: skip
     assert cli.main(argv) == 0
-    assert sorted(p.name for p in (tmp_path / "ok").iterdir()) == ["config.json", "grad_steps.csv", "metrics.csv", "summary.json"]
+    assert sorted(p.name for p in (tmp_path / "ok").iterdir()) == ["code.json", "config.json", "grad_steps.csv", "metrics.csv",
+                                                                   "summary.json"]
 
 
 def test_a_randomly_initialised_model_gets_no_budget_warning(tmp_path, capsys):
