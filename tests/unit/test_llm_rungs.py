@@ -297,3 +297,11 @@ def test_a_later_registration_decides_a_claim_once_its_runs_have_finished(tmp_pa
     assert cell["pocket"] == "not testable" and "does not degrade by 0.06" in cell["pocket_evidence"]
     assert "mean paired drop sync - stale, pilot seeds: eta 4 -0.005, eta 16 +0.035)" in cell["pocket_evidence"]
     assert pocket_cells(tmp_path)["GAC-2"]["pocket"] == "not measured"  # the later registration holds no GAC-2 design
+
+
+@pytest.mark.parametrize("value", ["x", "-0.1", "nan"])
+def test_the_lag_rules_min_drop_must_be_a_positive_number(value, capsys):
+    from llm_scale.pocket_design import main
+
+    assert main(["lag", "base", "out.json", "lag16", "--min-drop", value]) == 2
+    assert capsys.readouterr().err.splitlines() == [f"error: lag: --min-drop takes a positive score difference, got {value!r}"]
