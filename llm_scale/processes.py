@@ -23,20 +23,14 @@ import time
 from typing import IO, Any
 
 from testbed.util.executor import add_done, stop_requested
+from testbed.util.workers import set_parent_death_signal
 
-PR_SET_PDEATHSIG = 1
 _RUNNING: list[subprocess.Popen] = []
 
 
 def _arm_parent_death(parent: int) -> None:
     """In the child, before exec: SIGTERM when the parent dies (Linux); exit at once if it already has."""
-    if sys.platform.startswith("linux"):
-        try:
-            import ctypes
-
-            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
-        except (OSError, AttributeError):
-            pass
+    set_parent_death_signal(signal.SIGTERM)
     if os.getppid() != parent:
         os._exit(1)
 

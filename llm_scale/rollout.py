@@ -51,6 +51,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from testbed.util.workers import set_parent_death_signal
+
 from .generation import NonFiniteRollout, RolloutBatch
 from .sampler import Sampler
 
@@ -343,23 +345,12 @@ class ThreadRollouts(_Async):
         self.thread.join()
 
 
-def _die_with_parent() -> None:
-    """Ask Linux to SIGKILL this process when its parent dies (so a killed trainer leaves no orphan)."""
-    try:
-        import ctypes
-        import signal
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # not Linux: the parent-alive polling below still ends the loop
-        pass
-
-
 def _process_main(
     sampler: Sampler, config: Any, dtype: torch.dtype, device: str, slot: WeightSlot, plan: Plan, out: Any,
     threads: int, parent: int,
 ) -> None:  # fmt: skip
     """Entry point of the rollout process: build the model from config, then run the rollout loop."""
-    _die_with_parent()
+    set_parent_death_signal()  # SIGKILL when the trainer dies: a killed trainer leaves no orphan (elsewhere: `alive`)
     if threads:
         torch.set_num_threads(threads)
 

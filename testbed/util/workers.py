@@ -23,14 +23,16 @@ IMPORTS_ENV = "TESTBED_IMPORTS"
 PR_SET_PDEATHSIG = 1
 
 
-def _set_pdeathsig() -> bool:
+def set_parent_death_signal(sig: int = signal.SIGKILL) -> bool:
+    """Ask the kernel to send this process ``sig`` when its parent ends (Linux's ``prctl(PR_SET_PDEATHSIG)``);
+    False where it cannot be armed (another system)."""
     if not sys.platform.startswith("linux"):
         return False
     try:
         import ctypes
 
         libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) == 0
+        return libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
 
@@ -44,7 +46,7 @@ def _watch(parent_pid: int, poll_s: float) -> None:
 
 def die_with_parent(parent_pid: int, poll_s: float = 1.0) -> None:
     """End this process when process ``parent_pid`` (its parent) ends."""
-    _set_pdeathsig()
+    set_parent_death_signal(signal.SIGKILL)
     if os.getppid() != parent_pid:  # the parent died before the signal was armed
         os._exit(1)
     threading.Thread(target=_watch, args=(parent_pid, poll_s), daemon=True, name="parent-watch").start()
