@@ -436,17 +436,12 @@ def run_code(recipe: Any, fresh: bool = False) -> dict[str, str]:
     """The fingerprint of the code an LLM run of ``recipe`` (a `testbed.stabilizers.recipe.Recipe`) runs, by part
     (`testbed.util.codeprint.source_digest`): ``trainer`` (the `Trainer` and everything it names: learner, rollout,
     sampler, tasks, models, and the stabilizer layer's code it calls) and each recipe component, which the
-    learner finds by name at run time. Settings are not code: they are in the run's key. ``fresh``: the code as it
-    is at this moment (`testbed.util.codeprint.source_digest`), as a run records it."""
-    from testbed.util.codeprint import source_digest
+    learner finds by name at run time (`testbed.util.codeprint.recipe_code`, as the testbed's runs record them).
+    Settings are not code: they are in the run's key. ``fresh``: the code as it is at this moment
+    (`testbed.util.codeprint.source_digest`), as a run records it."""
+    from testbed.util.codeprint import recipe_code, source_digest
 
-    def digest(obj: Any) -> str:
-        return source_digest(obj, fresh=fresh)
-
-    parts = {"trainer": digest(Trainer), f"advantage {recipe.advantage.name}": digest(type(recipe.advantage)),
-             f"surrogate {recipe.surrogate.name}": digest(type(recipe.surrogate))}
-    parts.update({f"transform {x.name}": digest(type(x)) for x in recipe.transforms})
-    return parts
+    return {"trainer": source_digest(Trainer, fresh=fresh), **recipe_code(recipe, fresh=fresh)}
 
 
 def code_changed(directory: Path, recipe_spec: str) -> list[str]:

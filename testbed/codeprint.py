@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from testbed.util.codeprint import source_digest
+from testbed.util.codeprint import recipe_code, source_digest
 
 
 def run_code(spec: Any, task: Any) -> dict[str, str]:
@@ -34,11 +34,7 @@ def config_code(config: Any) -> dict[str, str]:
 def _code(spec: Any, task_type: type) -> dict[str, str]:
     from testbed.runner import Runner
 
-    recipe = spec.recipe
-    out = {f"advantage {recipe.advantage.name}": source_digest(type(recipe.advantage)),
-           f"surrogate {recipe.surrogate.name}": source_digest(type(recipe.surrogate))}
-    for t in recipe.transforms:
-        out[f"transform {t.name}"] = source_digest(type(t))
+    out = recipe_code(spec.recipe)
     out[f"task {spec.config.task}"] = source_digest(task_type)
     out["loop"] = source_digest(Runner, type(spec.staleness), type(spec.frictions))
     return out

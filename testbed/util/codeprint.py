@@ -88,9 +88,11 @@ def _stable_repr(value: Any) -> str:
     dicts too."""
     if isinstance(value, types.FunctionType | types.BuiltinFunctionType | type):
         return f"<{type(value).__name__} {getattr(value, '__module__', '?')}.{getattr(value, '__qualname__', '?')}>"
-    if isinstance(value, tuple | list):
+    if isinstance(value, list):
+        return "[" + ", ".join(_stable_repr(v) for v in value) + "]"
+    if isinstance(value, tuple):
         inner = ", ".join(_stable_repr(v) for v in value)
-        return f"({inner},)" if isinstance(value, tuple) and len(value) == 1 else (f"({inner})" if isinstance(value, tuple) else f"[{inner}]")
+        return f"({inner},)" if len(value) == 1 else f"({inner})"
     if isinstance(value, dict):
         return "{" + ", ".join(f"{_stable_repr(k)}: {_stable_repr(v)}" for k, v in value.items()) + "}"
     text = repr(value)
@@ -165,6 +167,17 @@ def source_digest(*objs: Any, fresh: bool = False) -> str:
     Cached per process by the objects themselves; ``fresh``: walked anew (the code as it is now, e.g. where a
     module's global has been replaced since), and not cached."""
     return _digest(tuple(objs)) if fresh else _digest_cached(tuple(objs))
+
+
+def recipe_code(recipe: Any, fresh: bool = False) -> dict[str, str]:
+    """The parts of a run's fingerprint that a recipe (`testbed.stabilizers.recipe.Recipe`) contributes, one per
+    component, each its class's `source_digest`: ``advantage NAME``, ``surrogate NAME``, ``transform NAME``... (the
+    loop that runs them finds them by name at run time, so their code is not reached from it)."""
+    out = {f"advantage {recipe.advantage.name}": source_digest(type(recipe.advantage), fresh=fresh),
+           f"surrogate {recipe.surrogate.name}": source_digest(type(recipe.surrogate), fresh=fresh)}
+    for t in recipe.transforms:
+        out[f"transform {t.name}"] = source_digest(type(t), fresh=fresh)
+    return out
 
 
 def stale_parts(recorded: dict[str, str] | None, current: dict[str, str]) -> list[str]:
