@@ -611,23 +611,23 @@ def pocket_cells(root: Path) -> dict[str, dict[str, str]]:
                                        f"{spec.get('power', '?')} -> {need} (pre-registration {POCKET_PREREG}, "
                                        f"status {status})",
                     "gpu": f"not measured: needs {spec.get('gpu_command', '?')} ({spec.get('gpu_cost', '?')})"}  # fmt: skip
-    return {cid: redesigned(root, cid, cell) for cid, cell in out.items()}
-
-
-def redesigned(root: Path, cid: str, cell: dict[str, str]) -> dict[str, str]:
-    """``cell`` (the first registration's, `pocket_cells`) under each later registration (`POCKET_REDESIGNS`, in
-    order) that holds a design for ``cid``: a design whose runs have all finished gives the cell its verdict, the
-    earlier design's shown beside it; one whose lag rule chose no lag (``lag_choice``, the output of ``python -m
-    llm_scale.pocket_design lag``, with ``eta`` null) makes the claim "not testable" there, with the rule's reading;
-    one not yet run (or not finished) leaves the verdict as it was and says what it needs. The GPU cell is the
-    first registration's."""
-    import tomllib
-
+    later = []  # the later registrations that parse, in order
     for path in POCKET_REDESIGNS:
         try:
-            reg = tomllib.loads((Path(root) / path).read_text())
+            later.append((path, tomllib.loads((root / path).read_text())))
         except (OSError, ValueError):
             continue
+    return {cid: redesigned(root, cid, cell, later) for cid, cell in out.items()}
+
+
+def redesigned(root: Path, cid: str, cell: dict[str, str], later: list[tuple[str, dict[str, Any]]]) -> dict[str, str]:
+    """``cell`` (the first registration's, `pocket_cells`) under each later registration (``later``: (path, parsed
+    file) of `POCKET_REDESIGNS`, in order) that holds a design for ``cid``: a design whose runs have all finished
+    gives the cell its verdict, the earlier design's shown beside it; one whose lag rule chose no lag
+    (``lag_choice``, the output of ``python -m llm_scale.pocket_design lag``, with ``eta`` null) makes the claim "not
+    testable" there, with the rule's reading; one not yet run (or not finished) leaves the verdict as it was and
+    says what it needs. The GPU cell is the first registration's."""
+    for path, reg in later:
         spec = (reg.get("claims") or {}).get(cid)
         if not spec:
             continue

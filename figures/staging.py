@@ -73,18 +73,16 @@ def staged(ctx: Context, claims: tuple[Claim, ...], design: Design, seeds: tuple
             why = f"look {k + 1} of {len(design.looks)} not yet run (--cached-only)"
             stops.update({claim.id: {**waiting[claim.id], "reason": why} for claim in pending})
             break
-        if absent:  # a partial report whose first look is part-trained: shown, not judged (`records.assess`)
-            ctx.ensure(look)
-            ev = build()
-            why = f"look 1 of {len(design.looks)}: {absent} of {len(look)} runs not yet run (--cached-only)"
-            stops.update({claim.id: {"n": n, "look": 0, "level": design.level(0), "looks": list(design.looks),
-                                     "reason": why, "verdict": "inconclusive", "missing": absent} for claim in pending})
-            break
         ctx.ensure(look)
         ev = build()
+        stop = {"n": n, "look": k, "level": design.level(k), "looks": list(design.looks)}
+        if absent:  # a partial report whose first look is part-trained: shown, not judged (`records.assess`)
+            why = f"look 1 of {len(design.looks)}: {absent} of {len(look)} runs not yet run (--cached-only)"
+            stops.update({claim.id: {**stop, "reason": why, "verdict": "inconclusive", "missing": absent}
+                          for claim in pending})
+            break
         waiting = {}
         for claim in list(pending):
-            stop = {"n": n, "look": k, "level": design.level(k), "looks": list(design.looks)}
             ev.sequential = {**stops, claim.id: stop}
             judgement = assess(claim, ev)
             verdict = judgement.verdict
