@@ -336,6 +336,28 @@ def load_pilot(sweep_file: str) -> tuple[Any, list[dict[str, Any]], str]:
     return sweep, cells, choose
 
 
+def pilot_plan(sweep: Any, cells: list[dict[str, Any]], arms: tuple[str, ...], only: tuple[str, float] | None = None
+               ) -> list[tuple[Any, Any, dict[str, Any], float, bool]]:
+    """The pilot's runs, seed-major (seed, cell, learning rate, arm: an interrupted pilot has its arms balanced by
+    seed), each as (run, the cell's sweep, cell, lr, chosen): the study's run (`study.make_run`, at the sweep's first
+    eta) of the sweep with the cell's [train] overrides; ``chosen`` False where ``only`` (cell, lr) names another
+    setting."""
+    import dataclasses
+
+    from .study import make_run
+
+    planned = []
+    for seed in sweep.search_seeds:
+        for cell in cells:
+            settings = {k: v for k, v in cell.items() if k not in ("name", "lr")}
+            at = dataclasses.replace(sweep, train={**sweep.train, **settings})
+            for lr in cell["lr"]:
+                chosen = only is None or (cell["name"], float(lr)) == (only[0], float(only[1]))
+                planned += [(make_run(at, "search", arm, sweep.etas[0], float(lr), seed), at, cell, float(lr), chosen)
+                            for arm in arms]  # fmt: skip
+    return planned
+
+
 def run_pilot(sweep_file: str, runs: Path, out: Path, arms: tuple[str, ...], log: Any = print, start: bool = True,
               only: tuple[str, float] | None = None, parallel: int = 1) -> None:
     """Run the pilot's ``arms`` (the study's runs of ``sweep_file``'s cells, `load_pilot`; same keys and directories
@@ -346,12 +368,10 @@ def run_pilot(sweep_file: str, runs: Path, out: Path, arms: tuple[str, ...], log
     or a recipe of the file's ``[compare] recipes`` (trained stale, at the file's first eta). ``start`` False:
     tabulate what has finished, start nothing (a run not finished is a row with ``finished`` False). ``only``
     (cell, lr): start runs of that setting alone (every setting's finished runs are tabulated)."""
-    import dataclasses
-
     import pandas as pd
 
     from .config import UsageError
-    from .study import STALE, SYNC, execute, late_split_half_cosine, make_run, run_updates
+    from .study import STALE, SYNC, execute, late_split_half_cosine, run_updates
     from .trainer import code_changed
 
     sweep, cells, choose = load_pilot(sweep_file)
@@ -359,15 +379,7 @@ def run_pilot(sweep_file: str, runs: Path, out: Path, arms: tuple[str, ...], log
     if bad:
         raise UsageError(f"pocket pilot: arm {bad[0]!r} is neither sync, stale nor one of {sweep_file}'s [compare] "
                          f"recipes {list(sweep.recipes)}")  # fmt: skip
-    planned = []  # (run, cell, lr, chosen) seed-major: an interrupted pilot has its arms balanced by seed
-    for seed in sweep.search_seeds:
-        for cell in cells:
-            settings = {k: v for k, v in cell.items() if k not in ("name", "lr")}
-            at = dataclasses.replace(sweep, train={**sweep.train, **settings})
-            for lr in cell["lr"]:
-                chosen = only is None or (cell["name"], float(lr)) == (only[0], float(only[1]))
-                planned += [(make_run(at, "search", arm, sweep.etas[0], float(lr), seed), at, cell, float(lr), chosen)
-                            for arm in arms]  # fmt: skip
+    planned = pilot_plan(sweep, cells, arms, only)
     if start:
         execute([run for run, *_, chosen in planned if chosen], runs, budget_s=math.inf, parallel=parallel,
                 device=None, log=sys.stdout)  # fmt: skip

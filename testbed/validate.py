@@ -103,8 +103,7 @@ def select_battery(out: str | Path, candidates: tuple[Cell, ...] = CANDIDATES, s
 
     plan, configs = [], {}
     for cell in candidates:
-        roles = {role: [_config(cell, "pg", cell.delay if role == "pg" else "sync", s) for s in range(seeds)]
-                 for role in ("pg", "sync")}  # fmt: skip
+        roles = cell_roles(cell, None, seeds)
         for cfgs in roles.values():
             for c in cfgs:
                 configs.setdefault(c.run_id, c)
@@ -124,6 +123,15 @@ def select_battery(out: str | Path, candidates: tuple[Cell, ...] = CANDIDATES, s
         cells = sorted((c for c in chosen.values() if c.task == task), key=lambda c: (_lag(c), c.steps))
         battery += cells[:1] + cells[-1:] if len(cells) > 1 else cells
     return tuple(battery), rows
+
+
+def cell_roles(cell: Cell, spec: str | None, seeds: int) -> dict[str, list[Any]]:
+    """The runs a battery cell compares, per role and seed 0..``seeds`` - 1: ``recipe`` (``spec`` at the cell's
+    lag; left out when ``spec`` is None, as in the selection), ``pg`` (PG at the cell's lag) and ``sync`` (PG
+    without staleness)."""
+    roles = {} if spec is None else {"recipe": [_config(cell, spec, cell.delay, s) for s in range(seeds)]}
+    return {**roles, "pg": [_config(cell, "pg", cell.delay, s) for s in range(seeds)],
+            "sync": [_config(cell, "pg", "sync", s) for s in range(seeds)]}
 
 
 def _config(cell: Cell, recipe: str, delay: str, seed: int) -> Any:
@@ -173,11 +181,7 @@ def validate(
     plan: list[tuple[Cell, dict[str, list[Any]]]] = []
     configs: dict[str, Any] = {}
     for cell in battery:
-        roles = {
-            "recipe": [_config(cell, spec, cell.delay, s) for s in range(seeds)],
-            "pg": [_config(cell, "pg", cell.delay, s) for s in range(seeds)],
-            "sync": [_config(cell, "pg", "sync", s) for s in range(seeds)],
-        }
+        roles = cell_roles(cell, spec, seeds)
         for cfgs in roles.values():
             for c in cfgs:
                 c.validate()

@@ -406,3 +406,28 @@ def test_late_split_half_cosine_reads_the_second_half_of_the_updates(tmp_path):
     (tmp_path / "plain.csv").write_text("update,grad_cos_prev\n0,0.5\n")  # written without --grad-split-half
     assert math.isnan(late_split_half_cosine(tmp_path / "plain.csv"))
     assert math.isnan(late_split_half_cosine(tmp_path / "absent.csv"))
+
+
+COMMITTED = sorted(p.parent.relative_to(ROOT).as_posix() for p in (ROOT / "results" / "llm").rglob("study.json"))
+
+
+@pytest.mark.parametrize("where", COMMITTED)
+def test_every_committed_run_is_one_its_file_still_plans(where):
+    """Every run of a committed study or pilot table (runs.csv ``key``) is one that its sweep file (study.json
+    ``sweep``) still plans: the search and, at the chosen cell, the comparison of a study; the pilot's cells and arms
+    (`pocket_design.pilot_plan`) of a pilot. A run key that moved would retrain the run, or read another's result."""
+    import pandas as pd
+
+    from llm_scale.pocket_design import load_pilot, pilot_plan
+
+    info = json.loads((ROOT / where / "study.json").read_text())
+    committed = set(pd.read_csv(ROOT / where / "runs.csv")["key"])
+    if "arms" in info:  # a pilot
+        sweep, cells, _ = load_pilot(str(ROOT / info["sweep"]))
+        planned = {run.key for run, *_ in pilot_plan(sweep, cells, tuple(info["arms"]))}
+    else:
+        sweep = study.load_sweep(ROOT / info["sweep"])
+        planned = {r.key for r in study.search_runs(sweep)}
+        if info.get("chosen"):
+            planned |= {r.key for r in study.compare_runs(sweep, int(info["chosen"]["eta"]), float(info["chosen"]["lr"]))}
+    assert committed and committed <= planned, sorted(committed - planned)[:3]
