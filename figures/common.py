@@ -33,6 +33,7 @@ from figures.budgets import Budget, budget
 from figures.evidence import Evidence
 from testbed.config import RunConfig
 from testbed.machine import NOT_RECORDED, describe, trained_by
+from testbed.util.endpoints import from_mean, tail_mean
 from testbed.util.files import atomic_write_text
 from testbed.util.provenance import machine
 
@@ -307,8 +308,9 @@ def _runs(table: pd.DataFrame, cell: list[RunConfig]) -> list[pd.DataFrame | Non
 def values(table: pd.DataFrame, cell: list[RunConfig], metric: str, diverged_value: float = float("nan"),
            tail: float = 0.05, start: float | None = None) -> np.ndarray:
     """One number per config of ``cell`` (= per seed): the mean of ``metric`` over the last ``tail``
-    fraction of its logged values (at least one), or over the logged values from fraction ``start`` of
-    the run on; ``diverged_value`` for a diverged run, NaN for a missing one."""
+    fraction of its logged values (at least one; `testbed.util.endpoints.tail_mean`), or over the logged values
+    from fraction ``start`` of the run on (`testbed.util.endpoints.from_mean`); ``diverged_value`` for a
+    diverged run, NaN for a missing one or one that logged none."""
     out = []
     for run in _runs(table, cell):
         if run is None:
@@ -317,12 +319,8 @@ def values(table: pd.DataFrame, cell: list[RunConfig], metric: str, diverged_val
         if run["status"].iloc[0] == "diverged":
             out.append(diverged_value)
             continue
-        vals = run[metric].dropna().to_numpy(dtype=float) if metric in run else np.zeros(0)
-        if not len(vals):
-            out.append(float("nan"))
-            continue
-        k = max(1, len(vals) - round(start * len(vals))) if start is not None else max(1, round(tail * len(vals)))
-        out.append(float(vals[-k:].mean()))
+        vals = run.get(metric, [])
+        out.append(from_mean(vals, start) if start is not None else tail_mean(vals, tail))
     return np.asarray(out, dtype=float)
 
 

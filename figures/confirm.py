@@ -2,9 +2,10 @@
 
 Pure functions on per-seed arrays, one per rule of figures/preregistration.toml (docs/claims_protocol.md):
 
-* the learning phase (`learning_window`, `window_mean`): the window of versions in which the *base* (grpo
-  at sync) makes a stated share of its error drop, read from the base's curve only, never a method's;
-  the endpoint is the mean error over that window (the area under the learning curve divided by its width);
+* the learning phase (`registered_window`, `phase_endpoints`; the rules in testbed/util/endpoints.py): the
+  window of versions in which the *base* (grpo at sync) makes the registered share of its error drop, read from
+  the base's curve only, never a method's; the endpoint is the mean error over that window (the area under the
+  learning curve divided by its width);
 * the fingerprint like for like (`fingerprint_gap`): token-level ESS against token-level ESS, sequence-level
   only at equal sequence length, clip fraction by lag;
 * stability (`collapsed`, `high_error`, `stability_parts`): the plain paired mean and the collapse rate with
@@ -23,14 +24,15 @@ Pure functions on per-seed arrays, one per rule of figures/preregistration.toml 
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import scipy.stats as st
 
+from figures import prereg
 from figures.records import Margin
+from testbed.util.endpoints import endpoint_per_seed, learning_window
 from testbed.util.stats import (
     ALPHA,
     BETA,
@@ -48,49 +50,20 @@ from testbed.util.stats import (
 # --- (a) the learning phase ----------------------------------------------------------------------------
 
 
-def learning_window(versions: Sequence[float], base_error: Any, lo: float, hi: float) -> tuple[float, float]:
-    """(first, last) version of the learning phase, from the base's curves only.
-
-    ``base_error``: [seeds, versions] test error of the base (grpo at sync). With c(v) the mean over seeds,
-    progress p(v) = (c(v_0) - c(v)) / (c(v_0) - c(v_end)); the window runs from the first version with
-    p >= ``lo`` to the first with p >= ``hi``. (nan, nan) when the base does not learn (c(v_end) >= c(v_0))."""
-    v = np.asarray(versions, dtype=float)
-    b = np.atleast_2d(np.asarray(base_error, dtype=float))
-    if b.size == 0 or v.size == 0:
-        return float("nan"), float("nan")
-    with np.errstate(all="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # a version no seed logged: NaN, left out below
-        c = np.nanmean(b, axis=0)
-    if c.shape != v.shape:
-        raise ValueError(f"base_error has {c.size} versions per seed, versions has {v.size}")
-    ok = np.flatnonzero(np.isfinite(c))
-    if ok.size < 2:
-        return float("nan"), float("nan")
-    first, last = c[ok[0]], c[ok[-1]]  # the first and last versions the base logged
-    if not first - last > 0:
-        return float("nan"), float("nan")
-    with np.errstate(invalid="ignore"):
-        p = np.where(np.isfinite(c), (first - c) / (first - last), -np.inf)
-    return float(v[np.argmax(p >= lo)]), float(v[np.argmax(p >= hi)])
+def registered_window(versions: Sequence[float], base_error: Any) -> tuple[float, float]:
+    """The learning window of the registered phase rule (preregistration.toml ``[phase]`` progress_lo,
+    progress_hi) on the base's curves ``base_error`` [seeds, versions] (`testbed.util.endpoints.learning_window`)."""
+    ph = prereg.load().section("phase")
+    return learning_window(versions, base_error, ph["progress_lo"], ph["progress_hi"])
 
 
-def window_mean(versions: Sequence[float], curve: Any, window: tuple[float, float]) -> float:
-    """Mean of ``curve`` over [first, last] of ``window``: its trapezoid area there divided by the width (the
-    value at ``first`` when the window is one version); NaN when the window is not on the curve's versions."""
-    v, y = np.asarray(versions, dtype=float), np.asarray(curve, dtype=float)
-    a, b = window
-    if not (math.isfinite(a) and math.isfinite(b)) or a not in v or b not in v or b < a:
-        return float("nan")
-    inside = (v >= a) & (v <= b)
-    if a == b:
-        return float(y[inside][0])
-    x, f = v[inside], y[inside]
-    return float(np.sum((f[1:] + f[:-1]) * np.diff(x)) / 2.0 / (b - a))
-
-
-def endpoint_per_seed(versions: Sequence[float], errors: Any, window: tuple[float, float]) -> np.ndarray:
-    """Per seed (rows of ``errors``), `window_mean` over the base's window: the learning-phase endpoint."""
-    return np.array([window_mean(versions, row, window) for row in np.atleast_2d(np.asarray(errors, dtype=float))])
+def phase_endpoints(versions: Sequence[float], curves: Mapping[Any, Any], base: Any
+                    ) -> tuple[tuple[float, float], dict[Any, np.ndarray]]:
+    """The registered learning window on ``curves[base]`` (`registered_window`, the base's curves alone) and per
+    cell of ``curves`` ([seeds, versions] test error) the per-seed mean error over it
+    (`testbed.util.endpoints.endpoint_per_seed`): the learning-phase endpoint of every cell."""
+    window = registered_window(versions, np.array(curves[base], dtype=float))
+    return window, {k: endpoint_per_seed(versions, np.array(v, dtype=float), window) for k, v in curves.items()}
 
 
 # --- (b) the fingerprint, like for like ---------------------------------------------------------------

@@ -30,9 +30,8 @@ def explore(seeds: Sequence[int], until: int, log_every: int) -> dict[str, Any]:
 
     import numpy as np
 
-    from figures import prereg
     from figures.budgets import FULL
-    from figures.confirm import learning_window
+    from figures.confirm import registered_window
     from figures.experiments.async_grpo import settings as ag_settings
     from figures.experiments.async_grpo.judges import (
         gac1_parts,
@@ -50,8 +49,7 @@ def explore(seeds: Sequence[int], until: int, log_every: int) -> dict[str, Any]:
     results = {d: trained[i * len(seeds):(i + 1) * len(seeds)] for i, d in enumerate(levels)}
     curves = {d: [[r.get("test_error", np.nan) for r in res.rows] for res in rs] for d, rs in results.items()}
     versions = [float(r["step"]) for r in results["sync"][0].rows]  # every run logs the same steps
-    ph = prereg.load().section("phase")
-    window = learning_window(versions, np.array(curves["sync"], dtype=float), ph["progress_lo"], ph["progress_hi"])
+    window = registered_window(versions, np.array(curves["sync"], dtype=float))
     measured = measure_records([c for d in levels for c in cfgs[d]], until)
     records = {d: dict(zip(seeds, measured[i * len(seeds):(i + 1) * len(seeds)], strict=True))
                for i, d in enumerate(levels)}

@@ -67,7 +67,8 @@ def load(cache: Path, config: RunConfig, until: int) -> dict[str, Any] | None:
 def summary(record: dict[str, Any] | None, window: tuple[float, float]) -> dict[str, float]:
     """``cos``, ``r`` and ``cos_minibatch`` of one run over ``window`` (module docstring); NaN when the record is
     absent, the window undefined, or the window not measured (it ends after the probe stopped)."""
-    from testbed.gac_signal import noise_ratio, steps_mean
+    from testbed.gac_signal import noise_ratio
+    from testbed.util.endpoints import steps_mean
 
     nan = float("nan")
     if record is None:

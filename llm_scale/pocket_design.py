@@ -41,6 +41,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from testbed.util.endpoints import last_mean, second_half_mean
 from testbed.util.files import atomic_write_frame, atomic_write_text
 
 COLLAPSE = 0.2  # an evaluation this far below the run's running best is a collapse (the testbed's rule)
@@ -290,16 +291,16 @@ def gac1_seeds(mean: float, sd: float, arm: str, low: int = 3, cap: int = 10) ->
 
 
 def _late_cos(directory: Path, column: str = "grad_cos_within") -> float:
-    """`study.late_mean` of ``column`` (``grad_cos_within``: the study's quantity; ``grad_cos_across``: consecutive
-    updates') in a run's metrics.csv."""
+    """The second-half mean (`testbed.util.endpoints.second_half_mean`, the study's window) of ``column``
+    (``grad_cos_within``: the study's quantity; ``grad_cos_across``: consecutive updates') in a run's metrics.csv;
+    NaN when the file or the column is missing."""
     import pandas as pd
 
-    from .study import late_mean
-
     try:
-        return late_mean(pd.read_csv(directory / "metrics.csv"), column)
+        table = pd.read_csv(directory / "metrics.csv")
     except (OSError, ValueError):
         return math.nan
+    return second_half_mean(table[column]) if column in table else math.nan
 
 
 def load_pilot(sweep_file: str) -> tuple[Any, list[dict[str, Any]], str]:
@@ -395,7 +396,7 @@ def run_pilot(sweep_file: str, runs: Path, out: Path, arms: tuple[str, ...], log
         n = sweep.last_evals
         rows.append({"key": run.key, "stage": "search", "cell": cell["name"], "arm": run.arm, "eta": sweep.etas[0],
                      "lr": lr, "seed": run.seed, "sequences": at.train.get("prompts_per_step", 8) * at.train.get("group_size", 8),
-                     "finished": done, "accuracy": sum(evals[-n:]) / n if len(evals) > n else math.nan,
+                     "finished": done, "accuracy": last_mean(evals, n, min_count=n + 1),
                      "diverged": summary.get("status") == "diverged", "accuracy_v0": evals[0] if evals else math.nan,
                      "wall_seconds": summary.get("wall_seconds", math.nan), "late_grad_cos_within": _late_cos(d),
                      "late_grad_cos_across": _late_cos(d, "grad_cos_across"),

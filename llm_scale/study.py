@@ -61,6 +61,7 @@ import tomllib
 
 import testbed.util.stats as stats
 from testbed.stabilizers import fingerprint as fp
+from testbed.util.endpoints import last_mean, second_half, second_half_mean
 from testbed.util.executor import make, using
 from testbed.util.files import atomic_write_text
 from testbed.util.stats import ALPHA
@@ -271,11 +272,10 @@ def run_result(directory: Path, last_evals: int = 1, recipe: str | None = None) 
         return None
     if not evals or evals[-1][0] != int(summary.get("of_steps", -1)):
         return None  # the file does not reach the last version: not complete
-    tail = [v for _, v in evals[-last_evals:]]
     metrics = _metrics_means(directory / "metrics.csv")
     metrics["late_grad_cos_split_half"] = late_split_half_cosine(directory / "grad_steps.csv")
     return {
-        "accuracy": sum(tail) / len(tail), "diverged": False, "accuracy_v0": evals[0][1] if evals[0][0] == 0 else math.nan,
+        "accuracy": last_mean([v for _, v in evals], last_evals), "diverged": False, "accuracy_v0": evals[0][1] if evals[0][0] == 0 else math.nan,
         "device": summary.get("device", ""), "device_name": summary.get("device_name", ""),
         "wall_seconds": float(summary.get("wall_seconds", math.nan)), "resumed_from_step": summary.get("resumed_from_step"),
         **metrics,
@@ -327,17 +327,8 @@ def _metrics_means(path: Path) -> dict[str, float]:
             "mismatch_abs_max", "lag_mean")  # fmt: skip
     out = {f"mean_{c}": float(table[c].mean()) for c in cols if c in table}
     if "grad_cos_within" in table:
-        out["late_grad_cos_within"] = late_mean(table, "grad_cos_within")
+        out["late_grad_cos_within"] = second_half_mean(table["grad_cos_within"])
     return out
-
-
-def late_mean(table: Any, column: str) -> float:
-    """The NaN-aware mean of ``column`` over the second half of a run's updates (the last ``n // 2`` of the
-    table's ``n`` rows, one per update); NaN when the column is absent or undefined there."""
-    if column not in table:
-        return math.nan
-    late = table[column].iloc[len(table) - len(table) // 2:]
-    return float(late.mean()) if late.notna().any() else math.nan
 
 
 def late_split_half_cosine(path: Path) -> float:
@@ -353,8 +344,7 @@ def late_split_half_cosine(path: Path) -> float:
         return math.nan
     if not {"update", "grad_dot_prev", "grad_half_dot"} <= set(table.columns) or table.empty:
         return math.nan
-    n = int(table["update"].max()) + 1
-    window = table[table["update"] >= n - n // 2]
+    window = table[table["update"] >= second_half(int(table["update"].max()) + 1)]
     return fp.consecutive_cosine_split_half(window["grad_dot_prev"].to_numpy()[1:], window["grad_half_dot"].to_numpy())
 
 

@@ -35,7 +35,6 @@ train bit for bit as without it.
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -223,17 +222,6 @@ def expected_loss_check(recipe: Any, group_size: int) -> None:
         raise ValueError(f"the exact expected gradient needs one of the surrogates {', '.join(SURROGATES)}, got "
                          f"{recipe.surrogate.name!r}")
     advantage_means(recipe.advantage.name, torch.zeros(1), group_size)
-
-
-def steps_mean(steps: Any, values: Any, window: tuple[float, float]) -> float:
-    """Mean of ``values`` over the optimizer steps whose batch version ``steps`` (= batch index + 1) lies in
-    [first, last] of ``window``, NaN values left out; NaN when none (or the window is undefined)."""
-    a, b = window
-    s, v = np.asarray(steps, dtype=float), np.asarray(values, dtype=float)
-    if not (math.isfinite(a) and math.isfinite(b)):
-        return float("nan")
-    keep = (s >= a) & (s <= b) & np.isfinite(v)
-    return float(v[keep].mean()) if keep.any() else float("nan")
 
 
 def measure(configs: Sequence[Any], until: int) -> list[dict[str, Any]]:

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.util import scorecard
+from testbed.util.endpoints import last_mean
 from testbed.util.scorecard import BATTERY_VERSION, DEFAULT_DIR, slug  # noqa: F401  (re-exported: the scorecard path convention)
 
 TOL = 0.02
@@ -153,10 +154,8 @@ def _final(table: Any, run_id: str, metric: str) -> tuple[float, str]:
     rows = table[table["run_id"] == run_id]
     if "diverged_at" in rows and rows["diverged_at"].notna().any():
         return float("nan"), "diverged"
-    values = rows[metric].dropna() if metric in rows else rows.iloc[0:0]
-    if values.empty:
-        return float("nan"), "missing"
-    return float(values.tail(2).mean()), "ok"
+    value = last_mean(rows[metric], 2) if metric in rows else float("nan")
+    return (float("nan"), "missing") if math.isnan(value) else (value, "ok")
 
 
 def validate(

@@ -10,37 +10,6 @@ import pytest
 from figures import confirm
 from testbed.util import stats
 
-# --- (a) the learning phase, from the base only ---
-
-
-def test_learning_window_closed_form_and_base_only():
-    v = np.arange(0, 201, 10.0)
-    base = 0.8 * np.exp(-v / 40.0) + 0.1  # drop 0.8 (1 - e^-5); p(v) = (1 - e^{-v/40}) / (1 - e^-5)
-    lo, hi = confirm.learning_window(v, np.vstack([base, base]), 0.25, 0.75)
-    d = 1 - math.exp(-5)
-    # first grid versions with p >= 0.25 / 0.75: v >= -40 ln(1 - 0.25 d) = 11.42 -> 20; -40 ln(1 - 0.75 d) = 54.65 -> 60
-    assert (lo, hi) == (20.0, 60.0)
-    assert -40 * math.log(1 - 0.25 * d) == pytest.approx(11.42, abs=0.01)
-    assert -40 * math.log(1 - 0.75 * d) == pytest.approx(54.65, abs=0.01)
-    # a method's curves never enter: the function takes the base only; a base that does not learn -> no window
-    assert all(map(math.isnan, confirm.learning_window(v, np.full_like(v, 0.5), 0.25, 0.75)))
-    assert all(map(math.isnan, confirm.learning_window([], np.zeros((2, 0)), 0.25, 0.75)))  # nothing logged
-    late = np.vstack([base, base])
-    late[:, 0] = np.nan  # version 0 not logged: the drop runs from the first logged version
-    assert confirm.learning_window(v, late, 0.25, 0.75)[0] >= 20.0
-
-
-def test_window_mean_is_the_trapezoid_area_over_the_width():
-    v = np.array([0, 10, 20, 30.0])
-    y = np.array([0.9, 0.5, 0.3, 0.2])
-    # [10, 30]: (0.5 + 0.3) / 2 * 10 + (0.3 + 0.2) / 2 * 10 = 6.5; / 20 = 0.325
-    assert confirm.window_mean(v, y, (10, 30)) == pytest.approx(0.325)
-    assert confirm.window_mean(v, y, (20, 20)) == pytest.approx(0.3)
-    assert math.isnan(confirm.window_mean(v, y, (5, 30)))  # not on the logged versions
-    per_seed = confirm.endpoint_per_seed(v, np.vstack([y, y + 0.1]), (10, 30))
-    assert per_seed == pytest.approx([0.325, 0.425])
-
-
 # --- (b) the fingerprint like for like ---
 
 TESTBED_V50 = [{"lag": 1, "ess_token": 0.990, "ess_seq": 0.990, "clip_frac": 0.034},

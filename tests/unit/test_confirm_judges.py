@@ -16,7 +16,7 @@ from figures.experiments.async_grpo.judges import (
     judge_areal1,
     judge_gac1,
     judge_gac2,
-    phase_endpoints,
+    learning_phase,
     phase_margin,
     predicted_at,
     stale_aligned,
@@ -50,13 +50,13 @@ def _evidence(grpo_collapses: int) -> ag.Evidence:
 
 def test_learning_window_and_endpoints_read_the_base_only():
     ev = _evidence(6)
-    window, end = phase_endpoints(ev)
+    window, end = learning_phase(ev)
     ph = prereg.load().section("phase")
     assert window == confirm.learning_window(V, np.array(ev.curves["grpo|sync"]), ph["progress_lo"], ph["progress_hi"])
     assert window == (20.0, 60.0)
     # the stale grpo cells do not move the window
     ev2 = _evidence(0)
-    assert phase_endpoints(ev2)[0] == window
+    assert learning_phase(ev2)[0] == window
     assert end[f"grpo|{LEVELS[1]}"][0] == pytest.approx(0.85)
 
 
@@ -83,7 +83,7 @@ def test_gac2_not_judged_where_grpo_does_not_degrade():
 
 def test_margin_is_computed_from_the_base():
     ev = _evidence(6)
-    _, end = phase_endpoints(ev)
+    _, end = learning_phase(ev)
     m = phase_margin(ev, end["grpo|sync"])
     p = float(np.median(end["grpo|sync"]))
     assert m.value >= math.log1p(1.645 * math.sqrt(2 * p * (1 - p) / 1000) / p) - 1e-12

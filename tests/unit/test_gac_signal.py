@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from testbed.config import RunConfig
-from testbed.gac_signal import Probe, advantage_means, expected_loss, noise_ratio, steps_mean
+from testbed.gac_signal import Probe, advantage_means, expected_loss, noise_ratio
 from testbed.runner import Runner
 from testbed.stabilizers import PolicyTerms, build
 from testbed.stabilizers.advantages import Group
@@ -89,12 +89,6 @@ def test_noise_ratio_inverts_the_minibatch_norm_excess() -> None:
     assert noise_ratio([1.0, 1.0], [math.sqrt(1.25)] * 2) == pytest.approx(4.0)
     assert math.isnan(noise_ratio([1.0], [1.0]))
     assert math.isnan(noise_ratio([float("nan")], [2.0]))
-
-
-def test_steps_mean_reads_only_the_window() -> None:
-    assert steps_mean([1, 1, 2, 3, 4], [0.0, 1.0, 2.0, np.nan, 9.0], (1, 3)) == pytest.approx(1.0)
-    assert math.isnan(steps_mean([1, 2], [1.0, 2.0], (float("nan"), 2)))
-    assert math.isnan(steps_mean([1, 2], [1.0, 2.0], (5, 6)))
 
 
 def test_the_probe_leaves_training_bit_for_bit_and_measures_every_step() -> None:

@@ -7,11 +7,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from figures import gac_probe, prereg
+from figures import gac_probe
 from figures.common import Context, diverged, seed_curves, values
-from figures.confirm import (
-    learning_window,
-)
+from figures.confirm import registered_window
 from figures.evidence import Evidence as ExperimentEvidence
 from figures.experiments.async_grpo.settings import (
     CHANCE,
@@ -113,8 +111,7 @@ def exact_evidence(ctx: Context, ev: Evidence, seeds: tuple[int, ...]) -> None:
     base = ev.curves.get("grpo|sync")
     if not base:
         return
-    ph = prereg.load().section("phase")
-    window = learning_window(ev.versions, np.array(base, dtype=float), ph["progress_lo"], ph["progress_hi"])
+    window = registered_window(ev.versions, np.array(base, dtype=float))
     ev.exact_window, ev.exact_until = list(window), b.async_exact_until
     recipe = exact_recipe()
     for d in ev.levels:

@@ -16,9 +16,8 @@ from figures.common import arr
 from figures.confirm import (
     accumulation,
     cosine_cap,
-    endpoint_per_seed,
     fingerprint_gap,
-    learning_window,
+    phase_endpoints,
     resolution_margin,
     stability_parts,
 )
@@ -223,13 +222,10 @@ def rescue_parts(error: dict[str, Any], levels: list[str], method: str, floor: f
 
 
 
-def phase_endpoints(ev: Evidence) -> tuple[tuple[float, float], dict[str, np.ndarray]]:
-    """The learning window (`figures.confirm.learning_window` on grpo at sync, the base only) and per cell the
-    per-seed mean error over it (`figures.confirm.endpoint_per_seed`)."""
-    ph = prereg.load().section("phase")
-    base = np.array(ev.curves["grpo|sync"], dtype=float)
-    window = learning_window(ev.versions, base, ph["progress_lo"], ph["progress_hi"])
-    return window, {k: endpoint_per_seed(ev.versions, np.array(v, dtype=float), window) for k, v in ev.curves.items()}
+def learning_phase(ev: Evidence) -> tuple[tuple[float, float], dict[str, np.ndarray]]:
+    """The registered learning window on grpo at sync (the base only) and per cell the per-seed mean error over it
+    (`figures.confirm.phase_endpoints`)."""
+    return phase_endpoints(ev.versions, ev.curves, "grpo|sync")
 
 
 def phase_margin(ev: Evidence, base: np.ndarray) -> Margin:
@@ -246,7 +242,7 @@ def phase_rescue_parts(ev: Evidence, method: str, same_level: bool) -> tuple[lis
     ``method`` at the same staleness, and ``method`` there matches grpo at sync. Else (GAC-2): where grpo
     degrades at a level (judged the same way), ``method`` there matches grpo at sync."""
     st = prereg.load().section("stability")
-    window, end = phase_endpoints(ev)
+    window, end = learning_phase(ev)
     if not all(map(np.isfinite, window)):
         return [], [], "the base (grpo at sync) does not learn: no learning window"
     tol = phase_margin(ev, end["grpo|sync"])
@@ -284,7 +280,7 @@ def _secondary(parts: list[Outcome]) -> list[Outcome]:
 
 def _phase_judgement(ev: Evidence, method: str, same_level: bool, final: list[Outcome]) -> Judgement:
     parts, beside, note = phase_rescue_parts(ev, method, same_level)
-    _, end = phase_endpoints(ev)
+    _, end = learning_phase(ev)
     ours = "; ".join(f"{k.replace('|', ' at ')} {fmt(v, 3, pct=True)}" for k, v in end.items()
                      if k.split("|")[0] in ("grpo", method)) + " (learning-phase mean error)" + _tag(ev)
     j = Judgement(ours, parts, note=note) if parts else Judgement(ours, [], verdict="inconclusive", note=note)

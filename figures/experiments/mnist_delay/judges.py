@@ -12,7 +12,7 @@ import numpy as np
 from figures import prereg
 from figures.budgets import lag_of
 from figures.common import arr
-from figures.confirm import endpoint_per_seed, learning_window, resolution_margin
+from figures.confirm import phase_endpoints, resolution_margin
 from figures.evidence import Cell
 from figures.experiments.mnist_delay.evidence import WINDOW, CollapseRule, Evidence, precursor_counts
 from figures.experiments.mnist_delay.settings import NAME, claim_cells, largest_at_most
@@ -85,9 +85,8 @@ def phase_view(ev: Any, base_cell: Cell = ()) -> tuple[Any, str]:
     from the base's curves only; and that window in words."""
     ph = prereg.load().section("phase")
     base_cell = base_cell or (ph["mnist_base"], "sync")
-    base = np.array(ev.curves[base_cell], dtype=float)
-    window = learning_window(ev.versions, base, ph["progress_lo"], ph["progress_hi"])
-    error = {k: endpoint_per_seed(ev.versions, np.array(v, dtype=float), window).tolist() for k, v in ev.curves.items()}
+    window, endpoints = phase_endpoints(ev.versions, ev.curves, base_cell)
+    error = {k: v.tolist() for k, v in endpoints.items()}
     return dataclasses.replace(ev, error=error), (
         f"learning phase: versions {window[0]:g} to {window[1]:g} ({' at '.join(base_cell)}'s "
         f"{ph['progress_lo']:.0%}-{ph['progress_hi']:.0%} of its error drop), mean error over it")

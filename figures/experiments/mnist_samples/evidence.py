@@ -14,6 +14,7 @@ from figures.evidence import Evidence as ExperimentEvidence
 from figures.experiments.mnist_delay.settings import resolution_floor
 from figures.experiments.mnist_samples.settings import CHANCE, METHODS, cell, configs, describe
 from figures.staging import cell_health
+from testbed.util.endpoints import tail_mean
 
 CE: Cell = ("ce",)  # the supervised cross-entropy runs' cell
 
@@ -47,8 +48,7 @@ def _oracle(ctx: Context, kind: str, seeds: tuple[int, ...], versions: list[floa
     for s in seeds:
         ctx.touch([oracle_runs.rows_path(ctx.cache, kind, s, b.mnist_steps, b.mnist_log)])
         df = oracle_runs.cached(ctx.cache, kind, s, b.mnist_steps, b.mnist_log, cached_only=True)
-        v = df["test_error"].dropna().to_numpy(dtype=float)
-        out.append(float(v[-max(1, round(0.05 * len(v))):].mean()) if len(v) else float("nan"))
+        out.append(tail_mean(df["test_error"], 0.05))
         if versions:
             at = dict(zip(df["step"].astype(float), df["test_error"].astype(float), strict=True))
             curve.append([at.get(x, float("nan")) for x in versions])
