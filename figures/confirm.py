@@ -28,7 +28,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-import scipy.stats as st
 
 from figures import prereg
 from figures.records import Margin
@@ -38,11 +37,12 @@ from testbed.util.stats import (
     BETA,
     Interval,
     Outcome,
-    clopper_pearson,
+    binomial_diff_sd,
     current_level,
     decide_equivalence,
     decide_superiority,
     difference,
+    mcnemar_greater,
     proportion,
     t_quantile,
 )
@@ -112,16 +112,6 @@ def high_error(error: Any, limit: float) -> list[bool | None]:
     """The health flag that sees a high-error seed: True where the final error exceeds ``limit``, None where
     the seed has no value (a seed at 37.5% error is unhealthy at ``limit`` 0.25, whichever classes it predicts)."""
     return [None if not math.isfinite(x) else bool(x > limit) for x in np.asarray(error, dtype=float)]
-
-
-def mcnemar_greater(stale: Any, sync: Any) -> dict[str, Any]:
-    """Paired collapses: b = seeds where only the stale run collapsed (staleness-caused), c = only the sync
-    run; exact one-sided McNemar p = P(Bin(b + c, 1/2) >= b) (McNemar 1947), and b / n with its exact interval."""
-    s, y = np.asarray(stale, dtype=bool), np.asarray(sync, dtype=bool)
-    b, c, n = int((s & ~y).sum()), int((~s & y).sum()), int(s.size)
-    p = float(st.binom.sf(b - 1, b + c, 0.5)) if b + c else 1.0
-    lo, hi = clopper_pearson(b, n)
-    return {"caused": b, "reverse": c, "n": n, "p": p, "rate": b / n if n else float("nan"), "lo": lo, "hi": hi}
 
 
 def _plain(name: str, kind: str, a: Any, b: Any, margin: float, floor: float, detail: str) -> Outcome:
@@ -314,7 +304,7 @@ def resolution_margin(name: str, base_error: Any, n_test: int, cap: int, z: floa
     if e.size < 2:
         raise ValueError(f"{name}: the base needs >= 2 seeds with a value, has {e.size}")
     p = float(np.median(e))
-    test = math.log1p(z * math.sqrt(2.0 * p * (1.0 - p) / n_test) / max(p, floor))
+    test = math.log1p(z * binomial_diff_sd(p, p, n_test) / max(p, floor))
     sd = float(np.std(np.log(np.maximum(e, floor)), ddof=1))
     df = cap - 1
     seeds = (t_quantile(1 - ALPHA, df) + t_quantile(1 - BETA, df)) * sd * math.sqrt(2.0 / cap)

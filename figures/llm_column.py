@@ -76,7 +76,7 @@ from figures.experiments.mnist_delay.evidence import collapses, precursor_counts
 from figures.experiments.mnist_delay.judges import precursor_leads, precursor_parts
 from llm_scale.pocket_design import MARGIN
 from testbed.stabilizers.fingerprint import newest_files
-from testbed.util.stats import ALPHA, combine, fmt, fmt_interval, using_level
+from testbed.util.stats import LEVEL, bonferroni_level, combine, fmt, fmt_interval, using_level
 
 LLM_CLAIMS = ("GAC-1", "VCPO-1", "AREAL-1", "GAC-2")
 POSITIVE = ("reproduced", "direction only")
@@ -380,13 +380,6 @@ def vcpo1_runs(root: Path) -> dict[str, Any] | None:
             "unread": unread}  # fmt: skip
 
 
-def look_level(looks: int) -> float:
-    """The two-sided level of each interval when ``looks`` looks at growing data are read (Bonferroni): the
-    one-look level's two tails, ``2 ALPHA``, shared equally, 1 - 2 ALPHA / looks, so that reading the data
-    again after an undecided look keeps the chance of any false "holds" or "fails" within one look's."""
-    return 1.0 - 2.0 * ALPHA / looks
-
-
 def _vcpo1(fps: list[dict[str, Any]], runs: dict[str, Any] | None) -> tuple[str, str]:
     """VCPO-1 on the real model's trainer runs, by the testbed's rule and code (module docstring)."""
     fingerprint = _fingerprint_ess(fps)
@@ -402,13 +395,13 @@ def _vcpo1(fps: list[dict[str, Any]], runs: dict[str, Any] | None) -> tuple[str,
             + f", {counts['n']} after enough history ({sync} synchronous, whose ESS is 1 by construction); "
             + f"{counts['nq']} non-collapsing run ends")
     if runs["looks"] > 1:
-        head += (f"; {runs['looks']} looks read together, each interval at {100 * look_level(runs['looks']):g}% "
-                 f"(one look: {100 * look_level(1):g}%)")
+        head += (f"; {runs['looks']} looks read together, each interval at {100 * bonferroni_level(runs['looks']):g}% "
+                 f"(one look: {100 * bonferroni_level(1):g}%)")
     if runs["unread"]:
         head += f"; looks not read: {', '.join(runs['unread'])}"
     if counts["n"] == 0:
         return "not testable", head + ": no collapse after enough logged updates to test precursors against"
-    with using_level(look_level(runs["looks"])):
+    with using_level(bonferroni_level(runs["looks"])):
         parts = precursor_parts(counts)
     leads = precursor_leads(events, "updates")
     return combine(parts), (head + "; " + "; ".join(f"{p.name} ({p.detail}): {fmt_interval(p)} -> {p.status}" for p in parts)
@@ -505,7 +498,7 @@ def pocket_gac1(root: Path, prereg: dict[str, Any]) -> dict[str, str] | None:
     level = f"eta{eta}"
     cos = {f"grpo|{'sync' if arm == 'sync' else level}": list(g.sort_values("seed")["late_grad_cos_split_half"])
            for arm, g in runs.groupby("arm")}
-    with using_level(1 - 2 * ALPHA):
+    with using_level(LEVEL):
         parts = gac1_parts(cos, ["sync", level])
     verdict = combine(parts)
     shown = "; ".join(f"{o.name}: {fmt_interval(o)} -> {o.status}" for o in parts)
@@ -554,7 +547,7 @@ def pocket_rescue(root: Path, prereg: dict[str, Any], cid: str) -> dict[str, str
              for arm, g in runs.groupby("arm")}  # each arm's errors in seed order (pairs by seed position)
     problems = int(meta.get("eval_problems", 512))  # behind a score: the evaluation size times the evaluations averaged
     margin = float(spec.get("margin", MARGIN))
-    with using_level(1 - 2 * ALPHA):
+    with using_level(LEVEL):
         parts = rescue_parts(error, ["sync", level], method, 0.5 / problems, degrade=margin, match=margin, scale="diff",
                              estimator="mean")
     shown = (f"confirmatory runs {folder}/runs.csv (seeds {seeds[0]}..{seeds[-1]}, {len(runs)} runs): error "

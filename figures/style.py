@@ -13,13 +13,14 @@ import textwrap
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
+
+from testbed.util.stats import mean_se_finite
 
 RC = {
     "figure.dpi": 110,
@@ -108,7 +109,7 @@ def band(ax, x, values: np.ndarray, *, name: str = "", color_: str | None = None
     """
     values = np.atleast_2d(np.asarray(values, dtype=float))
     x = np.asarray(x, dtype=float)
-    mean, se = mean_se(values)
+    mean, se = mean_se_finite(values)
     if kind == "minmax":
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN column: NaN, drawn as a gap
@@ -142,20 +143,6 @@ def seed_dots(ax, x, values: np.ndarray, *, name: str = "", color_: str | None =
     xs = np.broadcast_to(np.asarray(x, dtype=float), values.shape)
     ok = np.isfinite(values)
     ax.plot(xs[ok], values[ok], ".", color=color_ or color(name), markersize=2, alpha=0.6, linestyle="none")
-
-
-def mean_se(values) -> tuple[Any, Any]:
-    """Mean and standard error over seeds of the finite values only (seeds a later look did not train are NaN):
-    floats for a list of per-seed values, arrays per column for rows of seeds [n_seeds, n_x]. The error is 0
-    with fewer than two finite values, the mean NaN with none."""
-    v = np.asarray(values, dtype=float)
-    cols = v.reshape(-1, 1) if v.ndim <= 1 else v
-    n = np.isfinite(cols).sum(axis=0)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns (mean NaN) and single seeds (no spread)
-        mean = np.nanmean(cols, axis=0)
-        se = np.where(n > 1, np.nanstd(cols, axis=0, ddof=1) / np.sqrt(np.maximum(n, 1)), 0.0)
-    return (float(mean[0]), float(se[0])) if v.ndim <= 1 else (mean, se)
 
 
 def seed_note(first_look: int, values: dict[str, np.ndarray]) -> str:

@@ -82,10 +82,9 @@ class Proportion:
     def of(k: int, n: int, confidence: float = CONFIDENCE) -> Proportion:
         if n == 0:
             return Proportion(k, n, math.nan, math.nan, math.nan)
-        from scipy.stats import binomtest
+        from testbed.util.stats import clopper_pearson
 
-        ci = binomtest(k, n).proportion_ci(confidence, method="exact")
-        return Proportion(k, n, k / n, float(ci.low), float(ci.high))
+        return Proportion(k, n, k / n, *clopper_pearson(k, n, confidence))
 
     def __str__(self) -> str:
         return f"{self.value:.3f} [{self.low:.3f}, {self.high:.3f}] ({self.k}/{self.n})"

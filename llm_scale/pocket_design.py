@@ -43,6 +43,7 @@ from typing import Any
 
 from testbed.util.endpoints import last_mean, second_half_mean
 from testbed.util.files import atomic_write_frame, atomic_write_text
+from testbed.util.stats import binomial_diff_sd, pooled_sd
 
 COLLAPSE = 0.2  # an evaluation this far below the run's running best is a collapse (the testbed's rule)
 Z_LEARN = 2.0
@@ -111,18 +112,6 @@ def choose_lr(health: list[dict[str, Any]], choose: str = "largest_lr") -> dict[
     return max(healthy, key=lambda h: h["mean_gain"]) if healthy else None
 
 
-def _pooled_sd(groups: list[list[float]]) -> tuple[float, int]:
-    """Pooled within-group SD and its degrees of freedom."""
-    ss, df = 0.0, 0
-    for g in groups:
-        g = [x for x in g if math.isfinite(x)]
-        if len(g) >= 2:
-            m = sum(g) / len(g)
-            ss += sum((x - m) ** 2 for x in g)
-            df += len(g) - 1
-    return (math.sqrt(ss / df) if df else math.nan), df
-
-
 def design(pilot: Path) -> dict[str, Any]:
     """The chosen learning rate and every design's power and cost (module docstring)."""
     from testbed.util.stats import clopper_pearson, seeds_needed
@@ -153,11 +142,11 @@ def design(pilot: Path) -> dict[str, Any]:
         return [[float(v) for v in g[(column, arm)]] for _, g in pair.groupby(level=["cell", "lr"])] if arm in arms else []
 
     if "stale" in arms:
-        drop_sd, drop_df = _pooled_sd([[a - b for a, b in zip(x, y, strict=True)]
+        drop_sd, drop_df = pooled_sd([[a - b for a, b in zip(x, y, strict=True)]
                                        for x, y in zip(by_lr("accuracy", "sync"), by_lr("accuracy", "stale"), strict=True)])
         drop_basis = "paired drops sync - stale, pooled over learning rates"
     else:  # sync alone: a paired drop of two independent arms with sync's spread has sqrt(2) times that spread
-        sd, drop_df = _pooled_sd(by_lr("accuracy", "sync"))
+        sd, drop_df = pooled_sd(by_lr("accuracy", "sync"))
         drop_sd = math.sqrt(2) * sd
         drop_basis = "sqrt(2) x the sync score's between-seed SD, pooled over learning rates (no stale arm in the pilot)"
     # GAC-1 at the design's batch: SDs pooled over the chosen cell's learning rates (the cosine depends on the
@@ -178,7 +167,7 @@ def design(pilot: Path) -> dict[str, Any]:
 
     # a pilot of few seeds may show less spread than the evaluation's binomial noise, never the design
     p_sync = float(at[at["arm"] == "sync"]["accuracy"].mean()) if len(at) else math.nan
-    floor = binomial_floor_sd(p_sync, last)
+    floor = binomial_diff_sd(p_sync, p_sync, last)
     planned = max(drop_sd, floor) if math.isfinite(drop_sd) and math.isfinite(floor) else drop_sd
     n_drop = seeds_needed(planned, MARGIN)
     out["AREAL-1/GAC-2"] = {"quantity": "paired drop sync - stale in score (greedy accuracy, 256 problems x 2 evals)",
@@ -187,8 +176,8 @@ def design(pilot: Path) -> dict[str, Any]:
                             "margin": MARGIN, "seeds": n_drop,
                             "arms": "sync, stale, stale + decoupled_ppo, stale + gac",
                             "cpu_hours": cost(n_drop, 4, steps)}  # fmt: skip
-    sync_sd, sync_df = _pooled_sd(cos["sync"])
-    stale_sd, stale_df = _pooled_sd(cos["stale"])
+    sync_sd, sync_df = pooled_sd(cos["sync"])
+    stale_sd, stale_df = pooled_sd(cos["stale"])
     mean = {arm: float(at_pair[(cos_column, arm)].mean()) if arm in arms else math.nan for arm in ("sync", "stale")}
     n_sync = seeds_needed(sync_sd, BAND - abs(mean["sync"]))
     n_stale = seeds_needed(stale_sd, mean["stale"] - BAND)
@@ -228,12 +217,6 @@ def design(pilot: Path) -> dict[str, Any]:
     return out
 
 
-def binomial_floor_sd(p: float, problems: int) -> float:
-    """The spread a paired drop of two scores has from the evaluation's binomial noise alone: sqrt(2 p (1 - p) /
-    problems) at score p on ``problems`` problems per score; NaN when p is."""
-    return math.sqrt(2 * p * (1 - p) / problems) if math.isfinite(p) else math.nan
-
-
 def choose_lag(base: Path, lag_pilots: list[Path], min_drop: float = MARGIN) -> dict[str, Any]:
     """The lag of AREAL-1 and GAC-2 by the pocket LM's registered rule (sweeps/llm/pocket_prereg.toml
     [claims.AREAL-1] lag; the second registration's asks ``min_drop`` = 2 x `MARGIN`): the smallest eta whose mean
@@ -264,7 +247,7 @@ def choose_lag(base: Path, lag_pilots: list[Path], min_drop: float = MARGIN) -> 
         drops, p = per_eta[eta]["drops"], float(sync.mean())
         pilot_sd = float(np.std(drops, ddof=1)) if len(drops) > 1 else math.nan
         problems = int(json.loads((base / "study.json").read_text()).get("eval_problems", 512))
-        floor = binomial_floor_sd(p, problems)
+        floor = binomial_diff_sd(p, p, problems)
         sd = max(pilot_sd, floor) if math.isfinite(pilot_sd) else floor
         power = {"pilot_sd": pilot_sd, "binomial_floor_sd": floor, "sd": sd, "seeds": seeds_needed(sd, MARGIN),
                  "arms": "sync, stale, stale + decoupled_ppo, stale + gac"}

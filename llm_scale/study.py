@@ -418,21 +418,6 @@ def execute(
 
 
 # -- verdicts ---------------------------------------------------------------------------------------
-def mean_se(values: list[float]) -> tuple[float, float, int]:
-    """(mean, standard error of the mean, n); SE NaN below 2 values; a diverged seed (NaN) makes both NaN.
-
-    A search cell with a diverged seed therefore never counts as degrading (the rule asks for accuracies);
-    the promotion decision reads a diverged run as accuracy 0 instead (`promotion`)."""
-    n = len(values)
-    if n == 0:
-        return math.nan, math.nan, 0
-    m = sum(values) / n
-    if n < 2:
-        return m, math.nan, n
-    var = sum((v - m) ** 2 for v in values) / (n - 1)
-    return m, math.sqrt(var / n), n
-
-
 def degrades(
     sync: dict[int, float], stale: dict[int, float], min_drop: float, min_se: float, eval_problems: int = 0,
     alpha: float | None = ALPHA,
@@ -448,13 +433,12 @@ def degrades(
     (the cell's level; over a grid, `holm_cells` sets it). ``alpha=None``: the size rule alone (a sweep file
     that fixes no ``[search] alpha``, as the studies run before the test was part of the rule).
     """
-    ms, ss, ns = mean_se(list(sync.values()))
-    mt, st, nt = mean_se(list(stale.values()))
+    ms, ss, ns = stats.mean_se(list(sync.values()))
+    mt, st, nt = stats.mean_se(list(stale.values()))
     pairs = sorted(set(sync) & set(stale))
-    drop, se, n = mean_se([sync[k] - stale[k] for k in pairs])
+    drop, se, n = stats.mean_se([sync[k] - stale[k] for k in pairs])
     if eval_problems and n >= 2 and math.isfinite(ms + mt):
-        floor = math.sqrt((ms * (1 - ms) + mt * (1 - mt)) / eval_problems / n)
-        se = max(se, floor)
+        se = max(se, stats.binomial_diff_sd(ms, mt, eval_problems, n))
     size = n >= 2 and math.isfinite(se) and drop >= min_drop and drop >= min_se * se
     p = stats.p_greater(drop, se, n - 1) if n >= 2 else math.nan
     return {"sync_acc": ms, "sync_se": ss, "stale_acc": mt, "stale_se": st, "drop": drop, "drop_se": se, "pairs": n,
@@ -569,7 +553,7 @@ def collect(sweep: Sweep, root: Path, force: tuple[int, float] | None = None) ->
                              "diverged": bool(r and r["diverged"]),
                              "accuracy": r["accuracy"] if r and math.isfinite(r["accuracy"]) else None})  # fmt: skip
         for arm in (SYNC, STALE, *sweep.recipes):
-            m, se, n = mean_se(per_arm.get(arm, []))
+            m, se, n = stats.mean_se(per_arm.get(arm, []))
             row = {"arm": arm, "accuracy": m, "se": se, "n": n, "of": len(sweep.compare_seeds)}
             if arm not in (SYNC, STALE):
                 row.update(promotion(fresh.get(SYNC, {}), fresh.get(STALE, {}), fresh.get(arm, {}),

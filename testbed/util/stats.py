@@ -1,4 +1,4 @@
-"""Statistics of the claims report: intervals over seeds and the decisions built on them.
+"""Statistics of the claims report and the LLM studies: intervals over seeds and the decisions built on them.
 
 Pure functions of per-seed numbers; every verdict of figures/claims.py is made here. The rules:
 
@@ -60,6 +60,11 @@ Pure functions of per-seed numbers; every verdict of figures/claims.py is made h
   intersection-union test (Berger 1982, Technometrics 24:295), level ALPHA without a multiplicity
   correction.
 
+* **Plain summaries and noise floors**, for the LLM studies and the figures' error bars: `mean_se` (Python
+  floats; a NaN seed makes the cell undefined), `mean_se_finite` (NaN seeds left out; no bar below two),
+  `pooled_sd`, `binomial_diff_sd` (the spread evaluation noise alone gives a difference of two scores),
+  `mcnemar_greater` (paired events, exact) and `bonferroni_level` (the level of each of several looks).
+
 Statuses of one part (`Outcome.status`): ``holds``, ``direction``, ``fails``, ``undecided``,
 ``n/a`` (the part does not apply, e.g. a base that does not degrade). A claim whose precondition fails
 or cannot be checked (figures/records.py, `Precondition`) is "not testable" whatever its parts say.
@@ -70,6 +75,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import math
+import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -525,6 +531,77 @@ def max_needed(outcomes: Sequence[Outcome]) -> int | None:
     """The largest seeds-needed number among the undecided parts (None if none is known)."""
     needs = [o.seeds_needed for o in outcomes if o.status == "undecided" and o.seeds_needed is not None]
     return max(needs) if needs else None
+
+
+# -- plain summaries, noise floors and levels ------------------------------------------------------------
+
+
+def mean_se(values: Sequence[float]) -> tuple[float, float, int]:
+    """(mean, standard error of the mean, n) of ``values``, in Python floats: m = sum(v) / n, SE = sqrt(sum((v -
+    m)^2) / (n - 1) / n); SE NaN below two values; a NaN value (a diverged run) makes both NaN, so a cell with one
+    reads as undefined rather than as the mean of the rest (the LLM study's search rule)."""
+    n = len(values)
+    if n == 0:
+        return math.nan, math.nan, 0
+    m = sum(values) / n
+    if n < 2:
+        return m, math.nan, n
+    var = sum((v - m) ** 2 for v in values) / (n - 1)
+    return m, math.sqrt(var / n), n
+
+
+def mean_se_finite(values: Any) -> tuple[Any, Any]:
+    """Mean and standard error over seeds of the finite values only (seeds a later look did not train are NaN):
+    floats for a list of per-seed values, arrays per column for rows of seeds [n_seeds, n_x]. The error is 0
+    with fewer than two finite values (an error bar of no width), the mean NaN with none."""
+    v = np.asarray(values, dtype=float)
+    cols = v.reshape(-1, 1) if v.ndim <= 1 else v
+    n = np.isfinite(cols).sum(axis=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns (mean NaN) and single seeds (no spread)
+        mean = np.nanmean(cols, axis=0)
+        se = np.where(n > 1, np.nanstd(cols, axis=0, ddof=1) / np.sqrt(np.maximum(n, 1)), 0.0)
+    return (float(mean[0]), float(se[0])) if v.ndim <= 1 else (mean, se)
+
+
+def pooled_sd(groups: Sequence[Sequence[float]]) -> tuple[float, int]:
+    """Pooled within-group SD and its degrees of freedom over the groups' finite values: sqrt(sum_g sum_i (x_gi -
+    m_g)^2 / df), df = sum_g (n_g - 1) over the groups with at least two values; NaN when df is 0."""
+    ss, df = 0.0, 0
+    for g in groups:
+        g = [x for x in g if math.isfinite(x)]
+        if len(g) >= 2:
+            m = sum(g) / len(g)
+            ss += sum((x - m) ** 2 for x in g)
+            df += len(g) - 1
+    return (math.sqrt(ss / df) if df else math.nan), df
+
+
+def binomial_diff_sd(p1: float, p2: float, problems: int, n: int = 1) -> float:
+    """The spread that evaluation noise alone gives a difference of two scores (proportions p1, p2 of
+    ``problems`` problems each), averaged over ``n`` pairs: sqrt((p1 (1 - p1) + p2 (1 - p2)) / problems / n);
+    NaN when p1 or p2 is."""
+    if not (math.isfinite(p1) and math.isfinite(p2)):
+        return math.nan
+    return math.sqrt((p1 * (1 - p1) + p2 * (1 - p2)) / problems / n)
+
+
+def mcnemar_greater(a: Any, b: Any) -> dict[str, Any]:
+    """Paired events, one flag per seed in each arm: k = seeds where only ``a`` has it, c = only ``b``; the exact
+    one-sided McNemar p = P(Bin(k + c, 1/2) >= k) (McNemar 1947) that ``a`` has it more often, and k / n with its
+    exact interval (`clopper_pearson`). Keys: caused (k), reverse (c), n, p, rate, lo, hi."""
+    s, y = np.asarray(a, dtype=bool), np.asarray(b, dtype=bool)
+    k, c, n = int((s & ~y).sum()), int((~s & y).sum()), int(s.size)
+    p = float(st.binom.sf(k - 1, k + c, 0.5)) if k + c else 1.0
+    lo, hi = clopper_pearson(k, n)
+    return {"caused": k, "reverse": c, "n": n, "p": p, "rate": k / n if n else float("nan"), "lo": lo, "hi": hi}
+
+
+def bonferroni_level(looks: int, alpha: float = ALPHA) -> float:
+    """The two-sided level of each interval when ``looks`` looks at growing data are read (Bonferroni): the one
+    look's two tails, 2 ``alpha``, shared equally: 1 - 2 ``alpha`` / looks, so that reading the data again after
+    an undecided look keeps the chance of any false "holds" or "fails" within one look's."""
+    return 1.0 - 2.0 * alpha / looks
 
 
 # -- formatting ----------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from llm_scale import study
+from testbed.util import stats
 
 ROOT = Path(__file__).resolve().parents[2]
 DRY = ROOT / "sweeps" / "llm" / "dry_tiny.toml"
@@ -175,7 +176,7 @@ def test_a_run_counts_as_done_only_when_finished_through_its_last_version(tmp_pa
     (run / "summary.json").write_text(json.dumps({"status": "diverged", "of_steps": 4}))
     diverged = study.run_result(run)
     assert diverged["diverged"] and math.isnan(diverged["accuracy"])  # done, and never rerun, but no accuracy
-    assert math.isnan(study.mean_se([0.5, math.nan, 0.4])[0])
+    assert math.isnan(stats.mean_se([0.5, math.nan, 0.4])[0])
 
 
 def test_a_run_started_by_other_code_is_no_result_and_is_trained_afresh(tmp_path):

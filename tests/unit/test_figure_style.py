@@ -6,7 +6,8 @@ import math
 
 import numpy as np
 
-from figures.style import mean_se, seed_note
+from figures.style import seed_note
+from testbed.util.stats import mean_se_finite as mean_se
 
 
 def test_mean_se_counts_only_the_trained_seeds():

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from figures.llm_column import agreement, llm_rows, look_level, markdown
+from figures.llm_column import agreement, llm_rows, markdown
 from llm_scale import study
-from testbed.util.stats import clopper_pearson
+from testbed.util.stats import bonferroni_level, clopper_pearson
 
 SWEEP = """
 [train]
@@ -297,8 +297,8 @@ def test_vcpo1s_second_look_is_read_with_the_first_at_the_two_look_level_once_it
     assert both["real"] == "reproduced" and "24 runs, 6 collapse(s)" in both["evidence"]
     assert "2 looks read together, each interval at 95%" in both["evidence"]
     assert "ESS drop before the collapse (6/6 collapses; 0/18 non-collapsing run ends)" in both["evidence"]
-    assert look_level(1) == pytest.approx(0.90) and look_level(2) == pytest.approx(0.95)
-    assert clopper_pearson(3, 3, look_level(1))[0] < 0.5 < clopper_pearson(6, 6, look_level(2))[0]
+    assert bonferroni_level(1) == pytest.approx(0.90) and bonferroni_level(2) == pytest.approx(0.95)
+    assert clopper_pearson(3, 3, bonferroni_level(1))[0] < 0.5 < clopper_pearson(6, 6, bonferroni_level(2))[0]
 
 
 def test_vcpo1_is_not_measured_until_every_trainer_run_has_finished(tmp_path):

@@ -18,6 +18,7 @@ from figures.common import Context, arr, curves, experiment_configs, smooth_rows
 from figures.experiments import async_grpo as exp
 from figures.experiments.async_grpo.judges import BAND, has_exact
 from figures.experiments.async_grpo.settings import BASES, cell, exact_recipe
+from testbed.util.stats import mean_se_finite
 
 NAME = "grad_cosine"
 CLAIMS = ("GAC-1",)
@@ -48,7 +49,7 @@ def make(ctx: Context) -> dict:
     width = 0.8 / len(levels)
     per_seed = {base: np.stack([arr(ev.cos[f"{base}|{d}"]) for d in levels], axis=1) for base in BASES}
     for j, d in enumerate(levels):
-        means = [style.mean_se(per_seed[base][:, j])[0] for base in BASES]
+        means = [mean_se_finite(per_seed[base][:, j])[0] for base in BASES]
         xs = np.arange(len(BASES)) + (j - (len(levels) - 1) / 2) * width
         ax.bar(xs, means, width, color=style.level_color(j - 1, sync=d == "sync"), label=d, zorder=1)
         for x0, base in zip(xs, BASES, strict=True):
@@ -87,7 +88,7 @@ def _exact_panel(ax, ev: exp.Evidence, levels: list[str]) -> None:
     recipe = exact_recipe()
     for j, d in enumerate(levels):
         v = arr(ev.cos_exact.get(f"{recipe}|{d}"))
-        ax.bar([j], [style.mean_se(v)[0] if v.size else np.nan], 0.6,
+        ax.bar([j], [mean_se_finite(v)[0] if v.size else np.nan], 0.6,
                color=style.level_color(j - 1, sync=d == "sync"), label=d, zorder=1)
         style.seed_dots(ax, [j], v[:, None], color_="k")
         mb = arr(ev.cos_minibatch.get(f"{recipe}|{d}"))

@@ -12,6 +12,7 @@ from figures.budgets import lag_of
 from figures.common import Context, arr, curves, experiment_configs
 from figures.experiments import mnist_delay as exp
 from figures.experiments.mnist_delay.settings import ABLATIONS, cell
+from testbed.util.stats import mean_se_finite
 
 NAME = "vcpo_ablation"
 CLAIMS = ("VCPO-3",)
@@ -44,7 +45,7 @@ def make(ctx: Context) -> dict:
         for j, d in enumerate(delays):
             v = arr(ev.error[name, d])
             per_seed[f"{name} at D = {lag_of(d)}"] = v
-            mean, se = style.mean_se(v)
+            mean, se = mean_se_finite(v)
             ax.bar(j + (i - 1) * width, mean, width, color=colors[name], label=name if j == 0 else None, yerr=se,
                    capsize=2)
             style.seed_dots(ax, [j + (i - 1) * width], v[:, None], color_="k")

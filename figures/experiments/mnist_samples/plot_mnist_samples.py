@@ -17,6 +17,7 @@ from figures.evidence import cell_key
 from figures.experiments import mnist_samples as exp
 from figures.experiments.mnist_samples.evidence import CE
 from figures.experiments.mnist_samples.settings import METHODS, cell
+from testbed.util.stats import mean_se_finite
 
 NAME = "mnist_samples"
 CLAIMS = ("DG-1",)
@@ -42,11 +43,11 @@ def make(ctx: Context) -> dict:
             style.band(ax2, x, ys, name=r)
         ex = arr(ev.error[r, "inf"])
         per_seed[r], per_seed[f"{r} exact"] = vals, ex
-        mean_ex, se = style.mean_se(ex)
+        mean_ex, se = mean_se_finite(ex)
         ax.errorbar([x_inf], [mean_ex], yerr=[se], fmt="s", color=style.color(r), markersize=5, capsize=2)
         ax.plot([ks[-1], x_inf], [np.nanmean(vals[:, -1]), mean_ex], ":", color=style.color(r), lw=1)
     ce = arr(ev.error[CE])
-    ce_mean, ce_se = style.mean_se(ce)  # the band is mean +- s.e., like every series the caption describes
+    ce_mean, ce_se = mean_se_finite(ce)  # the band is mean +- s.e., like every series the caption describes
     ax.axhline(ce_mean, color=style.COLORS["ce"], ls="--", lw=1.2, label=style.label("ce"))
     ax.axhspan(ce_mean - ce_se, ce_mean + ce_se, color="k", alpha=0.08)
     half = (np.nanmean(arr(ev.error[cell_key("pg", ks[0])])) + ce_mean) / 2  # DG-1: DG closes half of PG's gap to CE

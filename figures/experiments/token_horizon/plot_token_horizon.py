@@ -16,6 +16,7 @@ from figures.common import Context, arr, curves, experiment_configs
 from figures.evidence import cell_key
 from figures.experiments import token_horizon as exp
 from figures.experiments.token_horizon.settings import METHODS, SOLVED, cell
+from testbed.util.stats import mean_se_finite
 
 NAME = "token_horizon"
 CLAIMS = ("DDG-3",)
@@ -46,7 +47,7 @@ def make(ctx: Context) -> dict:
         style.band(ax, hs, errors, name=r, marker="o")
         style.seed_dots(ax, hs, errors, name=r)
         lg = per_seed[r] = arr(ev.longest[r])  # seeds not trained (a later look's) are NaN
-        mean, se = style.mean_se(lg)
+        mean, se = mean_se_finite(lg)
         ax2.bar(i, mean, color=style.color(r), yerr=se, capsize=2)
         style.seed_dots(ax2, [i], lg[:, None], color_="k")
         if r in PAPER:
