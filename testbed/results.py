@@ -13,6 +13,9 @@ Layout of an output directory::
     OUT/results.csv        all runs' rows, in the sweep's order     (+ results.parquet with --format parquet)
     OUT/summary.csv        one row per run: config, status, final metrics, wall time
 
+A store several commands add to (``shared``: the figures' run cache, the validation battery) keeps every
+recorded run in its tables and config.json, the earlier commands' first.
+
 Every file is written to a temporary name and renamed into place, so an interrupted sweep leaves
 finished runs complete and unfinished runs absent: rerunning skips exactly the finished ones (a
 ``failed`` run is retried). Files get the user's normal permissions (0666 less the umask).
@@ -228,9 +231,18 @@ class ResultStore:
     def record(self, run_id: str) -> dict[str, Any]:
         return json.loads((self.runs / f"{run_id}.json").read_text())
 
-    def write_config(self, meta: dict[str, Any], configs: Iterable[RunConfig]) -> None:
+    def write_config(self, meta: dict[str, Any], configs: Iterable[RunConfig], shared: bool = False) -> None:
+        """config.json: ``meta`` (the command) and the resolved config of every run of ``configs``; ``shared`` (a
+        store several commands add to): the runs of the earlier commands stay listed after them."""
         runs = {c.run_id: c.resolved().to_dict() for c in configs}
-        atomic_write_text(self.out / "config.json", json.dumps({**meta, "runs": runs}, indent=1, default=str))
+        path = self.out / "config.json"
+        if shared and path.is_file():
+            try:
+                earlier = json.loads(path.read_text()).get("runs", {})
+            except (OSError, ValueError, AttributeError):
+                earlier = {}
+            runs = {**{k: v for k, v in earlier.items() if k not in runs}, **runs}
+        atomic_write_text(path, json.dumps({**meta, "runs": runs}, indent=1, default=str))
 
     def table(self, configs: Iterable[RunConfig]) -> pd.DataFrame:
         """All recorded runs' rows, in the order of ``configs`` (a failed run has none)."""
@@ -262,12 +274,34 @@ class ResultStore:
             rows.append(row)
         return pd.DataFrame(rows) if rows else pd.DataFrame(columns=[*CONFIG_COLUMNS, "status"])
 
-    def finish(self, configs: list[RunConfig], fmt: str = "csv") -> pd.DataFrame:
-        """Write results.csv (+ .parquet) and summary.csv from the recorded runs; return the table."""
+    def finish(self, configs: list[RunConfig], fmt: str = "csv", shared: bool = False) -> pd.DataFrame:
+        """Write results.csv (+ .parquet) and summary.csv from the recorded runs; return the table of ``configs``.
+
+        ``shared`` (a store several commands add to): the tables keep the recorded runs of the earlier commands,
+        their rows first, so that they always hold every run the store has; the same tables, byte for byte, as one
+        command of all those runs in that order would write."""
         table = self.table(configs)
-        written = _integers(table.copy())
+        written, summary = _integers(table.copy()), self.summary(configs, table)
+        if shared:
+            ids = {c.run_id for c in configs}
+            written, summary = self._with_earlier("results.csv", written, ids), self._with_earlier("summary.csv", summary, ids)
         atomic_write_frame(written, self.out / "results.csv")
         if fmt == "parquet":
             atomic_write_frame(written, self.out / "results.parquet")
-        atomic_write_frame(self.summary(configs, table), self.out / "summary.csv")
+        atomic_write_frame(summary, self.out / "summary.csv")
         return table
+
+    def _with_earlier(self, name: str, frame: pd.DataFrame, run_ids: set[str]) -> pd.DataFrame:
+        """``frame`` after the rows of table ``name`` that earlier commands wrote for runs still recorded here and
+        not in ``run_ids``."""
+        path = self.out / name
+        if not path.is_file():
+            return frame
+        earlier = read_frame(path)
+        if "run_id" not in earlier or not len(earlier):
+            return frame
+        keep = earlier["run_id"].map(lambda rid: rid not in run_ids and self.has_record(rid))
+        earlier = earlier[keep.astype(bool)]
+        if not len(earlier):
+            return frame
+        return _integers(pd.concat([earlier, frame], ignore_index=True)) if len(frame) else earlier

@@ -227,7 +227,7 @@ def run_sweep(
     store = ResultStore(out)
     executor = executor if executor is not None else default_executor()
     with _lock(out):
-        store.write_config(meta or {}, plan.configs)
+        store.write_config(meta or {}, plan.configs, shared=shared)
         chance = chance_levels(plan)
         bar = Progress(len(plan.configs), initial=len(plan.configs) - len(plan.todo), desc="runs",
                        enabled=progress)
@@ -247,7 +247,7 @@ def run_sweep(
             bar.close()
         if not shared and all(store.done(s.run_id) for s in plan.runs):  # nothing left to resume
             shutil.rmtree(store.out / "checkpoints", ignore_errors=True)  # (a shared store keeps other commands')
-        return store.finish(plan.configs, plan.fmt)
+        return store.finish(plan.configs, plan.fmt, shared=shared)
 
 
 def _run_jobs(plan: Plan, store: ResultStore, chance: dict[str, float | None], threads: int, bar: Progress,

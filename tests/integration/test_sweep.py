@@ -240,3 +240,25 @@ def test_planned_runs_that_never_finished_do_not_block_another_command(tmp_path,
         f.unlink()
     assert main([*argv[:4], "6", *argv[5:]]) == 0
     assert len(read_frame(tmp_path / "out" / "summary.csv")) == 1
+
+
+def test_a_shared_store_keeps_every_command_s_runs_in_its_tables(tmp_path):
+    """Two commands adding runs to one shared store (the figures' cache) leave results.csv, summary.csv and
+    config.json holding both commands' runs, byte for byte the tables one sweep of all of them writes; a run both
+    commands name is listed once, where the second command puts it."""
+    from testbed.config import RunConfig
+
+    first = [RunConfig(task="bandit", steps=4, log_every=2, seed=s) for s in (0, 1)]
+    second = [RunConfig(task="bandit", steps=4, log_every=2, seed=2), first[1]]
+    run_sweep(first, tmp_path / "shared", progress=False, shared=True)
+    returned = run_sweep(second, tmp_path / "shared", progress=False, shared=True)
+    assert list(dict.fromkeys(returned["run_id"])) == [c.run_id for c in second]  # the command's own runs
+    run_sweep([first[0], *second], tmp_path / "alone", progress=False)
+    for name in ("results.csv", "summary.csv"):
+        got, want = read_frame(tmp_path / "shared" / name), read_frame(tmp_path / "alone" / name)
+        assert list(dict.fromkeys(got["run_id"])) == [first[0].run_id, *(c.run_id for c in second)]
+        pd.testing.assert_frame_equal(got.drop(columns=["wall_s", "queue_peak_bytes"], errors="ignore"),
+                                      want.drop(columns=["wall_s", "queue_peak_bytes"], errors="ignore"))
+    assert (tmp_path / "shared" / "results.csv").read_bytes() == (tmp_path / "alone" / "results.csv").read_bytes()
+    runs = json.loads((tmp_path / "shared" / "config.json").read_text())["runs"]
+    assert list(runs) == [first[0].run_id, *(c.run_id for c in second)]
