@@ -288,27 +288,19 @@ def _late_cos(directory: Path, column: str = "grad_cos_within") -> float:
 
 def load_pilot(sweep_file: str) -> tuple[Any, list[dict[str, Any]], str]:
     """(the study's sweep, the pilot's cells, its choice rule) of a pilot file: a study sweep file (`study.load_sweep`)
-    optionally followed, last in the file, by a ``[pilot]`` table: ``cells``, each a ``name``, its learning rates
-    ``lr`` and the [train] settings it overrides, and ``choose`` (`choose_lr`). Without one: one cell named "" at
-    the sweep's learning rates, chosen by "largest_lr". A bad file: `UsageError`, one line."""
-    import dataclasses
-    import tempfile
-
-    import tomllib
-
+    with an optional ``[pilot]`` table: ``cells``, each a ``name``, its learning rates ``lr`` and the [train]
+    settings it overrides, and ``choose`` (`choose_lr`). Without one: one cell named "" at the sweep's learning
+    rates, chosen by "largest_lr". A bad file: `UsageError`, one line."""
     from .config import TrainConfig, UsageError
-    from .study import load_sweep
+    from .study import load_sweep, read_tables
 
-    text = Path(sweep_file).read_text() if Path(sweep_file).is_file() else ""
-    head, sep, tail = text.partition("\n[pilot]\n")
-    if not sep:
-        sweep = load_sweep(sweep_file)
+    raw = read_tables(sweep_file)
+    pilot = raw.pop("pilot", None)
+    sweep = load_sweep(sweep_file, raw)
+    if pilot is None:
         return sweep, [{"name": "", "lr": list(sweep.lrs)}], "largest_lr"
-    with tempfile.TemporaryDirectory() as tmp:
-        base = Path(tmp) / Path(sweep_file).name
-        base.write_text(head + "\n")
-        sweep = dataclasses.replace(load_sweep(base), source=sweep_file)
-    pilot = tomllib.loads("[pilot]\n" + tail).get("pilot", {})
+    if not isinstance(pilot, dict):
+        raise UsageError(f"pocket pilot: {sweep_file}: [pilot] must be a table, got {pilot!r}")
     cells, choose = list(pilot.get("cells", [])), str(pilot.get("choose", "largest_gain"))
     fields = set(TrainConfig.__dataclass_fields__)
     for cell in cells:

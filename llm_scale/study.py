@@ -113,15 +113,22 @@ class Sweep:
         return int(self.train.get("eval_size", TrainConfig.eval_size)) * self.last_evals
 
 
-def load_sweep(path: str | Path) -> Sweep:
-    """Read and check a sweep file (TOML with [train], [search], [compare]); one-line `UsageError` if bad."""
+def read_tables(path: str | Path) -> dict[str, Any]:
+    """The tables of a sweep file (TOML), parsed once; one-line `UsageError` when it is missing or not TOML."""
     path = Path(path)
     if not path.is_file():
         raise UsageError(f"study: sweep file {str(path)!r} does not exist")
     try:
-        raw = tomllib.loads(path.read_text())
+        return tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"study: {path} is not valid TOML ({exc})") from None
+
+
+def load_sweep(path: str | Path, raw: dict[str, Any] | None = None) -> Sweep:
+    """Read and check a sweep file (TOML with [train], [search], [compare]); one-line `UsageError` if bad.
+    ``raw``: its tables already parsed (`read_tables`), less any table another reader owns (a pilot's [pilot])."""
+    path = Path(path)
+    raw = read_tables(path) if raw is None else raw
     unknown = set(raw) - {"train", "search", "compare"}
     if unknown:
         raise UsageError(f"study: {path}: unknown table(s) {sorted(unknown)}; allowed: train, search, compare")
