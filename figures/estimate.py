@@ -287,7 +287,7 @@ def estimate(workers: int = 2, quick: bool = False, progress: bool = True,
         if name not in beyond:
             total += train
     extra = _oracle_and_theory(workers, quick, beyond)
-    extra["probe_wall_s"] = _probe(quick)
+    extra["probe_wall_s"] = _probe(quick, workers)
     total += extra["oracle_wall_s"] + extra["theory_s"] + extra["probe_wall_s"] + DRAW_S * len(FIGURES)
     at = {name: total + sum(r["wall_s"] for r in rows if r["figure"] == name) + extra["oracle_beyond_wall_s"][name]
           for name in beyond}  # the wall time of a run that stops at each row's stops
@@ -317,15 +317,17 @@ def probe_seconds(b: Any, steps: int) -> tuple[float, float, int]:
     return a, slope, len(loop)
 
 
-def _probe(quick: bool) -> float:
-    """Seconds of the GAC probe's first look (figures/gac_probe.py: one process, loop after loop), from one timed
-    loop (`probe_seconds`)."""
+def _probe(quick: bool, workers: int) -> float:
+    """Wall seconds of the GAC probe's first look (figures/gac_probe.py: its loops over ``workers`` processes, one
+    with --quick), from one timed loop (`probe_seconds`)."""
     from figures.budgets import budget
     from figures.experiments.async_grpo.settings import probe_loops
 
     b = budget(quick)
+    workers = 1 if b.quick else workers
     a, per_batch, runs = probe_seconds(b, min(50, b.async_exact_until))
-    return sum(a + per_batch * b.async_exact_until * len(loop) / runs for loop in probe_loops(b, False))
+    return list_schedule([a + per_batch * b.async_exact_until * len(loop) / runs for loop in probe_loops(b, False, workers)],
+                         workers)
 
 
 def _oracle_and_theory(workers: int, quick: bool, beyond: dict[str, dict[str, int]]) -> dict[str, Any]:

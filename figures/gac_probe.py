@@ -5,7 +5,9 @@ of consecutive optimizer steps, over the whole training split and every action (
 probe re-trains a run of the async design (the same config, so the same batches and parameters, bit for bit)
 through batch ``until`` - 1 with the probe attached; its rows are cached as JSON under
 ``<cache>/gac_exact/<run id>_<until>.json`` (settings, machine and code fingerprint beside them), like the
-exact-gradient runs of DG-1, so a re-plot does not retrain. Per run and learning window (`summary`):
+exact-gradient runs of DG-1, so a re-plot does not retrain; a record measured by code that has changed since
+(its fingerprint against the run's, `testbed.codeprint.config_code`) is not read, and is measured again. Per
+run and learning window (`summary`):
 
 * ``cos``: mean of ``cos_consecutive_exact`` over the optimizer steps in the window;
 * ``r``: the learner's minibatch signal-to-noise ratio m / B_noise there (`testbed.gac_signal.noise_ratio`);
@@ -41,27 +43,43 @@ def _write(cache: Path, configs: Sequence[RunConfig], until: int, stamp: dict[st
 
 
 def ensure(cache: Path, configs: Sequence[RunConfig], until: int, cached_only: bool = False,
-           stamp: dict[str, Any] | None = None) -> None:
-    """Measure the configs not yet cached, in loops of at most `testbed.plan.MAX_LOOP` runs (this process: the
-    probe costs one exact gradient per optimizer step of the measured batches); ``stamp``: a confirmatory run's
-    protocol stamp, written into each new record (`figures.common.Context.stamp_records`)."""
+           stamp: dict[str, Any] | None = None, workers: int = 1) -> None:
+    """Measure the configs without a current record (`load`), in loops of at most `testbed.plan.MAX_LOOP` runs of
+    one shape (the probe costs one exact gradient per optimizer step of the measured batches), ``workers`` at a time
+    in the command's executor (testbed/util/executor.py: the local pool, or Ray with ``--executor ray``; one
+    worker: this process); ``stamp``: a confirmatory run's protocol stamp, written into each new record
+    (`figures.common.Context.stamp_records`)."""
     from testbed.plan import MAX_LOOP, balanced_chunks
 
-    todo = [c for c in configs if not rows_path(cache, c, until).is_file()]
+    todo = [c for c in configs if load(cache, c, until) is None]
     if not todo or cached_only:
         return
     shapes: dict[str, list[RunConfig]] = {}
     for c in todo:
         shapes.setdefault(repr(c.parse().shape), []).append(c)  # runs of one loop share its shape
-    for same in shapes.values():
-        for chunk in balanced_chunks(same, MAX_LOOP, 1):
+    chunks = [chunk for same in shapes.values() for chunk in balanced_chunks(same, MAX_LOOP, workers)]
+    if workers <= 1 or len(chunks) == 1:
+        for chunk in chunks:
             _write(cache, chunk, until, stamp)
+        return
+    from testbed.util.executor import default
+
+    default().run(_write, [(cache, chunk, until, stamp) for chunk in chunks], min(workers, len(chunks)))
 
 
 def load(cache: Path, config: RunConfig, until: int) -> dict[str, Any] | None:
-    """The cached record (None when absent)."""
+    """The cached record of ``config``; None when absent, unreadable, or measured by code that has changed since
+    (`testbed.util.codeprint.stale_parts` of its fingerprint against the run's now; a record without one is not
+    judged)."""
+    from testbed.codeprint import config_code
+    from testbed.util.codeprint import stale_parts
+
     path = rows_path(cache, config, until)
-    return json.loads(path.read_text()) if path.is_file() else None
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return None if stale_parts(record.get("code"), config_code(config)) else record
 
 
 def summary(record: dict[str, Any] | None, window: tuple[float, float]) -> dict[str, float]:

@@ -16,8 +16,10 @@ The seeds of one kind train together (`train`: one slot per seed of the runner's
 rows bit for bit its run alone's, at about half the cost of training them one by one), cut into runs that
 the workers finish together (`batches`). Results are cached as CSV under ``<cache>/oracle/<hash>.csv``
 keyed by the settings, like the runner's store, so a figure re-plot does not retrain; ``<hash>.json`` beside
-it records the settings and the machine that trained the run (testbed/machine.py; absent for runs cached
-before it was written).
+it records the settings, the machine that trained the run (testbed/machine.py) and the fingerprint of the code
+that trained it (`code`: `train` and everything it calls, testbed/util/codeprint.py); a run trained by code that
+has changed since is trained again (`current`; a record without a fingerprint, written before records carried
+one, is not judged).
 """
 
 from __future__ import annotations
@@ -104,10 +106,32 @@ def _train_to(paths: list[str], kind: str, seeds: list[int], steps: int, log_eve
 
     rows_per_seed = train(kind, seeds, steps, log_every, stop=stop_requested)
     for path, seed, rows in zip(paths, seeds, rows_per_seed, strict=True):
-        record = {"settings": _settings(kind, seed, steps, log_every), "machine": machine()}
+        record = {"settings": _settings(kind, seed, steps, log_every), "machine": machine(), "code": code()}
         atomic_write_text(Path(path).with_suffix(".json"), json.dumps(record, indent=1, sort_keys=True))
         atomic_write_text(path, rows.to_csv(index=False))  # the rows last: their file is the "done" marker
     return paths
+
+
+def code() -> dict[str, str]:
+    """The fingerprint of the code that trains an oracle run: `train` and everything it names."""
+    from testbed.util.codeprint import source_digest
+
+    return {"oracle": source_digest(train)}
+
+
+def current(cache: Path, kind: str, seed: int, steps: int, log_every: int) -> bool:
+    """Whether the run is cached and was trained by the code as it is now (a record without a fingerprint is not
+    judged; testbed/util/codeprint.py `stale_parts`)."""
+    from testbed.util.codeprint import stale_parts
+
+    path = rows_path(cache, kind, seed, steps, log_every)
+    if not path.is_file():
+        return False
+    try:
+        record = json.loads(path.with_suffix(".json").read_text())
+    except (OSError, ValueError):
+        record = {}  # rows without their record (cached before records were written): not judged
+    return not stale_parts(record.get("code") if isinstance(record, dict) else None, code())
 
 
 def batches(jobs: list[tuple[str, int]], workers: int) -> list[tuple[str, list[int]]]:
@@ -124,7 +148,7 @@ def ensure(cache: Path, jobs: list[tuple[str, int]], steps: int, log_every: int,
            cached_only: bool = False) -> None:
     """Train the (kind, seed) jobs not yet cached (`batches`), in ``workers`` processes of the command's executor
     (testbed/util/executor.py: the local pool, or Ray with ``--executor ray``)."""
-    todo = [(k, s) for k, s in jobs if not rows_path(cache, k, s, steps, log_every).is_file()]
+    todo = [(k, s) for k, s in jobs if not current(cache, k, s, steps, log_every)]
     if not todo or cached_only:
         return
     runs = [(kind, seeds, [str(rows_path(cache, kind, s, steps, log_every)) for s in seeds])
@@ -140,9 +164,9 @@ def ensure(cache: Path, jobs: list[tuple[str, int]], steps: int, log_every: int,
 
 
 def cached(cache: Path, kind: str, seed: int, steps: int, log_every: int, cached_only: bool = False) -> pd.DataFrame:
-    """The run's rows (training it now if needed; an empty frame if ``cached_only`` and absent)."""
+    """The run's rows (training it now if it is not `current`; an empty frame if ``cached_only`` and it is not)."""
     path = rows_path(cache, kind, seed, steps, log_every)
-    if not path.is_file():
+    if not current(cache, kind, seed, steps, log_every):
         if cached_only:
             return pd.DataFrame({"step": [], "test_error": []})
         _train_to([str(path)], kind, [seed], steps, log_every)

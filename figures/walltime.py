@@ -14,8 +14,8 @@ priced as a + b x its steps x its cost relative to the timed loop, and the loops
 ``workers`` processes. One process, one loop at a time: it never starts a worker pool.
 
 The GAC probe (figures/gac_probe.py: the GAC-1 base's async runs re-trained through ``gac.exact_until`` batches
-with one exact gradient per optimizer step, in the main process) is timed on one of its loops the same way and
-added to the wall time (`figures.experiments.async_grpo.probe_loops`). The exact-gradient MNIST runs and the theory figures are not re-seeded by
+with one exact gradient per optimizer step, its loops over the same workers) is timed on one of its loops the same
+way, and its loops are list-scheduled after the runs' (`figures.experiments.async_grpo.probe_loops`). The exact-gradient MNIST runs and the theory figures are not re-seeded by
 the design; their cost is
 ``python -m figures.estimate``'s (the same for both reports). Times are for this machine at its load while
 sampling (the printed CPU share says how much of a core the samples got).
@@ -138,14 +138,16 @@ def predict(workers: int, steps: int, progress: bool = True) -> dict[str, Any]:
 
     def total(loops: list[list[RunConfig]], probe: list[list[RunConfig]]) -> dict[str, float]:
         d = [seconds(x) for x in loops]
-        # the probe runs in the main process, one loop after another: its time adds to the wall time
+        # the probe's loops run on the same workers once the runs' are done (the experiment measures it first:
+        # either order gives the same wall time)
         p = [pa + pslope * b.async_exact_until * len(x) / pruns for x in probe]
         return {"runs": sum(len(x) for x in loops), "loops": len(loops), "probe_runs": sum(len(x) for x in probe),
-                "probe_s": sum(p), "cpu_s": sum(d) + sum(p), "wall_s": list_schedule(d, workers) + sum(p)}
+                "probe_s": sum(p), "cpu_s": sum(d) + sum(p),
+                "wall_s": list_schedule(d, workers) + list_schedule(p, workers)}
 
     return {"workers": workers, "sample_steps": steps, "samples": samples, "sampling_s": time.perf_counter() - wall0,
             "sampling_cpu_share": share, "load_at_start": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
-            "first_look": total(first, probe_loops(b, False)), "cap": total(upper, probe_loops(b, True))}
+            "first_look": total(first, probe_loops(b, False, workers)), "cap": total(upper, probe_loops(b, True, workers))}
 
 
 def main(argv: list[str] | None = None) -> int:

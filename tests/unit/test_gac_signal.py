@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -159,3 +160,28 @@ def test_exact_expectation_equals_the_mean_of_many_sampled_grpo_batches():
     sampled = torch.autograd.grad(recipe.loss(terms).loss, w)[0]
     assert float(torch.nn.functional.cosine_similarity(exact.flatten(), sampled.flatten(), dim=0)) > 0.999
     assert float(torch.linalg.vector_norm(sampled - exact) / torch.linalg.vector_norm(exact)) < 0.03
+
+
+def test_the_probe_cache_reads_only_records_of_the_code_now_and_measures_in_workers(tmp_path):
+    """figures.gac_probe: records measured in two worker processes are the records measured in this process, bit
+    for bit; a record whose code fingerprint differs from the run's now is not read (None) and is measured again."""
+    import json
+
+    from figures import gac_probe
+
+    cfgs = [RunConfig(task="mnist", recipe="grpo", delay=d, seed=s, steps=4, log_every=2, regime="async_grpo")
+            for d in ("sync", "bounded:8,4") for s in (3, 4)]
+    one = [replace(c, minibatches=1) for c in cfgs[:2]] + cfgs[2:]  # two shapes: two loops, one per worker
+    gac_probe.ensure(tmp_path / "here", one, 2)
+    gac_probe.ensure(tmp_path / "pool", one, 2, workers=2)
+    for c in one:
+        here, pool = gac_probe.load(tmp_path / "here", c, 2), gac_probe.load(tmp_path / "pool", c, 2)
+        assert here is not None and json.dumps(here["probe"]) == json.dumps(pool["probe"])
+    path = gac_probe.rows_path(tmp_path / "here", one[0], 2)
+    record = json.loads(path.read_text())
+    path.write_text(json.dumps({**record, "code": {**record["code"], "loop": "another"}}))
+    assert gac_probe.load(tmp_path / "here", one[0], 2) is None
+    gac_probe.ensure(tmp_path / "here", one, 2, cached_only=True)
+    assert gac_probe.load(tmp_path / "here", one[0], 2) is None  # cached only: nothing measured
+    gac_probe.ensure(tmp_path / "here", one, 2)
+    assert json.dumps(gac_probe.load(tmp_path / "here", one[0], 2)["probe"]) == json.dumps(record["probe"])

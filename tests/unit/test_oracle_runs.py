@@ -38,3 +38,21 @@ def test_ensure_trains_each_kind_and_seed_once(tmp_path):
     new = oracle_runs.cached(tmp_path, "ce", 2, 4, 2, cached_only=True)
     assert new["step"].tolist() == [2, 4] and new["seed"].tolist() == [2, 2]
     assert new["test_error"].between(0, 1).all()
+
+
+def test_a_run_trained_by_other_code_is_trained_again(tmp_path):
+    """The record carries the code's fingerprint; a run whose fingerprint differs from the code's now is not read
+    and is trained again; one recorded before records carried a fingerprint is not judged."""
+    import json
+
+    oracle_runs.ensure(tmp_path, [("ce", 0)], 4, 2)
+    path = oracle_runs.rows_path(tmp_path, "ce", 0, 4, 2)
+    record = json.loads(path.with_suffix(".json").read_text())
+    assert record["code"] == oracle_runs.code() and oracle_runs.current(tmp_path, "ce", 0, 4, 2)
+    path.with_suffix(".json").write_text(json.dumps({**record, "code": {"oracle": "another"}}))
+    assert not oracle_runs.current(tmp_path, "ce", 0, 4, 2)
+    assert oracle_runs.cached(tmp_path, "ce", 0, 4, 2, cached_only=True).empty
+    oracle_runs.ensure(tmp_path, [("ce", 0)], 4, 2)
+    assert json.loads(path.with_suffix(".json").read_text())["code"] == oracle_runs.code()
+    path.with_suffix(".json").write_text(json.dumps({k: v for k, v in record.items() if k != "code"}))
+    assert oracle_runs.current(tmp_path, "ce", 0, 4, 2)  # no fingerprint: not judged

@@ -49,7 +49,7 @@ def test_prediction_prices_every_loop_from_its_shape(monkeypatch):
     b = confirmatory_budget(prereg.load())
     loops = walltime._loops(walltime.confirmatory_runs(b, False), 1)
     exact = sum(0.5 + per_unit * sum(cost_estimate(c) for c in loop) for loop in loops)
-    # the GAC probe: in the main process, loop after loop, priced per batch measured and per run
+    # the GAC probe: its loops on the one worker after the runs', priced per batch measured and per run
     exact += sum(0.25 + 0.001 * b.async_exact_until * len(x) / 8 for x in walltime.probe_loops(b, False))
     assert res["first_look"]["runs"] == sum(len(x) for x in loops)
     assert res["first_look"]["wall_s"] == pytest.approx(exact, rel=1e-6)

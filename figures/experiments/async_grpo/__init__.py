@@ -39,7 +39,7 @@ def measure(ctx: Context) -> Evidence:
         if claims is None or {"GAC-1", "GAC-2"} & {c.id for c in claims}:
             # the exact-gradient probe's runs (figures/gac_probe.py; not stored as testbed runs)
             gac_probe.ensure(ctx.cache, exact_configs(b, seeds), b.async_exact_until, ctx.cached_only,
-                             ctx.protocol_stamp)
+                             ctx.protocol_stamp, 1 if b.quick else ctx.workers)
 
     return staged_evidence(ctx, CLAIMS, "async", configs, staged_runs, build, before)
 

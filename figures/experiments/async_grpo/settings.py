@@ -93,13 +93,13 @@ def exact_configs(b: Budget, seeds: tuple[int, ...]) -> list[RunConfig]:
     return [c for d in levels() for c in cell(b, exact_recipe(), d, seeds)]
 
 
-def probe_loops(b: Budget, cap: bool) -> list[list[RunConfig]]:
-    """The GAC probe's loops (as `figures.gac_probe.ensure` packs them): the first look's seeds, or every seed of
-    the async design's cap."""
+def probe_loops(b: Budget, cap: bool, workers: int = 1) -> list[list[RunConfig]]:
+    """The GAC probe's loops (as `figures.gac_probe.ensure` packs them for ``workers``): the first look's seeds, or
+    every seed of the async design's cap."""
     from testbed.plan import MAX_LOOP, balanced_chunks
 
     seeds = b.all_seeds("async") if cap else b.async_seeds
-    return balanced_chunks(exact_configs(b, tuple(seeds)), MAX_LOOP, 1)
+    return balanced_chunks(exact_configs(b, tuple(seeds)), MAX_LOOP, workers)
 
 
 def staged_runs(b: Budget, seeds: tuple[int, ...], claim_ids: list[str]) -> list[RunConfig]:
