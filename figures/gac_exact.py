@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from figures.evidence import label
 from figures.gac_probe import summary
 from testbed.config import RunConfig
 from testbed.util.files import atomic_write_text
@@ -54,19 +55,20 @@ def explore(seeds: Sequence[int], until: int, log_every: int) -> dict[str, Any]:
     records = {d: dict(zip(seeds, measured[i * len(seeds):(i + 1) * len(seeds)], strict=True))
                for i, d in enumerate(levels)}
     per = {d: [summary(records[d][s], window) for s in seeds] for d in levels}
-    cell = {k: {f"{recipe}|{d}": [x[k] for x in per[d]] for d in levels} for k in ("cos", "r", "cos_minibatch")}
+    cell = {k: {(recipe, d): [x[k] for x in per[d]] for d in levels} for k in ("cos", "r", "cos_minibatch")}
 
     def iv(values: Any) -> dict[str, float]:
         i = one_sample(values)
         return {"estimate": i.estimate, "lo": i.lo, "hi": i.hi, "n": i.n}
 
     out: dict[str, Any] = {"seeds": list(seeds), "recipe": recipe, "levels": list(levels), "until": until,
-                           "log_every": log_every, "window": list(window), "per_seed": cell,
-                           "intervals": {k: {key: iv(v) for key, v in cell[k].items()} for k in cell}}
-    sync = cell["cos"][f"{recipe}|sync"]
+                           "log_every": log_every, "window": list(window),
+                           "per_seed": {k: {label(key): v for key, v in cell[k].items()} for k in cell},
+                           "intervals": {k: {label(key): iv(v) for key, v in cell[k].items()} for k in cell}}
+    sync = cell["cos"][(recipe, "sync")]
     out["stale_minus_sync"] = {}
     for d in levels[1:]:
-        i = difference(sync, cell["cos"][f"{recipe}|{d}"])
+        i = difference(sync, cell["cos"][(recipe, d)])
         out["stale_minus_sync"][d] = {"estimate": i.estimate, "lo": i.lo, "hi": i.hi, "n": i.n}
     exact = gac1_parts(cell["cos"], list(levels), recipe)
     mini = gac1_parts(cell["cos_minibatch"], list(levels), recipe)
@@ -75,8 +77,8 @@ def explore(seeds: Sequence[int], until: int, log_every: int) -> dict[str, Any]:
                                  "parts": [f"{p.name}: {fmt_interval(p)} -> {p.status}" for p in mini]}}
     r, src = real_r()
     out["real_r"] = {"r": r, "source": src}
-    out["predicted_at_real_r"] = {d: iv(predicted_at(cell["cos"][f"{recipe}|{d}"], cell["r"][f"{recipe}|{d}"],
-                                                        cell["r"][f"{recipe}|sync"], r)) for d in levels}
+    out["predicted_at_real_r"] = {d: iv(predicted_at(cell["cos"][(recipe, d)], cell["r"][(recipe, d)],
+                                                        cell["r"][(recipe, "sync")], r)) for d in levels}
     return out
 
 
@@ -109,16 +111,17 @@ def findings_markdown(res: dict[str, Any]) -> str:
              "| level | cos_consecutive_exact | learner's minibatch cosine | r = m / B_noise | cos_exact x r / (1 + r) "
              "| predicted at the real model's r |", "| --- | --- | --- | --- | --- | --- |"]
     for d in levels:
-        k = f"{rec}|{d}"
+        k = label((rec, d))
         pred = np.array(ps["cos"][k]) * np.array(ps["r"][k]) / (1 + np.array(ps["r"][k]))
         lines.append(f"| {d} | {show(iv['cos'][k])} | {show(iv['cos_minibatch'][k])} | {show(iv['r'][k])} | "
                      f"{float(np.mean(pred)):+.3f} | {show(res['predicted_at_real_r'][d])} |")
     lines += ["", "Paired difference stale - sync of cos_consecutive_exact: " + "; ".join(
         f"{d} {show(x)}" for d, x in res["stale_minus_sync"].items()) + ".",
         f"Real model's r: {res['real_r']['r']:.3f} ({res['real_r']['source']}).", ""]
-    ev = Evidence(grid="exploratory", seeds=res["seeds"], levels=levels,
-                     regime={"batch_size": 400, "minibatches": 2}, exact_window=res["window"],
-                     exact_until=res["until"], cos_exact=ps["cos"], r_minibatch=ps["r"], cos_minibatch=ps["cos_minibatch"])
+    ev = Evidence.from_json({"grid": "exploratory", "seeds": res["seeds"], "levels": levels,
+                             "regime": {"batch_size": 400, "minibatches": 2}, "exact_window": res["window"],
+                             "exact_until": res["until"], "cos_exact": ps["cos"], "r_minibatch": ps["r"],
+                             "cos_minibatch": ps["cos_minibatch"]})
     before = uncapped(Evidence(grid="exploratory", seeds=res["seeds"], levels=levels,
                                       regime={"batch_size": 400, "minibatches": 2}))
     j = judge_gac1(ev)

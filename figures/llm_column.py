@@ -71,6 +71,7 @@ from typing import Any
 
 import numpy as np
 
+from figures.evidence import Cell
 from figures.experiments.async_grpo.judges import gac1_parts, rescue_parts
 from figures.experiments.mnist_delay.evidence import collapses, precursor_counts
 from figures.experiments.mnist_delay.judges import precursor_leads, precursor_parts
@@ -194,11 +195,11 @@ class Study:
         return cells + (f"; the rule asks a drop >= {self.rule['min_drop']:g} and >= {self.rule['min_se']:g} "
                         "standard errors")
 
-    def errors(self, method: str) -> tuple[dict[str, list[float]], list[str]]:
-        """Per-seed errors of the chosen cell (cells ``"<base>|sync"``, ``"<base>|<stale>"`` and
-        ``"<method>|<stale>"``, seeds in the same order, NaN where a run has not finished) and the levels."""
+    def errors(self, method: str) -> tuple[dict[Cell, list[float]], list[str]]:
+        """Per-seed errors of the chosen cell (cells (base, "sync"), (base, stale) and (method, stale), seeds in the
+        same order, NaN where a run has not finished) and the levels."""
         stale = f"eta={self.chosen['eta']}, lr={self.chosen['lr']:g}"
-        cells = {"sync": f"{self.base}|sync", "stale": f"{self.base}|{stale}", method: f"{method}|{stale}"}
+        cells = {"sync": (self.base, "sync"), "stale": (self.base, stale), method: (method, stale)}
         seeds = sorted({int(r["seed"]) for r in self.cell_runs})
         error = {c: [math.nan] * len(seeds) for c in cells.values()}
         for r in self.cell_runs:
@@ -297,7 +298,7 @@ def gac1_runs(root: Path) -> dict[str, Any] | None:
 def _gac1_trainer(runs: dict[str, Any], sync_shown: str) -> tuple[str, str]:
     """The whole of GAC-1 on the real model's trainer runs, by the testbed's rule."""
     stale = f"eta={runs['eta']}"
-    parts = gac1_parts({"grpo|sync": runs["cos"]["sync"], f"grpo|{stale}": runs["cos"]["stale"]}, ["sync", stale])
+    parts = gac1_parts({("grpo", "sync"): runs["cos"]["sync"], ("grpo", stale): runs["cos"]["stale"]}, ["sync", stale])
     shown = (f"{runs['file']}: within-batch consecutive-step cosine over the second half of the updates, per seed "
              f"{', '.join(map(str, runs['seeds']))}: sync {fmt(runs['cos']['sync'], 2)}, {stale} "
              f"{fmt(runs['cos']['stale'], 2)}; " + "; ".join(f"{p.name}: {fmt_interval(p)} -> {p.status}" for p in parts)
@@ -443,8 +444,8 @@ def _rescue_latest(mine: list[Study], method: str) -> tuple[str, str]:
         return "not measured", f"{s.path}: the chosen cell's comparison runs have not all finished"
     parts = rescue_parts(error, levels, method, 0.5 / max(s.eval_problems, 1), base=s.base)
     shown = (f"{s.path}: error (1 - greedy accuracy on {s.eval_problems} problems) {s.base} sync "
-             f"{fmt(error[f'{s.base}|sync'], 3, pct=True)}, {s.base} {levels[1]} "
-             f"{fmt(error[f'{s.base}|{levels[1]}'], 3, pct=True)}, {method} {fmt(error[f'{method}|{levels[1]}'], 3, pct=True)}; "
+             f"{fmt(error[(s.base, 'sync')], 3, pct=True)}, {s.base} {levels[1]} "
+             f"{fmt(error[(s.base, levels[1])], 3, pct=True)}, {method} {fmt(error[(method, levels[1])], 3, pct=True)}; "
              + "; ".join(f"{p.name}: {fmt_interval(p)} -> {p.status}" for p in parts))
     if parts[0].status != "holds":
         return "not testable", shown + f" ({s.base} does not degrade by the testbed's rule in the study's chosen cell)"
@@ -496,7 +497,7 @@ def pocket_gac1(root: Path, prereg: dict[str, Any]) -> dict[str, str] | None:
         return None
     eta = int(runs[runs["arm"] == "stale"]["eta"].iloc[0])
     level = f"eta{eta}"
-    cos = {f"grpo|{'sync' if arm == 'sync' else level}": list(g.sort_values("seed")["late_grad_cos_split_half"])
+    cos = {("grpo", 'sync' if arm == 'sync' else level): list(g.sort_values("seed")["late_grad_cos_split_half"])
            for arm, g in runs.groupby("arm")}
     with using_level(LEVEL):
         parts = gac1_parts(cos, ["sync", level])
@@ -505,7 +506,7 @@ def pocket_gac1(root: Path, prereg: dict[str, Any]) -> dict[str, str] | None:
     return {"pocket": verdict,
             "pocket_evidence": f"confirmatory runs {folder}/{{sync,stale}}/runs.csv (seeds {int(runs['seed'].min())}.."
                                f"{int(runs['seed'].max())}, {len(runs)} runs): split-half consecutive-update cosine "
-                               f"per seed, sync {fmt(cos['grpo|sync'])}, stale eta = {eta} {fmt(cos['grpo|' + level])}; "
+                               f"per seed, sync {fmt(cos[('grpo', 'sync')])}, stale eta = {eta} {fmt(cos[('grpo', level)])}; "
                                f"{shown}"}
 
 
@@ -543,7 +544,7 @@ def pocket_rescue(root: Path, prereg: dict[str, Any], cid: str) -> dict[str, str
     eta = int(runs[runs["arm"] != "sync"]["eta"].iloc[0])
     level = f"eta{eta}"
     score = runs["accuracy"].where(~runs["diverged"].astype(bool), 0.0)
-    error = {f"{'grpo' if arm in ('sync', 'stale') else arm}|{'sync' if arm == 'sync' else level}": list(1.0 - score[g.index])
+    error = {('grpo' if arm in ('sync', 'stale') else arm, 'sync' if arm == 'sync' else level): list(1.0 - score[g.index])
              for arm, g in runs.groupby("arm")}  # each arm's errors in seed order (pairs by seed position)
     problems = int(meta.get("eval_problems", 512))  # behind a score: the evaluation size times the evaluations averaged
     margin = float(spec.get("margin", MARGIN))
@@ -551,8 +552,8 @@ def pocket_rescue(root: Path, prereg: dict[str, Any], cid: str) -> dict[str, str
         parts = rescue_parts(error, ["sync", level], method, 0.5 / problems, degrade=margin, match=margin, scale="diff",
                              estimator="mean")
     shown = (f"confirmatory runs {folder}/runs.csv (seeds {seeds[0]}..{seeds[-1]}, {len(runs)} runs): error "
-             f"(1 - greedy accuracy on {problems} problems) grpo sync {fmt(error['grpo|sync'], 3, pct=True)}, grpo "
-             f"eta = {eta} {fmt(error['grpo|' + level], 3, pct=True)}, {method} {fmt(error[f'{method}|{level}'], 3, pct=True)}; "
+             f"(1 - greedy accuracy on {problems} problems) grpo sync {fmt(error[('grpo', 'sync')], 3, pct=True)}, grpo "
+             f"eta = {eta} {fmt(error[('grpo', level)], 3, pct=True)}, {method} {fmt(error[(method, level)], 3, pct=True)}; "
              + "; ".join(f"{o.name}: {fmt_interval(o)} -> {o.status}" for o in parts))  # fmt: skip
     if parts[0].status == "n/a":  # the testbed's reading of a precondition that does not hold (`combine`)
         return {"pocket": "not testable", "pocket_evidence": shown + " (grpo does not degrade by the margin at the registered lag)"}

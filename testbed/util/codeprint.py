@@ -162,6 +162,12 @@ def _digest(objs: tuple[Any, ...]) -> str:
 _digest_cached = functools.lru_cache(maxsize=256)(_digest)
 
 
+def forget() -> None:
+    """Forget the digests cached in this process: the next `source_digest` walks the code as it is then (after a
+    module's global was replaced, as a test's monkeypatch does and undoes)."""
+    _digest_cached.cache_clear()
+
+
 def source_digest(*objs: Any, fresh: bool = False) -> str:
     """A digest of the source of ``objs`` and of everything they name in the project's or the user's modules.
     Cached per process by the objects themselves; ``fresh``: walked anew (the code as it is now, e.g. where a

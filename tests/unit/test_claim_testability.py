@@ -101,11 +101,11 @@ def _async_evidence(across_stale: float | None, degrade: float = 0.15) -> async_
     err, cos, across, health = {}, {}, {}, {}
     for r in RECIPES:
         for i, d in enumerate(levels):
-            err[f"{r}|{d}"] = list(0.2 + (degrade if (r == "grpo" and i) else 0.0) + 0.005 * rng.standard_normal(5))
-            cos[f"{r}|{d}"] = list(0.5 + 0.01 * rng.standard_normal(5))
+            err[(r, d)] = list(0.2 + (degrade if (r == "grpo" and i) else 0.0) + 0.005 * rng.standard_normal(5))
+            cos[(r, d)] = list(0.5 + 0.01 * rng.standard_normal(5))
             val = np.nan if across_stale is None else (0.05 if i == 0 else across_stale)
-            across[f"{r}|{d}"] = list(val + 0.01 * rng.standard_normal(5))
-            health[f"{r}|{d}"] = _health(["healthy"] * 5)
+            across[(r, d)] = list(val + 0.01 * rng.standard_normal(5))
+            health[(r, d)] = _health(["healthy"] * 5)
     return async_grpo.Evidence(levels=levels, seeds=list(range(5)), floor=5e-4, registered=True, error=err, cos=cos,
                                cos_across=across, health=health)
 
@@ -137,8 +137,8 @@ def test_the_report_lists_per_seed_the_values_each_claim_is_judged_on():
     assert shown["seeds"] == [0, 1] and shown["metric"] == "longest solved H (final sampled error <= 10%)"
     assert shown["cells"] == {"pg": [2.0, 4.0], "dg": [4.0, 4.0]}  # the judged seeds only, not the errors
     gac1 = next(c for c in async_grpo.CLAIMS if c.id == "GAC-1")
-    ev = async_grpo.Evidence(seeds=[0, 1], levels=["sync"], error={"grpo|sync": [0.1, 0.2]},
-                             cos={"grpo|sync": [0.3, 0.4]}, cos_exact={"grpo|sync": [0.05, float("nan")]})
+    ev = async_grpo.Evidence(seeds=[0, 1], levels=["sync"], error={("grpo", "sync"): [0.1, 0.2]},
+                             cos={("grpo", "sync"): [0.3, 0.4]}, cos_exact={("grpo", "sync"): [0.05, float("nan")]})
     shown = per_seed(gac1, ev, Judgement("x", [], verdict="inconclusive"))  # the exact cosine GAC-1 is judged on
     assert shown["cells"] == {"grpo|sync": [0.05, None]} and "cosine" in shown["metric"]  # NaN shown as not run
     vcpo1 = next(c for c in mnist_delay.CLAIMS if c.id == "VCPO-1")

@@ -38,7 +38,7 @@ def test_cells_are_tuples_in_memory_and_labels_on_disk_nested_ones_too():
     assert data["theory"]["cases"] == {"cos|rho=0.1|pg": [0.5]} and data["measured"] == {"stale|dg|late": [0.2, None]}
     back = contamination.Evidence.from_json(data)
     assert back.theory == ev.theory and back.measured == ev.measured
-    assert async_grpo.Evidence.from_json({"error": {"grpo|sync": [0.1]}}).error == {"grpo|sync": [0.1]}  # not KEYED
+    assert async_grpo.Evidence.from_json({"error": {"grpo|sync": [0.1]}}).error == {("grpo", "sync"): [0.1]}
 
 
 def test_a_field_the_record_does_not_have_is_refused_by_name():

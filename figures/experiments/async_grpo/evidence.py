@@ -10,6 +10,7 @@ import numpy as np
 from figures import gac_probe
 from figures.common import Context, diverged, seed_curves, values
 from figures.confirm import registered_window
+from figures.evidence import Cell
 from figures.evidence import Evidence as ExperimentEvidence
 from figures.experiments.async_grpo.settings import (
     CHANCE,
@@ -29,7 +30,7 @@ from figures.staging import cell_health
 
 @dataclass
 class Evidence(ExperimentEvidence):
-    """Per cell ``"<recipe>|<level>"`` (level: sync or a staleness level of the regime), one value per seed:
+    """Per cell (recipe, level) (level: sync or a staleness level of the regime), one value per seed:
     final test error (``error``), mean consecutive-step gradient cosine over the second half (``cos``; across
     batches only: ``cos_across``), health flags (``health``); diverged runs per cell (``diverged``); gac's action
     rates per seed (``rates``); the threshold-sensitivity table (``sensitivity``: per variant and level, error
@@ -37,22 +38,24 @@ class Evidence(ExperimentEvidence):
 
     PER_SEED: ClassVar[tuple[str, ...]] = ("error", "cos", "cos_across", "health", "curves", "cos_exact", "r_minibatch",
                                            "cos_minibatch")
+    KEYED: ClassVar[tuple[str, ...]] = ("error", "cos", "cos_across", "diverged", "health", "rates", "sensitivity",
+                                        "curves", "cos_exact", "r_minibatch", "cos_minibatch")
 
     registered: bool = True
     regime: dict[str, Any] = field(default_factory=dict)
     levels: list[str] = field(default_factory=list)
     floor: float = float("nan")
-    error: dict[str, list[float | None]] = field(default_factory=dict)
-    cos: dict[str, list[float | None]] = field(default_factory=dict)
-    cos_across: dict[str, list[float | None]] = field(default_factory=dict)
-    diverged: dict[str, int] = field(default_factory=dict)
-    health: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
-    rates: dict[str, dict[str, list[float | None]]] = field(default_factory=dict)
-    sensitivity: dict[str, dict[str, list[float | None]]] = field(default_factory=dict)
+    error: dict[Cell, list[float | None]] = field(default_factory=dict)
+    cos: dict[Cell, list[float | None]] = field(default_factory=dict)
+    cos_across: dict[Cell, list[float | None]] = field(default_factory=dict)
+    diverged: dict[Cell, int] = field(default_factory=dict)
+    health: dict[Cell, dict[str, list[Any]]] = field(default_factory=dict)
+    rates: dict[Cell, dict[str, list[float | None]]] = field(default_factory=dict)
+    sensitivity: dict[Cell, dict[str, list[float | None]]] = field(default_factory=dict)
     # the learning curves (per cell, per seed: test error at each of ``versions``; chance after a divergence) and
     # whether the budget is the pre-registered confirmatory one (its claims then read the learning phase)
     versions: list[float] = field(default_factory=list)
-    curves: dict[str, list[list[float | None]]] = field(default_factory=dict)
+    curves: dict[Cell, list[list[float | None]]] = field(default_factory=dict)
     confirmatory: bool = False
     # GAC's signal without the noise cap (figures/gac_probe.py), per cell of the exact recipe, per seed, over the
     # learning window ``exact_window`` (the base's, the registered phase rule): ``cos_exact`` the mean exact
@@ -60,9 +63,9 @@ class Evidence(ExperimentEvidence):
     # consecutive minibatch cosine; ``exact_until`` the batches the probe measured
     exact_window: list[float] = field(default_factory=list)
     exact_until: int = 0
-    cos_exact: dict[str, list[float | None]] = field(default_factory=dict)
-    r_minibatch: dict[str, list[float | None]] = field(default_factory=dict)
-    cos_minibatch: dict[str, list[float | None]] = field(default_factory=dict)
+    cos_exact: dict[Cell, list[float | None]] = field(default_factory=dict)
+    r_minibatch: dict[Cell, list[float | None]] = field(default_factory=dict)
+    cos_minibatch: dict[Cell, list[float | None]] = field(default_factory=dict)
 
     @property
     def minibatch(self) -> float | None:
@@ -83,14 +86,14 @@ def build(ctx: Context, seeds: tuple[int, ...]) -> Evidence:
     for r in RECIPES:
         for d in levels():
             c = cell(b, r, d, seeds)
-            ev.error[f"{r}|{d}"] = values(table, c, "test_error", CHANCE)
-            ev.cos[f"{r}|{d}"] = values(table, c, "grad_cos_prev", start=0.5)
-            ev.cos_across[f"{r}|{d}"] = values(table, c, "grad_cos_across", start=0.5)
-            ev.diverged[f"{r}|{d}"] = diverged(table, c)
-            ev.health[f"{r}|{d}"] = cell_health(ctx, c)
-            ev.versions, ev.curves[f"{r}|{d}"] = seed_curves(table, c, ev.versions, CHANCE)
+            ev.error[(r, d)] = values(table, c, "test_error", CHANCE)
+            ev.cos[(r, d)] = values(table, c, "grad_cos_prev", start=0.5)
+            ev.cos_across[(r, d)] = values(table, c, "grad_cos_across", start=0.5)
+            ev.diverged[(r, d)] = diverged(table, c)
+            ev.health[(r, d)] = cell_health(ctx, c)
+            ev.versions, ev.curves[(r, d)] = seed_curves(table, c, ev.versions, CHANCE)
             if r == "gac":  # how often the projection acts (per seed, second half of training)
-                ev.rates[f"gac|{d}"] = {k: values(table, c, f"gac_{k}_frac", start=0.5).tolist()
+                ev.rates[("gac", d)] = {k: values(table, c, f"gac_{k}_frac", start=0.5).tolist()
                                            for k in ("projected", "skipped")}
     exact_evidence(ctx, ev, seeds)
     sens = ctx.rows(sensitivity_configs(b))
@@ -99,7 +102,7 @@ def build(ctx: Context, seeds: tuple[int, ...]) -> Evidence:
         for d in ("sync", levels()[-1]):
             c = cell(b, spec, d)
             src = table if spec == "gac" else sens
-            ev.sensitivity[f"{name}|{d}"] = {
+            ev.sensitivity[(name, d)] = {
                 "error": values(src, c, "test_error", CHANCE).tolist(),
                 **{k: values(src, c, f"gac_{k}_frac", start=0.5).tolist() for k in ("projected", "skipped")}}
     return ev
@@ -108,7 +111,7 @@ def build(ctx: Context, seeds: tuple[int, ...]) -> Evidence:
 def exact_evidence(ctx: Context, ev: Evidence, seeds: tuple[int, ...]) -> None:
     """The exact-gradient probe's per-seed summaries over the base's learning window (`gac_probe.summary`)."""
     b = ctx.budget
-    base = ev.curves.get("grpo|sync")
+    base = ev.curves.get(("grpo", "sync"))
     if not base:
         return
     window = registered_window(ev.versions, np.array(base, dtype=float))
@@ -118,6 +121,6 @@ def exact_evidence(ctx: Context, ev: Evidence, seeds: tuple[int, ...]) -> None:
         c = cell(b, recipe, d, seeds)
         ctx.touch([gac_probe.rows_path(ctx.cache, x, b.async_exact_until) for x in c])
         rows = [gac_probe.summary(gac_probe.load(ctx.cache, x, b.async_exact_until), window) for x in c]
-        ev.cos_exact[f"{recipe}|{d}"] = [r["cos"] for r in rows]
-        ev.r_minibatch[f"{recipe}|{d}"] = [r["r"] for r in rows]
-        ev.cos_minibatch[f"{recipe}|{d}"] = [r["cos_minibatch"] for r in rows]
+        ev.cos_exact[(recipe, d)] = [r["cos"] for r in rows]
+        ev.r_minibatch[(recipe, d)] = [r["r"] for r in rows]
+        ev.cos_minibatch[(recipe, d)] = [r["cos_minibatch"] for r in rows]

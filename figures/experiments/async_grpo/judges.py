@@ -21,6 +21,7 @@ from figures.confirm import (
     resolution_margin,
     stability_parts,
 )
+from figures.evidence import Cell
 from figures.experiments.async_grpo.evidence import Evidence
 from figures.experiments.async_grpo.settings import BASES, NAME, exact_recipe
 from figures.records import (
@@ -58,7 +59,7 @@ def sensitivity_rows(ev: Evidence) -> list[Outcome]:
     """The threshold-sensitivity table: per variant, its error at sync and at the largest staleness level as a
     ratio to grpo at sync (first look's seeds, trimmed mean; reported, not judged)."""
     out = []
-    base = arr(ev.error["grpo|sync"])[: len(ev.seeds)]
+    base = arr(ev.error[("grpo", "sync")])[: len(ev.seeds)]
     for key, row in (ev.sensitivity or {}).items():
         v = arr(row.get("error"))
         if not np.isfinite(v).any():
@@ -67,7 +68,7 @@ def sensitivity_rows(ev: Evidence) -> list[Outcome]:
         iv = difference(base[:n], v[:n], "log", ev.floor)
         rates = ", ".join(f"{k} {np.nanmean(arr(row.get(k))):.2f}" for k in ("projected", "skipped")
                           if np.isfinite(arr(row.get(k))).any())
-        out.append(Outcome(f"gac sensitivity, {key.replace('|', ' at ')}: error / grpo sync", "reported", "n/a",
+        out.append(Outcome(f"gac sensitivity, {' at '.join(key)}: error / grpo sync", "reported", "n/a",
                            float("nan"), "log", iv, None, f"action rates: {rates}" if rates else "action rates not logged"))
     return out
 
@@ -92,17 +93,17 @@ def _tag(ev: Evidence) -> str:
     return "" if ev.registered else " [provisional regime settings]"
 
 
-def gac1_parts(cos: dict[str, Any], levels: list[str], base: str = "grpo") -> list[Outcome]:
+def gac1_parts(cos: dict[Cell, Any], levels: list[str], base: str = "grpo") -> list[Outcome]:
     """The parts of GAC-1 from per-seed cosines between consecutive optimizer steps' raw gradients.
 
-    ``cos``: cell ``"<base>|<level>"`` -> one cosine per seed (NaN: missing); ``levels[0]`` is the
+    ``cos``: cell (base, level) -> one cosine per seed (NaN: missing); ``levels[0]`` is the
     synchronous level. "Near orthogonal under sync": the sync cosine inside +-`BAND` (one-sample TOST);
     "high under async", per stale level: above `BAND`, softened to "direction" when it is significantly
     above sync but not above the band."""
-    sync = arr(cos[f"{base}|{levels[0]}"])
+    sync = arr(cos[(base, levels[0])])
     parts = [within(f"{base}: sync cosine near 0 (|mean| < {BAND.value})", sync, 0.0, BAND.value)]
     for s in levels[1:]:
-        stale = arr(cos[f"{base}|{s}"])
+        stale = arr(cos[(base, s)])
         high = at_least(f"{base}: cosine at {s} above {BAND.value}", stale, BAND.value)
         if high.status == "fails":
             up = superiority(f"{base}: cosine at {s} above sync", sync, stale, 0.0, higher=True)
@@ -123,7 +124,7 @@ def judge_gac1(ev: Evidence) -> Judgement:
         return _exact_judgement(ev)
     per_base = {b: gac1_parts(ev.cos, ev.levels, b) for b in BASES}
     variants = {b: combine(p) for b, p in per_base.items()}
-    ours = "; ".join(f"{b}: " + ", ".join(f"{'sync' if d == 'sync' else d} {fmt(arr(ev.cos[f'{b}|{d}']), 2)}"
+    ours = "; ".join(f"{b}: " + ", ".join(f"{'sync' if d == 'sync' else d} {fmt(arr(ev.cos[(b, d)]), 2)}"
                                            for d in ev.levels) for b in BASES) + _tag(ev)
     other = [p for b in BASES[1:] for p in per_base[b]]
     return Judgement(ours, per_base["grpo"], variants=variants, note="verdict of the paper's base (grpo); "
@@ -164,9 +165,9 @@ def _exact_judgement(ev: Evidence) -> Judgement:
     beside = [dataclasses.replace(p, name=f"learner's minibatch cosine (capped): {p.name}", status="n/a")
               for p in gac1_parts(ev.cos_minibatch, ev.levels, recipe)]
     r, src = real_r()
-    sync_r = ev.r_minibatch.get(f"{recipe}|{ev.levels[0]}")
+    sync_r = ev.r_minibatch.get((recipe, ev.levels[0]))
     for d in ev.levels:
-        key = f"{recipe}|{d}"
+        key = (recipe, d)
         beside.append(reported(f"{recipe}: r = m / B_noise of the learner's minibatch at {d}", arr(ev.r_minibatch.get(key)),
                                "mean |exact|^2 / (mean |minibatch|^2 - mean |exact|^2) over the window"))
         if np.isfinite(r):
@@ -175,10 +176,10 @@ def _exact_judgement(ev: Evidence) -> Judgement:
                                    f"cos_consecutive_exact x r_l / (1 + r_l), r_l = r x (r at {d} / r at sync); r from {src}"))
     w = ev.exact_window
     ours = (f"{recipe}, exact consecutive-update cosine over versions {w[0]:g}-{w[1]:g}: "
-            + ", ".join(f"{d} {fmt(arr(ev.cos_exact[f'{recipe}|{d}']), 3)}" for d in ev.levels)
+            + ", ".join(f"{d} {fmt(arr(ev.cos_exact[(recipe, d)]), 3)}" for d in ev.levels)
             + "; the learner's minibatch cosine: "
-            + ", ".join(f"{d} {fmt(arr(ev.cos_minibatch[f'{recipe}|{d}']), 3)}" for d in ev.levels)
-            + "; r = m / B_noise: " + ", ".join(f"{d} {fmt(arr(ev.r_minibatch[f'{recipe}|{d}']), 3)}" for d in ev.levels)
+            + ", ".join(f"{d} {fmt(arr(ev.cos_minibatch[(recipe, d)]), 3)}" for d in ev.levels)
+            + "; r = m / B_noise: " + ", ".join(f"{d} {fmt(arr(ev.r_minibatch[(recipe, d)]), 3)}" for d in ev.levels)
             + _tag(ev))
     variants = {"exact (judged)": combine(parts), "minibatch, capped (beside)": combine(
         gac1_parts(ev.cos_minibatch, ev.levels, recipe))}
@@ -189,12 +190,12 @@ def _exact_judgement(ev: Evidence) -> Judgement:
         "direction"), other_parts=beside)
 
 
-def rescue_parts(error: dict[str, Any], levels: list[str], method: str, floor: float,
+def rescue_parts(error: dict[Cell, Any], levels: list[str], method: str, floor: float,
                  base: str = "grpo", degrade: float | None = None, match: float | None = None,
                  scale: str = "log", estimator: str = "trimmed") -> list[Outcome]:
     """The parts of a rescue claim (AREAL-1, GAC-2) from per-seed errors, paired by seed position.
 
-    ``error``: cell ``"<recipe>|<level>"`` -> one error per seed (NaN: missing); ``levels[0]`` is the
+    ``error``: cell (recipe, level) -> one error per seed (NaN: missing); ``levels[0]`` is the
     synchronous level. Per stale level s: the precondition "``base`` degrades at s" (error rise of at
     least ``degrade`` points, default `DEGRADE`, `precondition`); where it holds, "``method`` at s matches
     ``base`` at sync" (within ``match`` on ``scale``: default the error ratio within `MATCH`, log scale,
@@ -202,15 +203,15 @@ def rescue_parts(error: dict[str, Any], levels: list[str], method: str, floor: f
     as much (`with_direction`); each on the ``estimator`` of the paired differences (`difference`)."""
     degrade = DEGRADE.value if degrade is None else degrade
     match = MATCH.value if match is None else match
-    sync = arr(error[f"{base}|{levels[0]}"])
+    sync = arr(error[(base, levels[0])])
     parts: list[Outcome] = []
     for s in levels[1:]:
-        stale = arr(error[f"{base}|{s}"])
+        stale = arr(error[(base, s)])
         pre = precondition(f"{base} degrades at {s}", sync, stale, degrade, estimator=estimator)
         parts.append(pre)
         if pre.status != "holds":
             continue
-        cand = arr(error[f"{method}|{s}"])
+        cand = arr(error[(method, s)])
         kind = "ratio" if scale == "log" else "difference"
         same = equivalence(f"{method} at {s} matches {base} sync ({kind})", sync, cand, match, scale, floor,
                            estimator=estimator)
@@ -222,10 +223,10 @@ def rescue_parts(error: dict[str, Any], levels: list[str], method: str, floor: f
 
 
 
-def learning_phase(ev: Evidence) -> tuple[tuple[float, float], dict[str, np.ndarray]]:
+def learning_phase(ev: Evidence) -> tuple[tuple[float, float], dict[Cell, np.ndarray]]:
     """The registered learning window on grpo at sync (the base only) and per cell the per-seed mean error over it
     (`figures.confirm.phase_endpoints`)."""
-    return phase_endpoints(ev.versions, ev.curves, "grpo|sync")
+    return phase_endpoints(ev.versions, ev.curves, ("grpo", "sync"))
 
 
 def phase_margin(ev: Evidence, base: np.ndarray) -> Margin:
@@ -245,25 +246,25 @@ def phase_rescue_parts(ev: Evidence, method: str, same_level: bool) -> tuple[lis
     window, end = learning_phase(ev)
     if not all(map(np.isfinite, window)):
         return [], [], "the base (grpo at sync) does not learn: no learning window"
-    tol = phase_margin(ev, end["grpo|sync"])
+    tol = phase_margin(ev, end[("grpo", "sync")])
     kw = {"margin": tol.value, "floor": ev.floor, "multiple": st["collapse_multiple"],
           "collapse_floor": st["collapse_floor"]}
-    sync = end["grpo|sync"]
+    sync = end[("grpo", "sync")]
     parts: list[Outcome] = []
     beside: list[Outcome] = []
     for s in ev.levels[1:]:
-        cand = end[f"{method}|{s}"]
+        cand = end[(method, s)]
         if same_level:
-            first, c1 = stability_parts(f"naive grpo worse than {method} at {s}", cand, end[f"grpo|{s}"],
-                                        end[f"{method}|sync"], sync, "superiority", **kw)
+            first, c1 = stability_parts(f"naive grpo worse than {method} at {s}", cand, end[("grpo", s)],
+                                        end[(method, "sync")], sync, "superiority", **kw)
         else:
-            first, c1 = stability_parts(f"grpo degrades at {s}", sync, end[f"grpo|{s}"], sync, sync, "superiority",
+            first, c1 = stability_parts(f"grpo degrades at {s}", sync, end[("grpo", s)], sync, sync, "superiority",
                                         **kw)
         beside.append(c1)
         if not same_level and first.status not in ("holds", "undecided"):
             beside.append(first)
             continue
-        match, c2 = stability_parts(f"{method} at {s} matches grpo sync", sync, cand, sync, end[f"{method}|sync"],
+        match, c2 = stability_parts(f"{method} at {s} matches grpo sync", sync, cand, sync, end[(method, "sync")],
                                     "equivalence", **kw)
         parts += [first, match]
         beside.append(c2)
@@ -281,8 +282,8 @@ def _secondary(parts: list[Outcome]) -> list[Outcome]:
 def _phase_judgement(ev: Evidence, method: str, same_level: bool, final: list[Outcome]) -> Judgement:
     parts, beside, note = phase_rescue_parts(ev, method, same_level)
     _, end = learning_phase(ev)
-    ours = "; ".join(f"{k.replace('|', ' at ')} {fmt(v, 3, pct=True)}" for k, v in end.items()
-                     if k.split("|")[0] in ("grpo", method)) + " (learning-phase mean error)" + _tag(ev)
+    ours = "; ".join(f"{' at '.join(k)} {fmt(v, 3, pct=True)}" for k, v in end.items()
+                     if k[0] in ("grpo", method)) + " (learning-phase mean error)" + _tag(ev)
     j = Judgement(ours, parts, note=note) if parts else Judgement(ours, [], verdict="inconclusive", note=note)
     j.other_parts.extend(beside + _secondary(final))
     return j
@@ -290,8 +291,8 @@ def _phase_judgement(ev: Evidence, method: str, same_level: bool, final: list[Ou
 
 def _rescue_ours(ev: Evidence, method: str) -> str:
     e = ev.error
-    return "; ".join(f"{s}: grpo {fmt(arr(e[f'grpo|{s}']), 3, pct=True)}"
-                     + ("" if s == "sync" else f", {method} {fmt(arr(e[f'{method}|{s}']), 3, pct=True)}")
+    return "; ".join(f"{s}: grpo {fmt(arr(e[('grpo', s)]), 3, pct=True)}"
+                     + ("" if s == "sync" else f", {method} {fmt(arr(e[(method, s)]), 3, pct=True)}")
                      for s in ev.levels) + _tag(ev)
 
 
@@ -313,7 +314,7 @@ def _gac_rates(ev: Evidence) -> list[Outcome]:
     """How often gac acts: the per-seed fraction of optimizer steps it projected / skipped (NaN where not logged)."""
     out = []
     for d in ev.levels:
-        r = (ev.rates or {}).get(f"gac|{d}") or {}
+        r = (ev.rates or {}).get(("gac", d)) or {}
         for k in ("projected", "skipped"):
             v = arr(r.get(k))
             if np.isfinite(v).any():
@@ -334,7 +335,7 @@ def _degrades(ev: Evidence) -> tuple[str, str]:
     e = ev.error
     found = []
     for s in ev.levels[1:]:
-        o = precondition(f"grpo degrades at {s}", arr(e["grpo|sync"]), arr(e[f"grpo|{s}"]), DEGRADE.value)
+        o = precondition(f"grpo degrades at {s}", arr(e[("grpo", "sync")]), arr(e[("grpo", s)]), DEGRADE.value)
         found.append(f"{s}: {o.status}")
         if o.status in ("holds", "undecided"):  # undecided: the parts say inconclusive, and seeds are added
             return "met", "; ".join(found)
@@ -347,10 +348,10 @@ def stale_aligned(ev: Evidence) -> tuple[str, str]:
     across-batch minibatch cosine)."""
     if has_exact(ev):
         recipe, seen = exact_recipe(), []
-        sync = arr(ev.cos_exact.get(f"{recipe}|{ev.levels[0]}"))
+        sync = arr(ev.cos_exact.get((recipe, ev.levels[0])))
         for s in ev.levels[1:]:
             o = superiority(f"exact consecutive-update cosine at {s} above sync", sync,
-                            arr(ev.cos_exact.get(f"{recipe}|{s}")), 0.0, higher=True)
+                            arr(ev.cos_exact.get((recipe, s))), 0.0, higher=True)
             seen.append(f"{s}: {fmt_interval(o)} -> {o.status}")
             if o.status == "holds":
                 return "met", "exact gradients: " + "; ".join(seen)
@@ -359,12 +360,12 @@ def stale_aligned(ev: Evidence) -> tuple[str, str]:
     if ev.confirmatory:
         return "unknown", "the exact-gradient probe measured nothing in the learning window (figures/gac_probe.py)"
     ca = ev.cos_across or {}
-    sync = arr(ca.get("grpo|sync"))
+    sync = arr(ca.get(("grpo", "sync")))
     if not np.isfinite(sync).any():
         return "unknown", "grad_cos_across not logged (runs made before the testbed split the cosine by batch)"
     seen = []
     for s in ev.levels[1:]:
-        o = superiority(f"across-batch cosine at {s} above sync", sync, arr(ca.get(f"grpo|{s}")), 0.0, higher=True)
+        o = superiority(f"across-batch cosine at {s} above sync", sync, arr(ca.get(("grpo", s))), 0.0, higher=True)
         seen.append(f"{s}: {fmt_interval(o)} -> {o.status}")
         if o.status == "holds":
             return "met", "; ".join(seen)
@@ -429,7 +430,7 @@ def _fingerprint_matches(ev: Evidence) -> tuple[str, str]:
                            f"{ph['ess_tol']:g}, {ph['clip_tol']:g})")
 
 
-_HEALTHY = healthy_base(lambda ev: ["grpo|sync"],
+_HEALTHY = healthy_base(lambda ev: [("grpo", "sync")],
                         "grpo at sync healthy (at most one seed in five stalled, missing a class or above the "
                         "registered high error) in runs that record health; else a regime with a healthy synchronous "
                         "base", "the base (grpo at sync) is healthy",
@@ -452,7 +453,7 @@ _ALIGNED = Precondition("the base shows the stale-aligned signal (exact consecut
 
 
 def _recipe_cells(recipes: tuple[str, ...]):
-    return lambda ev: [f"{r}|{d}" for r in recipes for d in ev.levels]
+    return lambda ev: [(r, d) for r in recipes for d in ev.levels]
 
 
 _RESCUE_RULE = (

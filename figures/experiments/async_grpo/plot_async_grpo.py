@@ -34,13 +34,13 @@ def make(ctx: Context) -> dict:
     fig, (ax, ax2) = style.subplots(2, width=4.0, height=3.2)
     per_seed = {}
     for r in SHOWN:
-        vals = per_seed[r] = np.stack([arr(ev.error[f"{r}|{d}"]) for d in levels], axis=1)
+        vals = per_seed[r] = np.stack([arr(ev.error[(r, d)]) for d in levels], axis=1)
         style.band(ax, lags, vals, name=r, marker="o")
         style.seed_dots(ax, lags, vals, name=r)
         x, ys = curves(table, cell(b, r, levels[-1]), "test_error")
         if len(x):
             style.band(ax2, x, ys, name=r)
-    sync = np.nanmean(arr(ev.error["grpo|sync"]))
+    sync = np.nanmean(arr(ev.error[("grpo", "sync")]))
     for r, ratio in PAPER_RATIO.items():  # AREAL-1's numbers as error ratios to sync, at the largest level
         style.paper_star(ax, lags[-1], sync * ratio, name=r)
     for a in (ax, ax2):

@@ -47,14 +47,14 @@ def make(ctx: Context) -> dict:
         ax.legend()
     ax = axes[len(BASES)]
     width = 0.8 / len(levels)
-    per_seed = {base: np.stack([arr(ev.cos[f"{base}|{d}"]) for d in levels], axis=1) for base in BASES}
+    per_seed = {base: np.stack([arr(ev.cos[(base, d)]) for d in levels], axis=1) for base in BASES}
     for j, d in enumerate(levels):
         means = [mean_se_finite(per_seed[base][:, j])[0] for base in BASES]
         xs = np.arange(len(BASES)) + (j - (len(levels) - 1) / 2) * width
         ax.bar(xs, means, width, color=style.level_color(j - 1, sync=d == "sync"), label=d, zorder=1)
         for x0, base in zip(xs, BASES, strict=True):
             style.seed_dots(ax, [x0], per_seed[base][:, j:j + 1], color_="k")
-            across = arr((ev.cos_across or {}).get(f"{base}|{d}"))
+            across = arr((ev.cos_across or {}).get((base, d)))
             if np.isfinite(across).any():  # the pair across batches (previous step in the previous batch)
                 ax.plot(np.full(len(across), x0), across, "kx", markersize=3, zorder=3)
     ax.axhspan(-BAND.value, BAND.value, color="k", alpha=0.06)
@@ -87,11 +87,11 @@ def _exact_panel(ax, ev: exp.Evidence, levels: list[str]) -> None:
     learner's minibatch cosine over the same window (x)."""
     recipe = exact_recipe()
     for j, d in enumerate(levels):
-        v = arr(ev.cos_exact.get(f"{recipe}|{d}"))
+        v = arr(ev.cos_exact.get((recipe, d)))
         ax.bar([j], [mean_se_finite(v)[0] if v.size else np.nan], 0.6,
                color=style.level_color(j - 1, sync=d == "sync"), label=d, zorder=1)
         style.seed_dots(ax, [j], v[:, None], color_="k")
-        mb = arr(ev.cos_minibatch.get(f"{recipe}|{d}"))
+        mb = arr(ev.cos_minibatch.get((recipe, d)))
         ax.plot(np.full(len(mb), j), mb, "kx", markersize=3, zorder=3)
     ax.axhspan(-BAND.value, BAND.value, color="k", alpha=0.06)
     ax.set_xticks(range(len(levels)))
