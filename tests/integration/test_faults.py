@@ -117,7 +117,7 @@ def test_disk_filling_up_while_working_is_exit_1_and_resumable(tmp_path, capsys,
 
 
 def test_internal_error_outside_a_run_is_exit_1_with_a_log(tmp_path, capsys, monkeypatch):
-    def broken(self, configs, fmt="csv"):
+    def broken(self, configs, fmt="csv", shared=False):
         raise KeyError("no such column")
 
     monkeypatch.setattr(ResultStore, "finish", broken)

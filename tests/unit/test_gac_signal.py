@@ -168,7 +168,9 @@ def test_the_probe_cache_reads_only_records_of_the_code_now_and_measures_in_work
     import json
 
     from figures import gac_probe
+    from testbed.util.codeprint import forget
 
+    forget()  # this process's digests as the code is now (not as an earlier test's patches left them cached)
     cfgs = [RunConfig(task="mnist", recipe="grpo", delay=d, seed=s, steps=4, log_every=2, regime="async_grpo")
             for d in ("sync", "bounded:8,4") for s in (3, 4)]
     one = [replace(c, minibatches=1) for c in cfgs[:2]] + cfgs[2:]  # two shapes: two loops, one per worker
