@@ -347,8 +347,7 @@ def run_pilot(sweep_file: str, runs: Path, out: Path, arms: tuple[str, ...], log
     import pandas as pd
 
     from .config import UsageError
-    from .study import STALE, SYNC, execute, late_split_half_cosine, run_updates
-    from .trainer import code_changed
+    from .study import STALE, SYNC, execute, late_split_half_cosine, run_result, run_updates
 
     sweep, cells, choose = load_pilot(sweep_file)
     bad = [a for a in arms if a not in (SYNC, STALE, *sweep.recipes)]
@@ -363,7 +362,7 @@ def run_pilot(sweep_file: str, runs: Path, out: Path, arms: tuple[str, ...], log
     for run, at, cell, lr, chosen in planned:
         d = runs / run.key
         summary = json.loads((d / "summary.json").read_text()) if (d / "summary.json").is_file() else {}
-        done = summary.get("status") in ("finished", "diverged") and not code_changed(d, run.recipe)
+        done = run_result(d, recipe=run.recipe) is not None  # the study's test: finished by the code as it is now
         if not done and not chosen:
             continue  # a setting this invocation does not run: no row
         trajectory = run_updates(d) if done else []
