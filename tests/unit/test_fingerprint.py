@@ -262,3 +262,13 @@ def test_split_half_cosine_undefined_cases_are_nan():
     halves = [1.0, -0.6, 1.0, -0.6, 1.0]
     assert math.isnan(fp.consecutive_cosine_split_half([1.5] * 4, halves))
     assert fp.consecutive_cosine_split_half([1.5] * 4, halves, min_t=0.0) == pytest.approx(1.875)
+
+
+@pytest.mark.parametrize("df", [1, 2, 4, 9, 29, 200])
+def test_t_quantile_is_the_statistics_module_s_within_its_stated_error(df):
+    """The stabilizer layer's numpy-only t quantile (no scipy there) against testbed/util/stats.py's (scipy), within
+    the 1e-6 its docstring states, over the levels the project reads."""
+    from testbed.util import stats
+
+    for p in (0.8, 0.9, 0.95, 0.975, 0.99, 0.995):
+        assert abs(fp.t_quantile(p, df) - stats.t_quantile(p, df)) < 1e-6, (p, df)
