@@ -81,8 +81,6 @@ class Context:
             if todo and not self.cached_only:
                 self._train(todo, store)
         finally:  # what finished is read, even when a stop cut the rest short
-            if todo and not self.cached_only:  # the runs this invocation trained carry its protocol stamp
-                self.stamp_records(store.runs / f"{c.run_id}.csv" for c in todo if store.done(c.run_id))
             self.touch(store.runs / f"{c.run_id}.csv" for c in configs if store.done(c.run_id))
 
     def uncached(self, configs: list[RunConfig]) -> int:
@@ -99,21 +97,6 @@ class Context:
 
         return self.extra.setdefault("protocol_stamp", prereg.stamp())
 
-    def stamp_records(self, rows_files: Iterable[Path]) -> None:
-        """Write the protocol stamp into the records (``.json`` beside each rows file) of runs this invocation
-        trained, under ``preregistration``; nothing outside a confirmatory budget. Never called on runs reused from
-        the cache: a record without the stamp stays without it (`stamps` then refuses the label)."""
-        st = self.protocol_stamp
-        if st is None:
-            return
-        for rows in rows_files:
-            path = Path(rows).with_suffix(".json")
-            try:
-                record = json.loads(path.read_text())
-            except (OSError, ValueError):
-                continue
-            atomic_write_text(path, json.dumps({**record, "preregistration": st}, indent=1, sort_keys=True))
-
     def _train(self, todo: list[RunConfig], store: Any) -> None:
         from testbed.limits import DiskTooSmall
         from testbed.sweep import run_sweep
@@ -124,8 +107,9 @@ class Context:
         todo.sort(key=cost_estimate, reverse=True)
         # runs sharing a model shape train in one loop (identical results); the sweep sizes the loops
         try:
+            stamp = self.protocol_stamp  # the runs this invocation trains carry its protocol stamp in their records
             run_sweep(todo, store.out, workers=workers, meta={"command": "figures"}, progress=self.progress,
-                      shared=True)
+                      shared=True, record_extra={"preregistration": stamp} if stamp else None)
         except DiskTooSmall as exc:  # the testbed's remedy names its flags; figures has --cache and --quick instead
             raise UsageError(exc.message("free some space, choose another --cache, or use --quick")) from None
 
@@ -406,7 +390,8 @@ def machines(rows_files: Iterable[Path]) -> dict[str, int]:
 
 def stamps(rows_files: Iterable[Path]) -> dict[str, int]:
     """How many of these cached runs' records carry each pre-registration digest (``preregistration.sha256``,
-    written by `Context.stamp_records`), "none" for a record without a stamp; absent rows files are not counted."""
+    written when the run was trained, `Context.protocol_stamp`), "none" for a record without a stamp; absent rows
+    files are not counted."""
     counts: Counter[str] = Counter()
     for rows in rows_files:
         if not Path(rows).is_file():

@@ -48,7 +48,7 @@ def ensure(cache: Path, configs: Sequence[RunConfig], until: int, cached_only: b
     one shape (the probe costs one exact gradient per optimizer step of the measured batches), ``workers`` at a time
     in the command's executor (testbed/util/executor.py: the local pool, or Ray with ``--executor ray``; one
     worker: this process); ``stamp``: a confirmatory run's protocol stamp, written into each new record
-    (`figures.common.Context.stamp_records`)."""
+    (`figures.common.Context.protocol_stamp`)."""
     from testbed.plan import MAX_LOOP, balanced_chunks
 
     todo = [c for c in configs if load(cache, c, until) is None]

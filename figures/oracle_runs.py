@@ -100,13 +100,15 @@ def rows_path(cache: Path, kind: str, seed: int, steps: int, log_every: int) -> 
     return Path(cache) / "oracle" / f"{_key(_settings(kind, seed, steps, log_every))}.csv"
 
 
-def _train_to(paths: list[str], kind: str, seeds: list[int], steps: int, log_every: int) -> list[str]:
+def _train_to(paths: list[str], kind: str, seeds: list[int], steps: int, log_every: int,
+              stamp: dict | None = None) -> list[str]:
     from testbed.util.executor import stop_requested
     from testbed.util.provenance import machine
 
     rows_per_seed = train(kind, seeds, steps, log_every, stop=stop_requested)
     for path, seed, rows in zip(paths, seeds, rows_per_seed, strict=True):
-        record = {"settings": _settings(kind, seed, steps, log_every), "machine": machine(), "code": code()}
+        record = {"settings": _settings(kind, seed, steps, log_every), "machine": machine(), "code": code(),
+                  **({"preregistration": stamp} if stamp else {})}
         atomic_write_text(Path(path).with_suffix(".json"), json.dumps(record, indent=1, sort_keys=True))
         atomic_write_text(path, rows.to_csv(index=False))  # the rows last: their file is the "done" marker
     return paths
@@ -145,9 +147,10 @@ def batches(jobs: list[tuple[str, int]], workers: int) -> list[tuple[str, list[i
 
 
 def ensure(cache: Path, jobs: list[tuple[str, int]], steps: int, log_every: int, workers: int = 1,
-           cached_only: bool = False) -> None:
+           cached_only: bool = False, stamp: dict | None = None) -> None:
     """Train the (kind, seed) jobs not yet cached (`batches`), in ``workers`` processes of the command's executor
-    (testbed/util/executor.py: the local pool, or Ray with ``--executor ray``)."""
+    (testbed/util/executor.py: the local pool, or Ray with ``--executor ray``); ``stamp``: a confirmatory run's
+    protocol stamp, written into each new record under ``preregistration``."""
     todo = [(k, s) for k, s in jobs if not current(cache, k, s, steps, log_every)]
     if not todo or cached_only:
         return
@@ -155,11 +158,11 @@ def ensure(cache: Path, jobs: list[tuple[str, int]], steps: int, log_every: int,
             for kind, seeds in batches(todo, workers)]
     if workers <= 1 or len(runs) == 1:
         for kind, seeds, paths in runs:
-            _train_to(paths, kind, seeds, steps, log_every)
+            _train_to(paths, kind, seeds, steps, log_every, stamp)
         return
     from testbed.util.executor import default
 
-    default().run(_train_to, [(paths, kind, seeds, steps, log_every) for kind, seeds, paths in runs],
+    default().run(_train_to, [(paths, kind, seeds, steps, log_every, stamp) for kind, seeds, paths in runs],
                   min(workers, len(runs)))
 
 

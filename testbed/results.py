@@ -197,14 +197,15 @@ class ResultStore:
             return -1
         return data.count(b"\n") - 1
 
-    def save(self, result: RunResult, code: dict[str, str] | None = None) -> None:
-        """Write a finished run (``code``: the fingerprint of the code that ran it, testbed/codeprint.py)."""
+    def save(self, result: RunResult, code: dict[str, str] | None = None, extra: dict[str, Any] | None = None) -> None:
+        """Write a finished run (``code``: the fingerprint of the code that ran it, testbed/codeprint.py; ``extra``:
+        fields the command adds to its record, such as a confirmatory run's protocol stamp)."""
         run_id = result.config.run_id
         atomic_write_frame(result_frame(result), self.runs / f"{run_id}.csv")
         if result.steps:
             atomic_write_frame(pd.DataFrame(result.steps), self._steps_path(run_id))
         record = {"run_id": run_id, "config": result.config.to_dict(), "status": result.status, **result.info,
-                  "rows": len(result.rows), "machine": machine(), **({"code": code} if code else {})}
+                  "rows": len(result.rows), "machine": machine(), **({"code": code} if code else {}), **(extra or {})}
         atomic_write_text(self.runs / f"{run_id}.json", json.dumps(record, indent=1, sort_keys=True, default=_scalar))
         (self.runs / f"{run_id}.log").unlink(missing_ok=True)  # from an earlier failed attempt
 

@@ -59,8 +59,9 @@ from testbed.util.stopping import StopRequest, stop_on_signals
 def _train(configs: list[RunConfig], store: ResultStore, chance: dict[str, float | None],
            progress: bool = False, specs: list[RunSpec] | None = None,
            on_version: Callable[[int, int, Any], None] | None = None,
-           stop: Callable[[], bool] | None = None) -> list[str]:
-    """Train ``configs`` in one loop and save each result with its status; an exception marks the run
+           stop: Callable[[], bool] | None = None, extra: dict[str, Any] | None = None) -> list[str]:
+    """Train ``configs`` in one loop and save each result with its status (and ``extra`` in its record,
+    `ResultStore.save`); an exception marks the run
     ``failed`` (a loop of several is retried run by run first, parsed afresh). Returns the statuses.
     ``specs``: the configs as the plan parsed them; the task is the one the plan built. ``on_version``:
     the runner's hook (every new version of every run). ``stop``: asked after every step; when it says so,
@@ -111,7 +112,7 @@ def _train(configs: list[RunConfig], store: ResultStore, chance: dict[str, float
     statuses = []
     for i, result in enumerate(results):
         result = outcomes.classify(result, chance.get(result.config.run_id), entropies.get(i))
-        store.save(result, code[i])
+        store.save(result, code[i], extra)
         statuses.append(result.status)
     checkpoint.unlink(missing_ok=True)
     _code_file(checkpoint).unlink(missing_ok=True)
@@ -145,7 +146,8 @@ def _resume(checkpoint: Path, task: Any, ids: list[str], code: list[dict[str, st
     return runner
 
 
-def _execute(configs: list[dict[str, Any]], out: str, chance: dict[str, float | None]) -> list[str]:
+def _execute(configs: list[dict[str, Any]], out: str, chance: dict[str, float | None],
+             extra: dict[str, Any] | None = None) -> list[str]:
     """A worker's loop (a job of the executor, testbed/util/executor.py). Every new version of a run adds 1 / steps to
     the command's count of runs done, so the parent's bar moves while a loop trains; at the end the loop's share
     is made exactly its number of runs (a run that diverged early, or a loop retried run by run)."""
@@ -158,7 +160,7 @@ def _execute(configs: list[dict[str, Any]], out: str, chance: dict[str, float | 
             add_done(share)
             added[0] += share
 
-    statuses = _train(cfgs, ResultStore(out), chance, on_version=advance, stop=stop_requested)
+    statuses = _train(cfgs, ResultStore(out), chance, on_version=advance, stop=stop_requested, extra=extra)
     add_done(len(cfgs) - added[0])
     return statuses
 
@@ -207,11 +209,13 @@ def run_sweep(
     plan: Plan | None = None,
     shared: bool = False,
     executor: Executor | None = None,
+    record_extra: dict[str, Any] | None = None,
 ) -> pd.DataFrame:
     """Run every config not already finished under ``out``; write the tables; return results.
     ``shared``: ``out`` is a run store several commands add to (`plan_sweep`). ``executor``: where the loops
     run (testbed/util/executor.py; default: this process's, the local pool unless a command chose another); the
-    local pool with one worker runs them in this process.
+    local pool with one worker runs them in this process. ``record_extra``: fields added to the record of every
+    run this call trains (`ResultStore.save`; the figures' protocol stamp), written by the one writer of the record.
 
     Runs sharing a model shape train together, at most ``loop_size`` per loop (None: up to `MAX_LOOP`,
     fewer when that keeps every worker busy). Everything is checked first (`plan_sweep`); ``warn`` prints
@@ -239,10 +243,11 @@ def run_sweep(
                 torch.set_num_threads(threads_per_worker)
                 with stop_on_signals(StopRequest()) as stop:
                     for group in plan.groups:
-                        _train([s.config for s in group], store, chance, progress=inner, specs=group, stop=stop)
+                        _train([s.config for s in group], store, chance, progress=inner, specs=group, stop=stop,
+                               extra=record_extra)
                         bar.update(len(group))
             else:
-                _run_jobs(plan, store, chance, threads_per_worker, bar, executor)
+                _run_jobs(plan, store, chance, threads_per_worker, bar, executor, record_extra)
         finally:
             bar.close()
         if not shared and all(store.done(s.run_id) for s in plan.runs):  # nothing left to resume
@@ -251,10 +256,10 @@ def run_sweep(
 
 
 def _run_jobs(plan: Plan, store: ResultStore, chance: dict[str, float | None], threads: int, bar: Progress,
-              executor: Executor) -> None:
+              executor: Executor, extra: dict[str, Any] | None = None) -> None:
     """Run the plan's loops as jobs of ``executor`` (testbed/util/executor.py). A stop request cancels the loops not
     yet started and waits for the running ones to save themselves, then raises KeyboardInterrupt."""
-    jobs = [([s.config.to_dict() for s in g], str(store.out), {s.run_id: chance.get(s.run_id) for s in g})
+    jobs = [([s.config.to_dict() for s in g], str(store.out), {s.run_id: chance.get(s.run_id) for s in g}, extra)
             for g in plan.groups]
     shown = [0.0]
 

@@ -262,3 +262,20 @@ def test_a_shared_store_keeps_every_command_s_runs_in_its_tables(tmp_path):
     assert (tmp_path / "shared" / "results.csv").read_bytes() == (tmp_path / "alone" / "results.csv").read_bytes()
     runs = json.loads((tmp_path / "shared" / "config.json").read_text())["runs"]
     assert list(runs) == [first[0].run_id, *(c.run_id for c in second)]
+
+
+def test_record_extra_is_written_by_the_record_s_one_writer_and_only_for_runs_trained(tmp_path):
+    """``record_extra`` (the figures' protocol stamp) goes into the record of every run the call trains, in this
+    process and in worker processes alike; a run the call reuses keeps its record as it was."""
+    from testbed.config import RunConfig
+
+    first = [RunConfig(task="bandit", steps=4, log_every=2, seed=s) for s in (0, 1)]
+    run_sweep(first[:1], tmp_path, progress=False, shared=True)
+    stamp = {"preregistration": {"sha256": "a" * 64}}
+    run_sweep(first, tmp_path, progress=False, shared=True, record_extra=stamp)
+    run_sweep([RunConfig(task="bandit", steps=4, log_every=2, seed=s) for s in (2, 3)], tmp_path, workers=2,
+              progress=False, shared=True, record_extra=stamp, loop_size=1)
+    store = ResultStore(tmp_path)
+    records = {s: store.record(RunConfig(task="bandit", steps=4, log_every=2, seed=s).run_id) for s in range(4)}
+    assert "preregistration" not in records[0]  # reused: never stamped after the fact
+    assert all(records[s]["preregistration"] == stamp["preregistration"] for s in (1, 2, 3))

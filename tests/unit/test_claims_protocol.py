@@ -68,8 +68,9 @@ def test_exploratory_seeds_refuse_the_label(tmp_path, committed):
 
 
 def test_run_records_without_the_registrations_stamp_refuse_the_label(tmp_path, committed):
-    """Every confirmatory run record carries the stamp (`Context.stamp_records` on the runs an invocation trains);
-    a record without it, or with another registration's digest, keeps the report exploratory."""
+    """Every confirmatory run record carries the stamp (`Context.protocol_stamp`, written into the records of the runs
+    an invocation trains); a record without it, or with another registration's digest, keeps the report
+    exploratory."""
     from figures import budgets
     from figures.common import Context, stamps
 
@@ -79,15 +80,15 @@ def test_run_records_without_the_registrations_stamp_refuse_the_label(tmp_path, 
         rows.write_text("step\n1\n")
         rows.with_suffix(".json").write_text(json.dumps({"run_id": rows.stem}))
     foreign.with_suffix(".json").write_text(json.dumps({"preregistration": {"sha256": "e" * 64}}))
-    ctx = Context(out=tmp_path, cache=tmp_path)
-    ctx.stamp_records([trained])  # outside the confirmatory budget: nothing written
+    assert Context(out=tmp_path, cache=tmp_path).protocol_stamp is None  # outside the confirmatory budget: none
     assert stamps([trained]) == {"none": 1}
     budgets.activate(budgets.confirmatory_budget(reg))
     try:
-        Context(out=tmp_path, cache=tmp_path).stamp_records([trained])
+        stamp = Context(out=tmp_path, cache=tmp_path).protocol_stamp
     finally:
         budgets.activate(None)
-    assert json.loads(trained.with_suffix(".json").read_text())["preregistration"]["sha256"] == reg.sha256
+    assert stamp["sha256"] == reg.sha256
+    trained.with_suffix(".json").write_text(json.dumps({"run_id": "trained", "preregistration": stamp}))
     seeds = reg.seeds("async")
     ok = claims.protocol(tmp_path / "a", reg, _rows(seeds), ROOT, stamps([trained]))
     assert ok["label"] == "confirmatory" and ok["record_stamps"] == {reg.sha256: 1}

@@ -26,12 +26,8 @@ def measure(ctx: Context) -> Evidence:
     def before(seeds: tuple[int, ...], claims: list | None) -> None:
         # the exact-gradient and cross-entropy runs of these seeds are trained here (they are not testbed runs);
         # tiny quick runs train in this process: spawning workers would cost more than the training
-        jobs = oracle_jobs(b, seeds)
-        new = [p for p in (oracle_runs.rows_path(ctx.cache, k, s, b.mnist_steps, b.mnist_log) for k, s in jobs)
-               if not p.is_file()]
-        oracle_runs.ensure(ctx.cache, jobs, b.mnist_steps, b.mnist_log, 1 if b.quick else ctx.workers, ctx.cached_only)
-        if not ctx.cached_only:
-            ctx.stamp_records(p for p in new if p.is_file())  # trained now: the protocol stamp
+        oracle_runs.ensure(ctx.cache, oracle_jobs(b, seeds), b.mnist_steps, b.mnist_log, 1 if b.quick else ctx.workers,
+                           ctx.cached_only, ctx.protocol_stamp)  # trained now: the protocol stamp in their records
 
     return staged_evidence(ctx, CLAIMS, "mnist", configs, staged_runs, build, before)
 
