@@ -498,15 +498,18 @@ def main(argv: list[str] | None = None) -> int:
         print(res["reading"])
         return 0
     if argv[:1] == ["pilot"]:
-        usage = "pilot SWEEP RUNS OUT [ARM,ARM...] [collect | CELL LR] [--parallel N]"
-        parallel = 1
-        if "--parallel" in argv:
-            at = argv.index("--parallel")
-            value = argv[at + 1] if at + 1 < len(argv) else ""
+        usage = "pilot SWEEP RUNS OUT [ARM,ARM...] [collect | CELL LR] [--parallel N] [--executor {local,ray} [--address ADDR]]"
+        parallel, options = 1, {}
+        for flag in ("--parallel", "--executor", "--address"):
+            if flag in argv:
+                at = argv.index(flag)
+                options[flag], argv = (argv[at + 1] if at + 1 < len(argv) else ""), argv[:at] + argv[at + 2:]
+        if "--parallel" in options:
+            value = options["--parallel"]
             if not value.isdigit() or int(value) < 1:
                 print(f"error: {usage}: --parallel takes a whole number >= 1, got {value!r}", file=sys.stderr)
                 return 2
-            parallel, argv = int(value), argv[:at] + argv[at + 2:]
+            parallel = int(value)
         arms = tuple(argv[4].split(",")) if len(argv) >= 5 else ("sync",)
         rest = argv[5:]
         only = None
@@ -518,10 +521,17 @@ def main(argv: list[str] | None = None) -> int:
         if len(argv) not in (4, 5, 6, 7) or not all(arms) or (rest not in ([], ["collect"]) and only is None):
             print(f"error: {usage}, got {' '.join(argv[1:])!r}", file=sys.stderr)
             return 2
+        from testbed.util.executor import make, using
+
         from .config import UsageError
 
         try:
-            run_pilot(argv[1], Path(argv[2]), Path(argv[3]), arms, start=rest != ["collect"], only=only, parallel=parallel)
+            executor = make(options.get("--executor", "local"), options.get("--address"), num_cpus=parallel)
+            if rest != ["collect"]:
+                executor.start(parallel)
+            with using(executor):
+                run_pilot(argv[1], Path(argv[2]), Path(argv[3]), arms, start=rest != ["collect"], only=only,
+                          parallel=parallel)
         except UsageError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2

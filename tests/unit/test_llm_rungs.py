@@ -255,6 +255,10 @@ def test_pocket_pilot_refuses_an_arm_its_file_does_not_name(tmp_path, capsys):
     assert "arm 'tis' is neither sync, stale nor one of" in capsys.readouterr().err
     assert main(["pilot", str(sweep), str(tmp_path / "r"), str(tmp_path / "o"), "sync,gac", "--parallel", "0"]) == 2
     assert "--parallel takes a whole number >= 1, got '0'" in capsys.readouterr().err
+    assert main(["pilot", str(sweep), str(tmp_path / "r"), str(tmp_path / "o"), "sync", "--executor", "slurm"]) == 2
+    assert "--executor must be one of local, ray, got 'slurm'" in capsys.readouterr().err
+    assert main(["pilot", str(sweep), str(tmp_path / "r"), str(tmp_path / "o"), "sync", "--address", "h:1"]) == 2
+    assert "--address 'h:1' is for --executor ray" in capsys.readouterr().err
     assert main(["pilot", str(sweep), str(tmp_path / "r"), str(tmp_path / "o"), "sync,gac", "collect"]) == 0
     table = pd.read_csv(tmp_path / "o" / "runs.csv")  # nothing run: one unfinished row per arm
     assert list(table["arm"]) == ["sync", "gac", "sync", "gac"] and not table["finished"].any()
