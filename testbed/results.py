@@ -234,7 +234,7 @@ class ResultStore:
 
     def write_config(self, meta: dict[str, Any], configs: Iterable[RunConfig], shared: bool = False) -> None:
         """config.json: ``meta`` (the command) and the resolved config of every run of ``configs``; ``shared`` (a
-        store several commands add to): the runs of the earlier commands stay listed after them."""
+        store several commands add to): the runs of the earlier commands stay listed, before this command's."""
         runs = {c.run_id: c.resolved().to_dict() for c in configs}
         path = self.out / "config.json"
         if shared and path.is_file():
