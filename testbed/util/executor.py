@@ -168,6 +168,11 @@ class _Shared:
         self.stopped = False
         self.done = 0.0
 
+    def reset(self) -> None:
+        """Ready for the next run of jobs: not stopped, nothing done."""
+        self.stopped = False
+        self.done = 0.0
+
     def stop(self) -> None:
         self.stopped = True
 
@@ -255,6 +260,20 @@ class RayExecutor:
             _ray()  # the one-line error
         self.address = address
         self.num_cpus = num_cpus
+        self._shared: Any = None
+
+    def _channel(self) -> Any:
+        """The `_Shared` actor of this executor's runs: made once and reset for each run (an actor is a process of
+        its own; making one per run cost about half a second per sweep), made anew if it has gone."""
+        ray = _ray()
+        if self._shared is not None:
+            try:
+                ray.get(self._shared.reset.remote())
+                return self._shared
+            except ray.exceptions.RayError:
+                self._shared = None
+        self._shared = ray.remote(num_cpus=0)(_Shared).remote()
+        return self._shared
 
     def start(self, workers: int) -> None:
         """Connect to the cluster at ``address`` (unreachable -> UsageError), or start Ray on this machine; once
@@ -274,7 +293,7 @@ class RayExecutor:
             on_done: Callable[[float], None] | None = None) -> list[Any]:
         self.start(workers)
         ray = _ray()
-        shared = ray.remote(num_cpus=0)(_Shared).remote()
+        shared = self._channel()
         task = ray.remote(num_cpus=1, max_retries=0)(_ray_job)
         parent = {"cwd": os.getcwd(), "path": [p for p in sys.path if p], "imports": os.environ.get(IMPORTS_ENV)}
         results: list[Any] = [None] * len(jobs)
@@ -312,8 +331,6 @@ class RayExecutor:
                 for ref in running:
                     ray.cancel(ref, force=True)
                 raise
-            finally:
-                ray.kill(shared)
         if stop():
             raise KeyboardInterrupt
         return results
