@@ -53,9 +53,10 @@ def run(runs: int = 8, steps: int = 150, rounds: int = 2, quick: bool = False) -
         for name in names:
             rates[name].append(runs_per_second(configs, *modes[name]))
     two, one, local = (statistics.median(rates[m]) for m in modes)
+    per_round = ", ".join(f"{a / b:.2f}" for a, b in zip(rates["ray, 2 workers"], rates["ray, 1 worker"], strict=True))
     detail = (f"{runs} MNIST pg runs x {steps} steps, one run per loop, {rounds} round(s); runs/s: Ray 2 workers "
-              f"{two:.3f}, Ray 1 worker {one:.3f}, local pool 2 workers {local:.3f}; Ray start-up {started:.1f} s "
-              "(once per command, not in the ratios)")
+              f"{two:.3f}, Ray 1 worker {one:.3f}, local pool 2 workers {local:.3f}; Ray 2 / 1 by round: {per_round} "
+              f"(their spread is the machine's noise); Ray start-up {started:.1f} s (once per command, not in the ratios)")
     return [
         Ratio("executor", "runs/s(Ray, 2 workers) / runs/s(Ray, 1)", two / one, ">= 1.8",
               detail + "; bounded by the idle cores on a shared machine"),
