@@ -33,7 +33,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from figures import FIGURES, module
-from testbed.usage import ArgumentParser, directory, guarded, integer
+from testbed.usage import directory, guarded, integer
+from testbed.util.arguments import ArgumentParser
 from testbed.util.errors import EXIT_USAGE, RunFailed, UsageError
 
 

@@ -61,6 +61,7 @@ import tomllib
 
 import testbed.util.stats as stats
 from testbed.stabilizers import fingerprint as fp
+from testbed.util.arguments import ArgumentParser
 from testbed.util.endpoints import last_mean, second_half, second_half_mean
 from testbed.util.executor import make, using
 from testbed.util.files import atomic_write_text
@@ -741,7 +742,7 @@ def _train(sweep: Sweep, root: Path, rep: Report, args: argparse.Namespace, forc
 def main(argv: list[str] | None = None) -> int:
     """``study SWEEP [--budget-s S] [--parallel N] [--device D] [--runs DIR] [--out DIR] [--plan] [--search-only]
     [--force-cell ETA,LR] [--executor {local,ray} [--address ADDR]]``."""
-    parser = argparse.ArgumentParser(prog="python -m llm_scale study", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="python -m llm_scale study", description=__doc__.splitlines()[0])
     parser.add_argument("sweep", help="sweep file (e.g. sweeps/llm/promotion.toml)")
     parser.add_argument("--budget-s", type=float, default=540.0, help="stop starting and interrupt runs after this long")
     parser.add_argument("--parallel", type=int, default=1, help="runs at once (they share the GPU, or split the CPU threads)")

@@ -37,7 +37,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from testbed.usage import ArgumentParser, directory, guarded, integer, number
+from testbed.usage import directory, guarded, integer, number
+from testbed.util.arguments import ArgumentParser
 from testbed.util.errors import EXIT_USAGE, RunFailed, UsageError
 
 DEMO_RECIPES = ("pg", "tis", "ppo", "dg")

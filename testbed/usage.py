@@ -20,42 +20,16 @@ import argparse
 import datetime
 import math
 import os
-import re
 import sys
 import tempfile
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from testbed.util.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, RunFailed, UsageError, one_line
 
-__all__ = ["ArgumentParser", "directory", "guarded", "integer", "number", "write_log"]
-
-
-class ArgumentParser(argparse.ArgumentParser):
-    """argparse with one-line errors: a bad argument raises `UsageError` instead of printing usage."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        # "--lr -1e-3" is a (bad) value, not an unknown option: negative numbers in any float notation
-        self._negative_number_matcher = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^-(inf|nan)$", re.I)
-
-    def _get_values(self, action: argparse.Action, arg_strings: list[str]) -> Any:
-        # "--steps=--" is the value "--" (argparse would drop it and hand the option an empty list)
-        if arg_strings == ["--"] and action.nargs is None and action.option_strings:
-            value = self._get_value(action, "--")
-            self._check_value(action, value)
-            return value
-        return super()._get_values(action, arg_strings)
-
-    def error(self, message: str) -> NoReturn:
-        # "argument --steps/-s: must be ..." -> "--steps must be ..."; other argparse messages keep their text
-        match = re.match(r"argument ([^:/ ]+)(?:/[^:]+)?: (.*)", message, flags=re.S)
-        if match:
-            name, rest = match.groups()
-            message = f"{name} {rest}" if rest.startswith("must be") else f"{name}: {rest}"
-        raise UsageError(message)
+__all__ = ["directory", "guarded", "integer", "number", "write_log"]
 
 
 def _grammar_value(text: str) -> Any:

@@ -239,7 +239,8 @@ def format_card(card: dict[str, Any]) -> str:
 
 def cli(argv: list[str] | None = None) -> int:
     """``python -m testbed validate RECIPE [--out DIR] [--seeds N] [--workers N] [--threshold X]``."""
-    from testbed.usage import ArgumentParser, directory, integer, number
+    from testbed.usage import directory, integer, number
+    from testbed.util.arguments import ArgumentParser
     from testbed.util.errors import one_line
 
     p = ArgumentParser(prog="python -m testbed validate", description=__doc__.splitlines()[0])

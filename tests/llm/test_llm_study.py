@@ -432,3 +432,10 @@ def test_every_committed_run_is_one_its_file_still_plans(where):
         if info.get("chosen"):
             planned |= {r.key for r in study.compare_runs(sweep, int(info["chosen"]["eta"]), float(info["chosen"]["lr"]))}
     assert committed and committed <= planned, sorted(committed - planned)[:3]
+
+
+@pytest.mark.parametrize("argv, want", [(["--parallel", "x"], "error: --parallel: invalid int value: 'x'"),
+                                        ([], "error: the following arguments are required: sweep")])
+def test_a_bad_study_command_line_is_one_line(argv, want, capsys):
+    assert study.main(argv) == 2
+    assert capsys.readouterr().err == want + "\n"

@@ -15,7 +15,8 @@ from testbed import limits, outcomes
 from testbed.config import RunConfig
 from testbed.results import column_types, read_frame
 from testbed.tasks import make_task
-from testbed.usage import ArgumentParser, integer, number
+from testbed.usage import integer, number
+from testbed.util.arguments import ArgumentParser
 from testbed.util.errors import UsageError, one_line
 from testbed.util.progress import Progress
 
