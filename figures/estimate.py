@@ -36,7 +36,6 @@ machine's pace moving between two estimates (it can move by 30% within a day).
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import math
@@ -54,6 +53,7 @@ from figures.common import cost_estimate, dedupe
 from testbed.config import RunConfig
 from testbed.runner import run_many
 from testbed.sweep import default_loop_size, group_runs
+from testbed.util.arguments import CommandLine
 from testbed.util.files import atomic_write_text
 
 DRAW_S = 2.0  # seconds to read back, judge and draw one figure (measured in the quick setting: 0.4 to 2.2 s)
@@ -381,7 +381,7 @@ def _oracle_and_theory(workers: int, quick: bool, beyond: dict[str, dict[str, in
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m figures.estimate", description=__doc__.splitlines()[0])
+    p = CommandLine(prog="python -m figures.estimate", description=__doc__.splitlines()[0])
     p.add_argument("--workers", type=int, default=2, help="parallel training processes of the run (default 2)")
     p.add_argument("--quick", action="store_true", help="estimate the quick setting instead (a self-check)")
     p.add_argument("--json", default=None, help="also write the estimate to this JSON file")

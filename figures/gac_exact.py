@@ -145,12 +145,12 @@ def measure_records(configs: Sequence[RunConfig], until: int) -> list[dict[str, 
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
     import sys
 
     from figures import prereg
+    from testbed.util.arguments import CommandLine
 
-    ap = argparse.ArgumentParser(prog="python -m figures.gac_exact", description=explore.__doc__)
+    ap = CommandLine(prog="python -m figures.gac_exact", description=explore.__doc__)
     ap.add_argument("--seeds", type=int, nargs="+", default=None)
     ap.add_argument("--until", type=int, default=None, help="batches the probe measures (default: the registration's)")
     ap.add_argument("--log-every", type=int, default=None, help="default: the registration's phase.async_log")

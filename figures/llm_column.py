@@ -828,12 +828,12 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m figures.llm_column [--claims CLAIMS_JSON] [--out MD]``: the transfer output (the real-model
     table, the transfer table one column per rung, the rungs' fingerprints like for like) from the files under
     the working directory, the testbed's verdicts read from a claims report's ``llm`` rows."""
-    import argparse
     import sys
 
+    from testbed.util.arguments import CommandLine
     from testbed.util.files import atomic_write_text
 
-    ap = argparse.ArgumentParser(prog="python -m figures.llm_column", description=main.__doc__.splitlines()[0])
+    ap = CommandLine(prog="python -m figures.llm_column", description=main.__doc__.splitlines()[0])
     ap.add_argument("--claims", default="results/paper/claims.json", help="claims report whose testbed verdicts are read")
     ap.add_argument("--out", default="results/llm/transfer.md", help="where the markdown goes")
     args = ap.parse_args(argv)

@@ -23,7 +23,6 @@ sampling (the printed CPU share says how much of a core the samples got).
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -40,6 +39,7 @@ from figures.experiments.async_grpo.settings import probe_loops
 from figures.prereg import load
 from testbed.config import RunConfig
 from testbed.runner import run_many
+from testbed.util.arguments import CommandLine
 
 
 def confirmatory_runs(b: Budget, cap: bool) -> list[RunConfig]:
@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     from figures.publish import hms
     from testbed.util.errors import UsageError
 
-    p = argparse.ArgumentParser(prog="python -m figures.walltime", description=__doc__.splitlines()[0])
+    p = CommandLine(prog="python -m figures.walltime", description=__doc__.splitlines()[0])
     p.add_argument("--workers", type=int, default=1, help="training processes of the confirmatory run (default 1)")
     p.add_argument("--steps", type=int, default=100,
                    help="at most this many learner steps in the shorter timed sample (default 100; a run's log_every "

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import tempfile
 from pathlib import Path
+
+from testbed.util.arguments import CommandLine
 
 
 def csv_problem(path: str) -> str | None:
@@ -30,7 +31,7 @@ def csv_problem(path: str) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m theory", description="Check the analytic results of ALGORITHMS.md (items 1-10; 10, the baseline drift of stale REINFORCE, is ours).")
+    parser = CommandLine(prog="python -m theory", description="Check the analytic results of ALGORITHMS.md (items 1-10; 10, the baseline drift of stale REINFORCE, is ours).")
     sub = parser.add_subparsers(dest="command", required=True)
     rep = sub.add_parser("report", help="run every check and print one table: result, predicted, measured, tolerance, pass/fail")
     rep.add_argument("--items", type=int, nargs="+", metavar="N", help="only these items (1-10); default all")

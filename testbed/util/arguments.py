@@ -1,16 +1,18 @@
 """The project's argument parser: argparse whose errors are one line.
 
-A bad argument raises `testbed.util.errors.UsageError` (the command prints it as one ``error:`` line and exits 2)
-instead of argparse's usage block; ``--help`` is argparse's. Used by every command line of the project that is
-not derived from a dataclass (those parse with tyro, `llm_scale.config.parse`)."""
+`ArgumentParser`: a bad argument raises `testbed.util.errors.UsageError` (the command prints it as one ``error:``
+line and exits 2) instead of argparse's usage block; ``--help`` is argparse's. `CommandLine`: the same for a
+script's own ``main``, which prints the line and exits 2 itself. Every command line of the project that is not
+derived from a dataclass (those parse with tyro, `llm_scale.config.parse`) uses one of them."""
 
 from __future__ import annotations
 
 import argparse
 import re
+import sys
 from typing import Any, NoReturn
 
-from testbed.util.errors import UsageError
+from testbed.util.errors import EXIT_USAGE, UsageError, one_line
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -36,3 +38,15 @@ class ArgumentParser(argparse.ArgumentParser):
             name, rest = match.groups()
             message = f"{name} {rest}" if rest.startswith("must be") else f"{name}: {rest}"
         raise UsageError(message)
+
+
+class CommandLine(ArgumentParser):
+    """`ArgumentParser` for a script's ``main``: a bad command line prints its one ``error:`` line on stderr and exits
+    2 (SystemExit, as argparse does), without argparse's usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        try:
+            super().error(message)
+        except UsageError as exc:
+            print(f"error: {one_line(exc)}", file=sys.stderr)
+            raise SystemExit(EXIT_USAGE) from None

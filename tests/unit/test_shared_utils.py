@@ -138,3 +138,17 @@ def test_llm_scale_raises_the_shared_usage_error():
     assert any(isinstance(n, ast.ImportFrom) and n.module == "testbed.util.errors" and
                [a.name for a in n.names] == ["UsageError"] for n in ast.walk(tree))
     assert os.path.basename(errors.__file__) == "errors.py"
+
+
+def test_a_script_s_bad_command_line_is_one_line_and_exit_2(capsys):
+    """`testbed.util.arguments.CommandLine`: argparse's SystemExit(2), with one ``error:`` line and no usage block."""
+    import pytest
+
+    from testbed.util.arguments import CommandLine
+
+    p = CommandLine(prog="python -m x")
+    p.add_argument("--workers", type=int, default=1)
+    with pytest.raises(SystemExit) as stop:
+        p.parse_args(["--workers", "x"])
+    assert stop.value.code == 2 and capsys.readouterr().err == "error: --workers: invalid int value: 'x'\n"
+    assert p.parse_args(["--workers", "3"]).workers == 3
