@@ -229,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
             except ModuleNotFoundError as exc:
                 if exc.name != f"{__package__}.study":
                     raise
-                raise UsageError("the study command is not part of this installation (llm_scale/study.py is missing)") from None
+                raise UsageError("the study command is not part of this installation (llm_scale/study/ is missing)") from None
             from .processes import stop_trainers
 
             try:
