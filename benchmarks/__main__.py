@@ -15,6 +15,7 @@ from pathlib import Path
 
 from benchmarks import loop, profile_steps, stabilizer_overhead, sweep_scaling, version_store
 from benchmarks.common import DEFAULT_THREADS, Ratio, machine, set_threads
+from testbed.util.arguments import CommandLine
 
 NAMES = ("loop", "overhead", "store", "sweep", "profile")
 
@@ -62,7 +63,7 @@ def replace_block(path: Path, tag: str, body: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__,
+    p = CommandLine(prog="python -m benchmarks", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("names", nargs="*", default=["all"], help=f"all, or any of: {', '.join(NAMES)}")
     p.add_argument("--quick", action="store_true", help="few rounds (a smoke run; numbers are noisy)")

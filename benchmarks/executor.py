@@ -27,6 +27,7 @@ import time
 from benchmarks.common import Ratio, set_threads
 from testbed.runner import RunConfig
 from testbed.sweep import run_sweep
+from testbed.util.arguments import CommandLine
 from testbed.util.executor import LocalPool, RayExecutor
 
 
@@ -68,7 +69,7 @@ def run(runs: int = 8, steps: int = 150, rounds: int = 2, quick: bool = False) -
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = CommandLine(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runs", type=int, default=8)
     p.add_argument("--steps", type=int, default=150)
     p.add_argument("--rounds", type=int, default=2)

@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 
+from testbed.util.arguments import CommandLine
 from testbed.util.files import atomic_write_text
 
 
@@ -207,7 +208,7 @@ def table(report: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.llm_throughput", description=__doc__.splitlines()[0])
+    p = CommandLine(prog="python -m benchmarks.llm_throughput", description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cpu")
     p.add_argument("--model", default="tiny")
     p.add_argument("--task", default="arithmetic")

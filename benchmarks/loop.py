@@ -59,6 +59,7 @@ from testbed.config import RunConfig
 from testbed.runner import Runner, run, run_many
 from testbed.tasks import make_task
 from testbed.tasks.base import token_logp
+from testbed.util.arguments import CommandLine
 
 LEAN_STEPS = 500
 # The token reversal step before this loop (2026-11-23, this machine, quiet, 1 thread, torch 2.13.0):
@@ -381,7 +382,7 @@ def run_all(quick: bool = False) -> list[Ratio]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = CommandLine(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--threads", type=int, default=DEFAULT_THREADS)
     p.add_argument("--quick", action="store_true")
     args = p.parse_args(argv)

@@ -16,6 +16,7 @@ import statistics
 import torch
 
 from benchmarks.common import DEFAULT_THREADS, set_threads, timed
+from testbed.util.arguments import CommandLine
 
 
 class MatmulPeak:
@@ -46,7 +47,7 @@ def peak_flops(n: int = 1024, repeat: int = 5) -> float:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = CommandLine(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--threads", type=int, default=DEFAULT_THREADS)
     args = p.parse_args(argv)
     threads = set_threads(args.threads)

@@ -36,6 +36,7 @@ from typing import Any
 import torch
 
 from benchmarks.common import clock, clock_name, machine, median_ratio, set_threads, spread, write_report
+from testbed.util.arguments import CommandLine
 
 VARIANTS = ("plain", "exact", "shared")
 
@@ -127,7 +128,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.pocket_fastpath", description=__doc__.splitlines()[0])
+    ap = CommandLine(prog="python -m benchmarks.pocket_fastpath", description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="pocket-arithmetic")
     ap.add_argument("--task", default="arithmetic(max_operand=20)")
     ap.add_argument("--prompts", type=int, default=32, help="prompts per update")

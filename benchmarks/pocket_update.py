@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import clock, clock_name, machine, median_ratio, set_threads, spread, write_report
+from testbed.util.arguments import CommandLine
 
 
 def _trainer(model: str, args: argparse.Namespace, out: str) -> Any:
@@ -87,7 +88,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.pocket_update", description=__doc__.splitlines()[0])
+    ap = CommandLine(prog="python -m benchmarks.pocket_update", description=__doc__.splitlines()[0])
     ap.add_argument("--pocket", default="pocket-arithmetic", help="pocket model name")
     ap.add_argument("--smollm2", default="smollm2-135m-instruct", help="the web-pretrained model it is compared with")
     ap.add_argument("--task", default="arithmetic(max_operand=20)")

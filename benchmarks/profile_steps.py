@@ -23,6 +23,7 @@ from benchmarks.loop import TOKEN
 from benchmarks.stabilizer_overhead import PHASES, RECIPES, Learner, Setup
 from testbed.config import RunConfig
 from testbed.runner import Runner
+from testbed.util.arguments import CommandLine
 
 
 def _runner(cfgs: list[RunConfig], warm: int = 5) -> Runner:
@@ -97,7 +98,7 @@ def run(steps: int = 20, quick: bool = False) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = CommandLine(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--threads", type=int, default=DEFAULT_THREADS)
     p.add_argument("--quick", action="store_true")

@@ -31,6 +31,7 @@ from testbed.diagnostics import score_sq_norms
 from testbed.stabilizers import PolicyTerms, build
 from testbed.tasks import make_task
 from testbed.tasks.base import token_logp
+from testbed.util.arguments import CommandLine
 
 # recipe spec -> target on (mnist, transformer); None = reported only
 RECIPES: dict[str, tuple[str | None, str | None]] = {
@@ -159,7 +160,7 @@ def run(rounds: int | None = None, quick: bool = False, models: tuple[str, ...] 
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = CommandLine(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rounds", type=int, default=None)
     p.add_argument("--threads", type=int, default=DEFAULT_THREADS)
     p.add_argument("--model", choices=("mnist", "transformer", "both"), default="both")

@@ -22,6 +22,7 @@ import time
 from benchmarks.common import Ratio
 from testbed.config import RunConfig
 from testbed.sweep import run_sweep
+from testbed.util.arguments import CommandLine
 
 
 def _cpu() -> float:
@@ -67,7 +68,7 @@ def run(steps: int = 200, rounds: int = 2, seeds: int = 4, quick: bool = False) 
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = CommandLine(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--quick", action="store_true")

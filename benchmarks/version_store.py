@@ -21,6 +21,7 @@ import argparse
 from benchmarks.common import DEFAULT_THREADS, Ratio, set_threads
 from testbed.config import RunConfig
 from testbed.runner import run as run_once
+from testbed.util.arguments import CommandLine
 
 
 def store(task: str, d: int, measured_d: int) -> dict[str, float]:
@@ -46,7 +47,7 @@ def run(d: int = 1000, transformer_d: int = 50, quick: bool = False) -> list[Rat
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = CommandLine(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--D", type=int, default=1000)
     p.add_argument("--transformer-D", type=int, default=50)
     p.add_argument("--threads", type=int, default=DEFAULT_THREADS)
