@@ -37,20 +37,20 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from pathlib import Path
 from typing import Any
 
-from testbed.util.endpoints import last_mean, second_half_mean
-from testbed.util.files import atomic_write_frame, atomic_write_text
 from testbed.util.stats import binomial_diff_sd, pooled_sd
 
 COLLAPSE = 0.2  # an evaluation this far below the run's running best is a collapse (the testbed's rule)
-Z_LEARN = 2.0
-MARGIN = 0.03  # the few points AREAL-1 / GAC-2 must resolve
-BAND = 0.2  # GAC-1's near-orthogonal band
-MIN_COLLAPSES = 5  # staleness-caused collapses VCPO-1's precursor test needs
 
+Z_LEARN = 2.0
+
+MARGIN = 0.03  # the few points AREAL-1 / GAC-2 must resolve
+
+BAND = 0.2  # GAC-1's near-orthogonal band
+
+MIN_COLLAPSES = 5  # staleness-caused collapses VCPO-1's precursor test needs
 
 def _runs(pilot: Path) -> tuple[Any, Any]:
     import pandas as pd
@@ -58,7 +58,6 @@ def _runs(pilot: Path) -> tuple[Any, Any]:
     runs = pd.read_csv(pilot / "runs.csv")
     updates = pd.read_csv(pilot / "updates.csv")
     return runs[runs["stage"] == "search"], updates
-
 
 def collapsed(evals: list[float]) -> bool:
     """Whether any evaluation lies more than `COLLAPSE` below the running best before it."""
@@ -70,11 +69,9 @@ def collapsed(evals: list[float]) -> bool:
             best = max(best, e)
     return False
 
-
 def _evals(updates: Any, key: str) -> list[float]:
     rows = updates[(updates["key"] == key) & updates["eval_reward"].notna()].sort_values("version")
     return [float(v) for v in rows["eval_reward"]]
-
 
 def sync_health(runs: Any, updates: Any, eval_problems: int, last_problems: int) -> list[dict[str, Any]]:
     """Per learning rate: the sync seeds' health, gains and whether the rate learns (module docstring, 1)."""
@@ -96,11 +93,9 @@ def sync_health(runs: Any, updates: Any, eval_problems: int, last_problems: int)
                     "gain_se": se, "learns": all(healthy) and mean > Z_LEARN * se})  # fmt: skip
     return out
 
-
 def _with_cell(runs: Any) -> Any:
     """``runs`` with a ``cell`` column ("" for a pilot of one cell, whose tables have none)."""
     return runs.assign(cell=runs["cell"].fillna("").astype(str) if "cell" in runs else "")
-
 
 def choose_lr(health: list[dict[str, Any]], choose: str = "largest_lr") -> dict[str, Any] | None:
     """The setting that learns with the largest rate (``choose`` "largest_lr") or the largest mean gain
@@ -110,7 +105,6 @@ def choose_lr(health: list[dict[str, Any]], choose: str = "largest_lr") -> dict[
         return max(learning, key=lambda h: h["lr"] if choose == "largest_lr" else h["mean_gain"])
     healthy = [h for h in health if all(h["healthy"])]
     return max(healthy, key=lambda h: h["mean_gain"]) if healthy else None
-
 
 def design(pilot: Path) -> dict[str, Any]:
     """The chosen learning rate and every design's power and cost (module docstring)."""
@@ -216,7 +210,6 @@ def design(pilot: Path) -> dict[str, Any]:
                      "why": "no stale arm in the pilot" if not stale_runs else ""}  # fmt: skip
     return out
 
-
 def choose_lag(base: Path, lag_pilots: list[Path], min_drop: float = MARGIN) -> dict[str, Any]:
     """The lag of AREAL-1 and GAC-2 by the pocket LM's registered rule (sweeps/llm/pocket_prereg.toml
     [claims.AREAL-1] lag; the second registration's asks ``min_drop`` = 2 x `MARGIN`): the smallest eta whose mean
@@ -258,7 +251,6 @@ def choose_lag(base: Path, lag_pilots: list[Path], min_drop: float = MARGIN) -> 
                         f"({', '.join(str(e) for e in sorted(per_eta))})"),
             "pilots": [str(base), *map(str, lag_pilots)]}
 
-
 def gac1_seeds(mean: float, sd: float, arm: str, low: int = 3, cap: int = 10) -> int | None:
     """Seeds per arm for GAC-1 by the pocket LM's registered rule (sweeps/llm/pocket_prereg.toml [claims.GAC-1]):
     min(cap, max(low, seeds_needed(sd, |mean - edge|))), the edge that of the arm's part nearest its mean (sync: the
@@ -271,288 +263,3 @@ def gac1_seeds(mean: float, sd: float, arm: str, low: int = 3, cap: int = 10) ->
     edge = BAND if arm == "stale" or mean >= 0 else -BAND
     n = seeds_needed(sd, abs(mean - edge)) if mean != edge else None
     return cap if n is None else min(cap, max(low, n))
-
-
-def _late_cos(directory: Path, column: str = "grad_cos_within") -> float:
-    """The second-half mean (`testbed.util.endpoints.second_half_mean`, the study's window) of ``column``
-    (``grad_cos_within``: the study's quantity; ``grad_cos_across``: consecutive updates') in a run's metrics.csv;
-    NaN when the file or the column is missing."""
-    import pandas as pd
-
-    try:
-        table = pd.read_csv(directory / "metrics.csv")
-    except (OSError, ValueError):
-        return math.nan
-    return second_half_mean(table[column]) if column in table else math.nan
-
-
-def load_pilot(sweep_file: str) -> tuple[Any, list[dict[str, Any]], str]:
-    """(the study's sweep, the pilot's cells, its choice rule) of a pilot file: a study sweep file (`study.load_sweep`)
-    with an optional ``[pilot]`` table: ``cells``, each a ``name``, its learning rates ``lr`` and the [train]
-    settings it overrides, and ``choose`` (`choose_lr`). Without one: one cell named "" at the sweep's learning
-    rates, chosen by "largest_lr". A bad file: `UsageError`, one line."""
-    from .config import TrainConfig, UsageError
-    from .study import load_sweep, read_tables
-
-    raw = read_tables(sweep_file)
-    pilot = raw.pop("pilot", None)
-    sweep = load_sweep(sweep_file, raw)
-    if pilot is None:
-        return sweep, [{"name": "", "lr": list(sweep.lrs)}], "largest_lr"
-    if not isinstance(pilot, dict):
-        raise UsageError(f"pocket pilot: {sweep_file}: [pilot] must be a table, got {pilot!r}")
-    cells, choose = list(pilot.get("cells", [])), str(pilot.get("choose", "largest_gain"))
-    fields = set(TrainConfig.__dataclass_fields__)
-    for cell in cells:
-        bad = sorted(set(cell) - {"name", "lr"} - fields)
-        if bad or not cell.get("name") or not cell.get("lr"):
-            raise UsageError(f"pocket pilot: {sweep_file}: a [pilot] cell needs a name, lr and TrainConfig settings, got {cell}")
-    if not cells or choose not in ("largest_lr", "largest_gain"):
-        raise UsageError(f"pocket pilot: {sweep_file}: [pilot] needs cells and choose in largest_lr, largest_gain")
-    return sweep, cells, choose
-
-
-def pilot_plan(sweep: Any, cells: list[dict[str, Any]], arms: tuple[str, ...], only: tuple[str, float] | None = None
-               ) -> list[tuple[Any, Any, dict[str, Any], float, bool]]:
-    """The pilot's runs, seed-major (seed, cell, learning rate, arm: an interrupted pilot has its arms balanced by
-    seed), each as (run, the cell's sweep, cell, lr, chosen): the study's run (`study.make_run`, at the sweep's first
-    eta) of the sweep with the cell's [train] overrides; ``chosen`` False where ``only`` (cell, lr) names another
-    setting."""
-    import dataclasses
-
-    from .study import make_run
-
-    planned = []
-    for seed in sweep.search_seeds:
-        for cell in cells:
-            settings = {k: v for k, v in cell.items() if k not in ("name", "lr")}
-            at = dataclasses.replace(sweep, train={**sweep.train, **settings})
-            for lr in cell["lr"]:
-                chosen = only is None or (cell["name"], float(lr)) == (only[0], float(only[1]))
-                planned += [(make_run(at, "search", arm, sweep.etas[0], float(lr), seed), at, cell, float(lr), chosen)
-                            for arm in arms]  # fmt: skip
-    return planned
-
-
-def run_pilot(sweep_file: str, runs: Path, out: Path, arms: tuple[str, ...], log: Any = print, start: bool = True,
-              only: tuple[str, float] | None = None, parallel: int = 1) -> None:
-    """Run the pilot's ``arms`` (the study's runs of ``sweep_file``'s cells, `load_pilot`; same keys and directories
-    as the study's; finished ones are kept) seed by seed across the cells and learning rates, ``parallel`` at a
-    time (the study's scheduler, `study.execute`: an interrupted run resumes from its last checkpoint, one begun or
-    finished by code that has changed since is trained afresh), then write
-    ``out``/runs.csv, updates.csv and study.json in the study's columns (and the cell's). An arm is sync, stale
-    or a recipe of the file's ``[compare] recipes`` (trained stale, at the file's first eta). ``start`` False:
-    tabulate what has finished, start nothing (a run not finished is a row with ``finished`` False). ``only``
-    (cell, lr): start runs of that setting alone (every setting's finished runs are tabulated)."""
-    import pandas as pd
-
-    from .config import UsageError
-    from .study import STALE, SYNC, execute, late_split_half_cosine, run_result, run_updates
-
-    sweep, cells, choose = load_pilot(sweep_file)
-    bad = [a for a in arms if a not in (SYNC, STALE, *sweep.recipes)]
-    if bad:
-        raise UsageError(f"pocket pilot: arm {bad[0]!r} is neither sync, stale nor one of {sweep_file}'s [compare] "
-                         f"recipes {list(sweep.recipes)}")  # fmt: skip
-    planned = pilot_plan(sweep, cells, arms, only)
-    if start:
-        execute([run for run, *_, chosen in planned if chosen], runs, budget_s=math.inf, parallel=parallel,
-                device=None, log=sys.stdout)  # fmt: skip
-    rows, ups = [], []
-    for run, at, cell, lr, chosen in planned:
-        d = runs / run.key
-        summary = json.loads((d / "summary.json").read_text()) if (d / "summary.json").is_file() else {}
-        done = run_result(d, recipe=run.recipe) is not None  # the study's test: finished by the code as it is now
-        if not done and not chosen:
-            continue  # a setting this invocation does not run: no row
-        trajectory = run_updates(d) if done else []
-        evals = [r["eval_reward"] for r in trajectory if math.isfinite(r["eval_reward"])]
-        n = sweep.last_evals
-        rows.append({"key": run.key, "stage": "search", "cell": cell["name"], "arm": run.arm, "eta": sweep.etas[0],
-                     "lr": lr, "seed": run.seed, "sequences": at.train.get("prompts_per_step", 8) * at.train.get("group_size", 8),
-                     "finished": done, "accuracy": last_mean(evals, n, min_count=n + 1),
-                     "diverged": summary.get("status") == "diverged", "accuracy_v0": evals[0] if evals else math.nan,
-                     "wall_seconds": summary.get("wall_seconds", math.nan), "late_grad_cos_within": _late_cos(d),
-                     "late_grad_cos_across": _late_cos(d, "grad_cos_across"),
-                     "late_grad_cos_split_half": late_split_half_cosine(d / "grad_steps.csv")})  # fmt: skip
-        ups += [{"key": run.key, **r} for r in trajectory]
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_frame(pd.DataFrame(rows), out / "runs.csv")
-    atomic_write_frame(pd.DataFrame(ups), out / "updates.csv")
-    atomic_write_text(out / "study.json", json.dumps({"sweep": sweep_file, "arms": list(arms), "eval_problems": sweep.eval_problems,
-                                                "rule": {"last_evals": sweep.last_evals}, "choose": choose,
-                                                "cells": cells}, indent=1) + "\n")  # fmt: skip
-
-
-def diagnose(models: list[str], base: str = "pocket-arithmetic", problems: int = 256, sampled: int = 64,
-             group: int = 8, seed: int = 0) -> dict[str, dict[str, Any]]:
-    """What GRPO changed in a pocket LM: per model (``base`` itself first, then each of ``models``, e.g. a run's
-    ``final`` directory), on ``problems`` held-out problems (the trainer's evaluation stream of ``seed``) at the
-    trainer's completion budget:
-
-    * greedy accuracy, overall and on the build's known / unknown operand pairs (`llm_scale.pocket.known_pairs`),
-      the share of greedy completions cut by the budget and the share that write the asked equation at all
-      (`llm_scale.tasks.equation_answer` not None) and of those that write it with a wrong result;
-    * on the first ``sampled`` problems, ``group`` samples each at temperature 1 (the rollouts' distribution):
-      accuracy (known / unknown), truncation, mean length, the share writing the asked equation, the share of
-      groups whose rewards are all equal (zero advantage), the mean per-token entropy of the model and the
-      mean per-token KL(model || base) on its own samples (sum over the vocabulary, exact).
-    """
-    import torch
-
-    from .generation import sample_completions
-    from .models import load_policy, stop_ids
-    from .pocket import POCKET_MODELS, known_pairs
-    from .sampler import Sampler
-    from .tasks import build_task, completion_budget, equation_answer
-
-    torch.set_num_threads(1)
-    spec = POCKET_MODELS[base]
-    task = build_task(spec.task)
-    known = known_pairs(spec)
-    ref, tok = load_policy(base)
-    budget = completion_budget(task, "chat", tok, seed=seed)
-    smp = Sampler(task, tok, "chat", seed, sampled, group, budget, eos_ids=stop_ids(ref, tok))
-    held = smp.eval_problems(problems)
-
-    def texts(ids: Any, mask: Any) -> list[str]:
-        return tok.batch_decode([ids[i][mask[i]].tolist() for i in range(ids.shape[0])], skip_special_tokens=True)
-
-    def share(flags: list[bool], within: list[bool] | None = None) -> float:
-        sel = [f for f, w in zip(flags, within or [True] * len(flags), strict=True) if w]
-        return sum(sel) / len(sel) if sel else math.nan
-
-    def stats(probs: list[Any], outs: list[str], lengths: list[int]) -> dict[str, float]:
-        right = [task.reward(p, t) > 0 for p, t in zip(probs, outs, strict=True)]
-        is_known = [(p.meta["a"], p.meta["op"], p.meta["b"]) in known for p in probs]
-        eq = [equation_answer(t, p.meta["a"], p.meta["op"], p.meta["b"]) is not None for p, t in zip(probs, outs, strict=True)]
-        return {"accuracy": share(right), "accuracy_known": share(right, is_known),
-                "accuracy_unknown": share(right, [not k for k in is_known]), "known_share": share(is_known),
-                "truncated": share([n >= budget for n in lengths]), "length_mean": sum(lengths) / len(lengths),
-                "writes_equation": share(eq), "equation_wrong": share([e and not r for e, r in zip(eq, right, strict=True)])}  # fmt: skip
-
-    out: dict[str, dict[str, Any]] = {}
-    for name in [base, *models]:
-        model = ref if name == base else load_policy(name)[0]
-        model.eval()
-        chunks = smp.greedy(model, held, 64)
-        outs = [t for _, ids, mask in chunks for t in texts(ids, mask)]
-        lengths = [int(n) for _, _, mask in chunks for n in mask.sum(1)]
-        row: dict[str, Any] = {f"greedy_{k}": v for k, v in stats(held, outs, lengths).items()}
-        sub = held[:sampled]
-        pid, pm = smp.encode(sub, group, torch.device("cpu"))
-        with torch.no_grad():
-            ids, mask, _, _ = sample_completions(model, pid, pm, max_new_tokens=budget, temperature=1.0, eos_ids=smp.eos_ids,
-                                                 pad_id=smp.pad_id, generator=torch.Generator().manual_seed(seed))  # fmt: skip
-            full, att = torch.cat([pid, ids], 1), torch.cat([pm, mask], 1).long()
-            cut = slice(pid.shape[1] - 1, -1)
-            lp = torch.log_softmax(model(full, attention_mask=att).logits[:, cut].float(), -1)
-            lq = torch.log_softmax(ref(full, attention_mask=att).logits[:, cut].float(), -1)
-        probs = [p for p in sub for _ in range(group)]
-        row.update({f"sampled_{k}": v for k, v in stats(probs, texts(ids, mask), [int(n) for n in mask.sum(1)]).items()})
-        rewards = torch.tensor([task.reward(p, t) for p, t in zip(probs, texts(ids, mask), strict=True)]).view(len(sub), group)
-        m = mask.float()
-        row["sampled_zero_advantage_groups"] = float((rewards.std(1) == 0).float().mean())
-        row["entropy_per_token"] = float(((-(lp.exp() * lp).sum(-1)) * m).sum() / m.sum())
-        row["kl_to_base_per_token"] = float((((lp.exp() * (lp - lq)).sum(-1)) * m).sum() / m.sum())
-        cfg = Path(name).parent / "config.json"  # a run's final directory: the run's settings beside its numbers
-        if cfg.is_file():
-            run = json.loads(cfg.read_text())
-            run = run.get("config", run) if isinstance(run, dict) else {}
-            row["run"] = {k: run.get(k) for k in ("recipe", "mode", "lr", "prompts_per_step", "group_size", "minibatches",
-                                                  "steps", "seed", "max_staleness")}  # fmt: skip
-        out[name] = row
-    return out
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["diagnose"] and len(argv) >= 2:
-        out_file, models = (Path(argv[2]), argv[3:]) if argv[1] == "--out" and len(argv) >= 3 else (None, argv[1:])
-        report = {"command": "python -m llm_scale.pocket_design " + " ".join(argv), "models": diagnose(models)}
-        text = json.dumps(report, indent=1) + "\n"
-        if out_file is not None:
-            atomic_write_text(out_file, text)
-        print(text, end="")
-        return 0
-    if argv[:1] == ["lag"]:
-        min_drop = MARGIN
-        if "--min-drop" in argv:
-            at = argv.index("--min-drop")
-            value = argv[at + 1] if at + 1 < len(argv) else ""
-            try:
-                min_drop = float(value)
-            except ValueError:
-                min_drop = math.nan
-            if not (math.isfinite(min_drop) and min_drop > 0):
-                print(f"error: lag: --min-drop takes a positive score difference, got {value!r}", file=sys.stderr)
-                return 2
-            argv = argv[:at] + argv[at + 2:]
-        if len(argv) < 4 or not all((Path(d) / "runs.csv").is_file() for d in [argv[1], *argv[3:]]) \
-                or not (Path(argv[1]) / "design.json").is_file():
-            print(f"error: lag BASE_PILOT OUT.json LAG_PILOT... [--min-drop D], BASE_PILOT with runs.csv and design.json, each lag pilot "
-                  f"with runs.csv; got {' '.join(argv[1:])!r}", file=sys.stderr)
-            return 2
-        res = choose_lag(Path(argv[1]), [Path(d) for d in argv[3:]], min_drop)
-        atomic_write_text(Path(argv[2]), json.dumps(res, indent=1) + "\n")
-        print(res["reading"])
-        return 0
-    if argv[:1] == ["pilot"]:
-        usage = "pilot SWEEP RUNS OUT [ARM,ARM...] [collect | CELL LR] [--parallel N] [--executor {local,ray} [--address ADDR]]"
-        parallel, options = 1, {}
-        for flag in ("--parallel", "--executor", "--address"):
-            if flag in argv:
-                at = argv.index(flag)
-                options[flag], argv = (argv[at + 1] if at + 1 < len(argv) else ""), argv[:at] + argv[at + 2:]
-        if "--parallel" in options:
-            value = options["--parallel"]
-            if not value.isdigit() or int(value) < 1:
-                print(f"error: {usage}: --parallel takes a whole number >= 1, got {value!r}", file=sys.stderr)
-                return 2
-            parallel = int(value)
-        arms = tuple(argv[4].split(",")) if len(argv) >= 5 else ("sync",)
-        rest = argv[5:]
-        only = None
-        if len(rest) == 2:
-            try:
-                only = (rest[0], float(rest[1]))
-            except ValueError:
-                only = None
-        if len(argv) not in (4, 5, 6, 7) or not all(arms) or (rest not in ([], ["collect"]) and only is None):
-            print(f"error: {usage}, got {' '.join(argv[1:])!r}", file=sys.stderr)
-            return 2
-        from testbed.util.executor import make, using
-
-        from .config import UsageError
-
-        try:
-            executor = make(options.get("--executor", "local"), options.get("--address"), num_cpus=parallel)
-            if rest != ["collect"]:
-                executor.start(parallel)
-            with using(executor):
-                run_pilot(argv[1], Path(argv[2]), Path(argv[3]), arms, start=rest != ["collect"], only=only,
-                          parallel=parallel)
-        except UsageError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-        if set(arms) - {"sync", "stale"}:  # recipes: a comparison, judged by figures/llm_column.py, not a pilot
-            print(f"tabulated {argv[3]}/runs.csv (arms {', '.join(arms)}); a comparison with recipes chooses no design")
-            return 0
-        if "sync" not in arms:  # a stale-only pilot: its numbers are read against a base pilot's sync arm (`lag`)
-            print(f"tabulated {argv[3]}/runs.csv; a pilot without the sync arm has no design of its own: read it "
-                  f"with `python -m llm_scale.pocket_design lag BASE_PILOT OUT.json {argv[3]}`")
-            return 0
-        argv = [argv[3]]
-    if len(argv) != 1 or not (Path(argv[0]) / "runs.csv").is_file():
-        print(f"error: give one pilot directory holding runs.csv, updates.csv and study.json (or: pilot SWEEP RUNS OUT "
-              f"[ARMS]), got {argv!r}", file=sys.stderr)  # fmt: skip
-        return 2
-
-    out = design(Path(argv[0]))
-    atomic_write_text(Path(argv[0]) / "design.json", json.dumps(out, indent=1, default=str) + "\n")
-    print(json.dumps({k: v for k, v in out.items() if k != "rule"}, indent=1, default=str))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
