@@ -24,7 +24,7 @@ asked for), checked to lead to the recorded stop. Evidence written before the de
 The statistic (20% trimmed mean, Yuen's interval; rates with exact intervals) and the designs were
 fixed in testbed/util/stats.py, testbed/util/sequential.py and figures/budgets.py before the runs they judge.
 
-The real-LLM column (figures/llm_column.py) sets each testbed verdict the real model can speak to
+The real-LLM column (figures/llm_column/) sets each testbed verdict the real model can speak to
 beside SmolLM2-135M-Instruct's, from results/llm/ when present.
 
 `write_report` writes claims.md, claims.json and the self-contained page index.html (figures/publish.py)

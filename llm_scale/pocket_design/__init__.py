@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         except UsageError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
-        if set(arms) - {"sync", "stale"}:  # recipes: a comparison, judged by figures/llm_column.py, not a pilot
+        if set(arms) - {"sync", "stale"}:  # recipes: a comparison, judged by figures/llm_column/, not a pilot
             print(f"tabulated {argv[3]}/runs.csv (arms {', '.join(arms)}); a comparison with recipes chooses no design")
             return 0
         if "sync" not in arms:  # a stale-only pilot: its numbers are read against a base pilot's sync arm (`lag`)

@@ -1,4 +1,4 @@
-"""The real-LLM column of the claims report (figures/llm_column.py), on fingerprints and on promotion studies
+"""The real-LLM column of the claims report (figures/llm_column/), on fingerprints and on promotion studies
 written by the study's own code (llm_scale.study) from finished runs on disk."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The model ladder: the rungs' fingerprints like for like, the pocket LM's cells (figures/llm_column.py), and the
+"""The model ladder: the rungs' fingerprints like for like, the pocket LM's cells (figures/llm_column/), and the
 pilot's learning-rate rule and power (llm_scale/pocket_design/design.py), on hand-made files."""
 
 from __future__ import annotations
