@@ -309,3 +309,16 @@ def test_the_lag_rules_min_drop_must_be_a_positive_number(value, capsys):
 
     assert main(["lag", "base", "out.json", "lag16", "--min-drop", value]) == 2
     assert capsys.readouterr().err.splitlines() == [f"error: lag: --min-drop takes a positive score difference, got {value!r}"]
+
+
+@pytest.mark.parametrize("module, argv, want", [
+    ("llm_scale.pocket_design", ["lag"], "error: lag BASE_PILOT OUT.json LAG_PILOT..."),
+    ("figures.llm_column", ["--nope"], "error: unrecognized arguments: --nope"),
+])
+def test_the_packages_run_as_commands(module, argv, want):
+    """``python -m`` of the two packages reaches their command line: a bad one is one error line, exit 2."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", module, *argv], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stderr.startswith(want) and len(done.stderr.strip().splitlines()) == 1
