@@ -129,6 +129,7 @@ def agreement(testbed: str, real: str) -> str:
         return "not decided"
     return "agree" if (testbed in POSITIVE) == (real in POSITIVE) else "disagree"
 
+
 def llm_rows(root: Path, testbed: dict[str, str], m_testbed: float | None = None) -> list[dict[str, str]]:
     """One row per claim the real model can speak to: testbed verdict, real-model verdict, what it read,
     agreement (module docstring). ``testbed``: claim id -> verdict; for GAC-1, "sync part <status> (...)"
@@ -162,6 +163,7 @@ def llm_rows(root: Path, testbed: dict[str, str], m_testbed: float | None = None
                     "pocket_agreement": agreement(tb, pocket["pocket"])})  # fmt: skip
     return out
 
+
 def markdown(rows: list[dict[str, str]], root: Path | None = None) -> list[str]:
     """The section of claims.md: testbed verdict vs the real model, the transfer table (one column per rung) and,
     with ``root``, the rungs' fingerprints like for like (`rung_markdown`)."""
@@ -184,6 +186,7 @@ def markdown(rows: list[dict[str, str]], root: Path | None = None) -> list[str]:
     if root is not None:
         lines += rung_markdown(rung_fingerprints(Path(root)))
     return lines
+
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m figures.llm_column [--claims CLAIMS_JSON] [--out MD]``: the transfer output (the real-model

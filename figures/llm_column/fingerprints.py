@@ -26,8 +26,10 @@ def fingerprints(root: Path, folder: str = "results/llm/fingerprint") -> list[di
             out.append({**data, "_file": str(path), "_earlier": [str(p) for p in earlier]})
     return out
 
+
 def _num(value: Any) -> float:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else math.nan
+
 
 def fingerprint_row(rung: str, phase: str, fp: dict[str, Any] | None, missing: str = "") -> dict[str, Any]:
     """One rung's fingerprint in the like-for-like columns: the completion budget and mean length (tokens), the
@@ -51,6 +53,7 @@ def fingerprint_row(rung: str, phase: str, fp: dict[str, Any] | None, missing: s
         "reward_mean": _num(extra.get("reward_mean", extra.get("mean_reward"))),
     }  # fmt: skip
 
+
 def with_extra_lrs(row: dict[str, Any], fp: dict[str, Any] | None) -> list[dict[str, Any]]:
     """``row`` and, for each learning rate of the fingerprint's ``extra.staleness_by_lr`` (the same start and
     batches, other updates), a row whose staleness columns are that rate's and whose other columns (measured on
@@ -61,6 +64,7 @@ def with_extra_lrs(row: dict[str, Any], fp: dict[str, Any] | None) -> list[dict[
         other = fingerprint_row(row["rung"], f"{row['phase']}, lr {lr}", {**fp, "staleness": stale})
         out.append({**other, "lr": _num(float(lr))})
     return out
+
 
 def rung_fingerprints(root: Path) -> list[dict[str, Any]]:
     """The rungs' fingerprints, like for like (`fingerprint_row`): the testbed's async-GRPO regime
@@ -87,8 +91,10 @@ def rung_fingerprints(root: Path) -> list[dict[str, Any]]:
                                 "(results/llm/fingerprint/learning)"))  # fmt: skip
     return rows
 
+
 def _cell(value: float, spec: str = ".2f") -> str:
     return "-" if not math.isfinite(value) else format(value, spec)
+
 
 def rung_markdown(rows: list[dict[str, Any]]) -> list[str]:
     """The like-for-like table of `rung_fingerprints`."""
@@ -111,6 +117,7 @@ def rung_markdown(rows: list[dict[str, Any]]) -> list[str]:
             f"{_cell(r['truncated_frac'])} | {_cell(r['reward_mean'])} | {r['file']} |"
         )  # fmt: skip
     return lines
+
 
 def testbed_noise_scale(root: Path) -> float | None:
     """B_noise of the testbed's async-GRPO regime from its fingerprint, or None."""

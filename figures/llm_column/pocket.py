@@ -56,6 +56,7 @@ def pocket_gac1(root: Path, prereg: dict[str, Any]) -> dict[str, str] | None:
                                f"per seed, sync {fmt(cos[('grpo', 'sync')])}, stale eta = {eta} {fmt(cos[('grpo', level)])}; "
                                f"{shown}"}
 
+
 def pocket_rescue(root: Path, prereg: dict[str, Any], cid: str) -> dict[str, str] | None:
     """AREAL-1 or GAC-2 (``cid``: its method `METHOD`) on the pocket LM from their confirmatory runs (the
     registration's ``runs`` folder, default `POCKET_RESCUE`; runs.csv: naive GRPO sync and stale at the registered
@@ -104,6 +105,7 @@ def pocket_rescue(root: Path, prereg: dict[str, Any], cid: str) -> dict[str, str
     if parts[0].status == "n/a":  # the testbed's reading of a precondition that does not hold (`combine`)
         return {"pocket": "not testable", "pocket_evidence": shown + " (grpo does not degrade by the margin at the registered lag)"}
     return {"pocket": combine(parts), "pocket_evidence": shown}  # an undecided precondition: inconclusive
+
 
 def pocket_cells(root: Path) -> dict[str, dict[str, str]]:
     """Claim -> the pocket LM's cell (``pocket``, ``pocket_evidence``) and the GPU model's (``gpu``), from the
@@ -158,6 +160,7 @@ def pocket_cells(root: Path) -> dict[str, dict[str, str]]:
             continue
     return {cid: redesigned(root, cid, cell, later) for cid, cell in out.items()}
 
+
 def redesigned(root: Path, cid: str, cell: dict[str, str], later: list[tuple[str, dict[str, Any]]]) -> dict[str, str]:
     """``cell`` (the first registration's, `pocket_cells`) under each later registration (``later``: (path, parsed
     file) of `POCKET_REDESIGNS`, in order) that holds a design for ``cid``: a design whose runs have all finished
@@ -189,6 +192,7 @@ def redesigned(root: Path, cid: str, cell: dict[str, str], later: list[tuple[str
                                            f"{first}): {so_far}; it needs {spec.get('sweeps', '?')} "
                                            f"({spec.get('cpu_cost', '?')})"}  # fmt: skip
     return cell
+
 
 def pocket_setting(root: Path) -> list[str]:
     """Lines on the setting the pocket LM's designs use, from the pilot's ``design.json`` named by `POCKET_PREREG`:

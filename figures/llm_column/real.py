@@ -19,12 +19,13 @@ from figures.llm_column.settings import BAND, GAC1_RUNS, TESTBED_FINGERPRINT, VC
 from testbed.util.stats import bonferroni_level, combine, fmt, fmt_interval, using_level
 
 RUNS_DTYPES = {"key": "string", "stage": "string", "finished": "bool"}
-
 SEARCH_DTYPES = {"eta": "int64", "lr": "float64", "drop": "float64", "drop_se": "float64", "pairs": "int64",
                  "degrades": "bool", "complete": "bool"}
 
+
 def _ratio(a: float, b: float) -> float:
     return a / b if b > 0 else math.nan
+
 
 def search_cells(path: Path) -> tuple[dict[str, Any], ...]:
     """The promotion study's search table (``search.csv``, written by ``llm_scale.study``) as records, read with
@@ -37,6 +38,7 @@ def search_cells(path: Path) -> tuple[dict[str, Any], ...]:
         return ()
     return tuple(table.to_dict("records"))
 
+
 def finished_search_runs(path: Path) -> frozenset[str]:
     """The keys (configuration hashes) of the promotion study's finished search runs (``runs.csv``, written by
     ``llm_scale.study``), read with explicit types; empty where the file is absent or not in that schema."""
@@ -47,6 +49,7 @@ def finished_search_runs(path: Path) -> frozenset[str]:
     except (OSError, ValueError):
         return frozenset()
     return frozenset(table.loc[(table["stage"] == "search") & table["finished"], "key"])
+
 
 @dataclass(frozen=True)
 class Study:
@@ -105,6 +108,7 @@ class Study:
                 error[cells[r["arm"]]][seeds.index(int(r["seed"]))] = e
         return error, ["sync", stale]
 
+
 def latest_looks(found: list[Study]) -> tuple[list[Study], list[str]]:
     """The studies that no other study supersedes, and a note per superseded one: a study whose finished search
     runs are a proper, non-empty subset of another's is an earlier look of that search (module docstring)."""
@@ -118,6 +122,7 @@ def latest_looks(found: list[Study]) -> tuple[list[Study], list[str]]:
             kept.append(s)
     return kept, notes
 
+
 def studies(root: Path) -> tuple[list[Study], list[str]]:
     """Every readable study.json under results/llm/study, in path order, and the files skipped."""
     found, skipped = [], []
@@ -125,6 +130,7 @@ def studies(root: Path) -> tuple[list[Study], list[str]]:
         s = Study.read(path)
         (found.append(s) if s is not None else skipped.append(str(path)))
     return found, skipped
+
 
 def gac1_verdict(fps: list[dict[str, Any]], m_testbed: float | None, b_testbed: float | None) -> tuple[str, str]:
     if not m_testbed:
@@ -162,6 +168,7 @@ def gac1_verdict(fps: list[dict[str, Any]], m_testbed: float | None, b_testbed: 
     source = f"{fp['_file']}, {fp.get('date', 'undated')}" + (f"; supersedes {', '.join(earlier)}" if earlier else "")
     return f"sync part {status}", f"{model} on {task} ({source}): sync cosine {mean:+.3f} [{lo:+.3f}, {hi:+.3f}] at {matched}"
 
+
 def gac1_runs(root: Path) -> dict[str, Any] | None:
     """GAC-1's trainer runs as `GAC1_RUNS` records them: {"eta": the stale arm's lag, "seeds": [...],
     "cos": {"sync": [...], "stale": [...]} (per seed, NaN where the run has not finished or defines no
@@ -186,6 +193,7 @@ def gac1_runs(root: Path) -> dict[str, Any] | None:
     return {"eta": etas[0], "seeds": seeds, "cos": cos, "finished": int(t["finished"].sum()), "planned": len(t),
             "file": str(path)}
 
+
 def gac1_trainer_verdict(runs: dict[str, Any], sync_shown: str) -> tuple[str, str]:
     """The whole of GAC-1 on the real model's trainer runs, by the testbed's rule."""
     stale = f"eta={runs['eta']}"
@@ -196,6 +204,7 @@ def gac1_trainer_verdict(runs: dict[str, Any], sync_shown: str) -> tuple[str, st
              + f". Fingerprint: {sync_shown}")
     return combine(parts), shown
 
+
 def _fingerprint_ess(fps: list[dict[str, Any]]) -> str:
     ess = []
     for fp in fps:
@@ -203,6 +212,7 @@ def _fingerprint_ess(fps: list[dict[str, Any]]) -> str:
             if isinstance(s, dict) and s.get("lag") is not None and s.get("ess_seq") is not None:
                 ess.append(f"lag {s['lag']}: ESS/N {float(s['ess_seq']):.2f}")
     return ("fingerprint ESS by lag: " + ", ".join(ess[:6])) if ess else ""
+
 
 def _vcpo1_look(folder: Path) -> dict[str, Any] | None:
     """One look's trainer runs (``runs.csv``, ``updates.csv`` of its search stage), typed; None when a file is
@@ -219,6 +229,7 @@ def _vcpo1_look(folder: Path) -> dict[str, Any] | None:
         return None
     runs = runs[runs["stage"] == "search"]
     return {"runs": runs, "updates": up[up["key"].isin(set(runs["key"]))], "file": str(folder)}
+
 
 def vcpo1_runs(root: Path) -> dict[str, Any] | None:
     """VCPO-1's trainer runs, the looks of `VCPO1_RUNS` in order, in the shape the testbed's collapse code reads:
@@ -268,6 +279,7 @@ def vcpo1_runs(root: Path) -> dict[str, Any] | None:
             "planned": len(runs), "file": " + ".join(x["file"] for x in read), "looks": len(read),
             "unread": unread}  # fmt: skip
 
+
 def vcpo1_verdict(fps: list[dict[str, Any]], runs: dict[str, Any] | None) -> tuple[str, str]:
     """VCPO-1 on the real model's trainer runs, by the testbed's rule and code (module docstring)."""
     fingerprint = _fingerprint_ess(fps)
@@ -295,6 +307,7 @@ def vcpo1_verdict(fps: list[dict[str, Any]], runs: dict[str, Any] | None) -> tup
     return combine(parts), (head + "; " + "; ".join(f"{p.name} ({p.detail}): {fmt_interval(p)} -> {p.status}" for p in parts)
                             + (f" ({'; '.join(leads)})" if leads else ""))
 
+
 def rescue_verdict(found: list[Study], skipped: list[str], method: str) -> tuple[str, str]:
     mine = [s for s in found if method in s.recipes]
     if not mine:
@@ -303,6 +316,7 @@ def rescue_verdict(found: list[Study], skipped: list[str], method: str) -> tuple
     mine, superseded = latest_looks(mine)  # a sequential design's verdict is its last look's
     status, evidence = _rescue_latest(mine, method)
     return status, evidence + "".join(f"; {note}" for note in superseded)
+
 
 def _rescue_latest(mine: list[Study], method: str) -> tuple[str, str]:
     """AREAL-1 / GAC-2 on the latest looks of the promotion studies with ``method`` among their recipes."""

@@ -43,14 +43,11 @@ from typing import Any
 from testbed.util.stats import binomial_diff_sd, pooled_sd
 
 COLLAPSE = 0.2  # an evaluation this far below the run's running best is a collapse (the testbed's rule)
-
 Z_LEARN = 2.0
-
 MARGIN = 0.03  # the few points AREAL-1 / GAC-2 must resolve
-
 BAND = 0.2  # GAC-1's near-orthogonal band
-
 MIN_COLLAPSES = 5  # staleness-caused collapses VCPO-1's precursor test needs
+
 
 def _runs(pilot: Path) -> tuple[Any, Any]:
     import pandas as pd
@@ -58,6 +55,7 @@ def _runs(pilot: Path) -> tuple[Any, Any]:
     runs = pd.read_csv(pilot / "runs.csv")
     updates = pd.read_csv(pilot / "updates.csv")
     return runs[runs["stage"] == "search"], updates
+
 
 def collapsed(evals: list[float]) -> bool:
     """Whether any evaluation lies more than `COLLAPSE` below the running best before it."""
@@ -69,9 +67,11 @@ def collapsed(evals: list[float]) -> bool:
             best = max(best, e)
     return False
 
+
 def _evals(updates: Any, key: str) -> list[float]:
     rows = updates[(updates["key"] == key) & updates["eval_reward"].notna()].sort_values("version")
     return [float(v) for v in rows["eval_reward"]]
+
 
 def sync_health(runs: Any, updates: Any, eval_problems: int, last_problems: int) -> list[dict[str, Any]]:
     """Per learning rate: the sync seeds' health, gains and whether the rate learns (module docstring, 1)."""
@@ -93,9 +93,11 @@ def sync_health(runs: Any, updates: Any, eval_problems: int, last_problems: int)
                     "gain_se": se, "learns": all(healthy) and mean > Z_LEARN * se})  # fmt: skip
     return out
 
+
 def _with_cell(runs: Any) -> Any:
     """``runs`` with a ``cell`` column ("" for a pilot of one cell, whose tables have none)."""
     return runs.assign(cell=runs["cell"].fillna("").astype(str) if "cell" in runs else "")
+
 
 def choose_lr(health: list[dict[str, Any]], choose: str = "largest_lr") -> dict[str, Any] | None:
     """The setting that learns with the largest rate (``choose`` "largest_lr") or the largest mean gain
@@ -105,6 +107,7 @@ def choose_lr(health: list[dict[str, Any]], choose: str = "largest_lr") -> dict[
         return max(learning, key=lambda h: h["lr"] if choose == "largest_lr" else h["mean_gain"])
     healthy = [h for h in health if all(h["healthy"])]
     return max(healthy, key=lambda h: h["mean_gain"]) if healthy else None
+
 
 def design(pilot: Path) -> dict[str, Any]:
     """The chosen learning rate and every design's power and cost (module docstring)."""
@@ -210,6 +213,7 @@ def design(pilot: Path) -> dict[str, Any]:
                      "why": "no stale arm in the pilot" if not stale_runs else ""}  # fmt: skip
     return out
 
+
 def choose_lag(base: Path, lag_pilots: list[Path], min_drop: float = MARGIN) -> dict[str, Any]:
     """The lag of AREAL-1 and GAC-2 by the pocket LM's registered rule (sweeps/llm/pocket_prereg.toml
     [claims.AREAL-1] lag; the second registration's asks ``min_drop`` = 2 x `MARGIN`): the smallest eta whose mean
@@ -250,6 +254,7 @@ def choose_lag(base: Path, lag_pilots: list[Path], min_drop: float = MARGIN) -> 
                         f"not testable on the pocket LM: naive GRPO does not degrade by {min_drop:g} at any lag tried "
                         f"({', '.join(str(e) for e in sorted(per_eta))})"),
             "pilots": [str(base), *map(str, lag_pilots)]}
+
 
 def gac1_seeds(mean: float, sd: float, arm: str, low: int = 3, cap: int = 10) -> int | None:
     """Seeds per arm for GAC-1 by the pocket LM's registered rule (sweeps/llm/pocket_prereg.toml [claims.GAC-1]):

@@ -25,6 +25,7 @@ def _late_cos(directory: Path, column: str = "grad_cos_within") -> float:
         return math.nan
     return second_half_mean(table[column]) if column in table else math.nan
 
+
 def load_pilot(sweep_file: str) -> tuple[Any, list[dict[str, Any]], str]:
     """(the study's sweep, the pilot's cells, its choice rule) of a pilot file: a study sweep file (`study.load_sweep`)
     with an optional ``[pilot]`` table: ``cells``, each a ``name``, its learning rates ``lr`` and the [train]
@@ -50,6 +51,7 @@ def load_pilot(sweep_file: str) -> tuple[Any, list[dict[str, Any]], str]:
         raise UsageError(f"pocket pilot: {sweep_file}: [pilot] needs cells and choose in largest_lr, largest_gain")
     return sweep, cells, choose
 
+
 def pilot_plan(sweep: Any, cells: list[dict[str, Any]], arms: tuple[str, ...], only: tuple[str, float] | None = None
                ) -> list[tuple[Any, Any, dict[str, Any], float, bool]]:
     """The pilot's runs, seed-major (seed, cell, learning rate, arm: an interrupted pilot has its arms balanced by
@@ -70,6 +72,7 @@ def pilot_plan(sweep: Any, cells: list[dict[str, Any]], arms: tuple[str, ...], o
                 planned += [(make_run(at, "search", arm, sweep.etas[0], float(lr), seed), at, cell, float(lr), chosen)
                             for arm in arms]  # fmt: skip
     return planned
+
 
 def run_pilot(sweep_file: str, runs: Path, out: Path, arms: tuple[str, ...], log: Any = print, start: bool = True,
               only: tuple[str, float] | None = None, parallel: int = 1) -> None:

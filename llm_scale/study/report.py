@@ -29,6 +29,7 @@ class Report:
     chosen: dict[str, Any] | None = None
     forced: bool = False
 
+
 def collect(sweep: Sweep, root: Path, force: tuple[int, float] | None = None) -> Report:
     """Read every finished run and apply the fixed rules."""
     rep = Report()
@@ -99,6 +100,7 @@ def collect(sweep: Sweep, root: Path, force: tuple[int, float] | None = None) ->
                              "diverged": r["diverged"], **row} for row in run_updates(root / run.key)]  # fmt: skip
     return rep
 
+
 def write_report(sweep: Sweep, rep: Report, out: Path, command: str) -> None:
     import pandas as pd
 
@@ -134,6 +136,7 @@ def write_report(sweep: Sweep, rep: Report, out: Path, command: str) -> None:
     }  # fmt: skip
     atomic_write_text(out / "study.json", json.dumps(record, indent=2, default=float))
     _figure(rep, out)
+
 
 def _figure(rep: Report, out: Path) -> None:
     import matplotlib
@@ -174,8 +177,10 @@ def _figure(rep: Report, out: Path) -> None:
         fig.savefig(out / f"study.{ext}", dpi=120)
     plt.close(fig)
 
+
 def _finite(x: float) -> float:
     return x if math.isfinite(x) else 0.0
+
 
 def format_report(rep: Report) -> str:
     lines = ["regime search (sync vs stale naive GRPO):"]
@@ -195,6 +200,7 @@ def format_report(rep: Report) -> str:
     done = sum(r["finished"] for r in rep.runs)
     lines.append(f"runs finished: {done} of {len(rep.runs)} planned so far")
     return "\n".join(lines)
+
 
 def plan_cost(sweep: Sweep, reference: str | Path, parallel: int) -> str:
     """The study's size and its device time estimated from another study's finished runs (``reference``: a runs.csv):
@@ -222,6 +228,7 @@ def plan_cost(sweep: Sweep, reference: str | Path, parallel: int) -> str:
     return (f"planned runs: {n_search} search + {n_compare} comparison = {n_search + n_compare}; at {per_run:.0f} s per run "
             f"({len(done)} finished runs of {reference} on {devices}: median {done['wall_seconds'].median():.0f} s for "
             f"{ref_steps} updates, scaled to {steps}), {parallel} at a time: about {hours:.1f} device hours")  # fmt: skip
+
 
 def format_promotion(r: dict[str, Any]) -> str:
     """One recipe's promotion as printed: the fraction of the gap closed, its interval and rule, and the verdict."""

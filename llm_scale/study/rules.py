@@ -13,6 +13,7 @@ PROMOTION_VERDICTS = ("promote", "do not promote", "undecided", "no gap to close
 # Settings left out of a run's key at these values: the behaviour of every run made before the setting existed
 # (so those runs keep their keys); any other value, the default included, is part of the key.
 
+
 # -- verdicts ---------------------------------------------------------------------------------------
 def degrades(
     sync: dict[int, float], stale: dict[int, float], min_drop: float, min_se: float, eval_problems: int = 0,
@@ -41,6 +42,7 @@ def degrades(
             "n_sync": ns, "n_stale": nt, "size_ok": size, "p_value": p, "level": math.nan if alpha is None else alpha,
             "degrades": bool(size and (alpha is None or p <= alpha))}  # fmt: skip
 
+
 def holm_cells(rows: list[dict[str, Any]], alpha: float) -> None:
     """Spend the search's error ``alpha`` over its cells by Holm's step-down (`testbed.util.stats.holm`), in place.
 
@@ -52,6 +54,7 @@ def holm_cells(rows: list[dict[str, Any]], alpha: float) -> None:
     ps = [r["p_value"] if r["size_ok"] and r.get("complete", True) else math.nan for r in rows]
     for row, (rejected, level) in zip(rows, stats.holm(ps, alpha), strict=True):
         row["level"], row["degrades"] = level, bool(rejected)
+
 
 def promotion(
     sync: dict[int, float], stale: dict[int, float], recipe: dict[int, float], *, threshold: float, alpha: float,

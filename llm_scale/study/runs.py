@@ -53,7 +53,9 @@ def run_result(directory: Path, last_evals: int = 1, recipe: str | None = None) 
         **metrics,
     }  # fmt: skip
 
+
 UPDATE_COLUMNS = ("staleness_ess", "grad_norm_raw", "reward_mean", "zero_adv_frac", "loss")
+
 
 def run_updates(directory: Path) -> list[dict[str, Any]]:
     """A run's trajectory by policy version: one row per version v = 0, 1, ... (the run's updates made so
@@ -82,6 +84,7 @@ def run_updates(directory: Path) -> list[dict[str, Any]]:
                     **{c: float(row[c]) if row is not None and c in row else math.nan for c in UPDATE_COLUMNS}})
     return out
 
+
 def _metrics_means(path: Path) -> dict[str, float]:
     """Per-run means of the health and staleness columns (NaN-aware), the mean seconds per update, and
     ``late_grad_cos_within``: the NaN-aware mean of ``grad_cos_within`` over the second half of the updates
@@ -99,6 +102,7 @@ def _metrics_means(path: Path) -> dict[str, float]:
         out["late_grad_cos_within"] = second_half_mean(table["grad_cos_within"])
     return out
 
+
 def late_split_half_cosine(path: Path) -> float:
     """The cosine between consecutive optimizer steps' *mean* gradients over the steps of the second half of the
     updates (the last ``n // 2`` of ``n``, `_metrics_means`' window), from a run's grad_steps.csv written with
@@ -114,6 +118,7 @@ def late_split_half_cosine(path: Path) -> float:
         return math.nan
     window = table[table["update"] >= second_half(int(table["update"].max()) + 1)]
     return fp.consecutive_cosine_split_half(window["grad_dot_prev"].to_numpy()[1:], window["grad_half_dot"].to_numpy())
+
 
 def execute(
     runs: list[Run], root: Path, *, budget_s: float, parallel: int, device: str | None, log: Any = sys.stderr

@@ -14,18 +14,14 @@ import tomllib
 from ..config import TrainConfig, UsageError
 
 SYNC, STALE = "sync", "stale"
-
 MIN_SEEDS = 10  # the floor of [compare] min_seeds: fewer paired seeds never promote
-
 GAP_TOL = 0.02  # the testbed's tolerance on a gap (testbed.validate.TOL)
-
 # Settings left out of a run's key at these values: the behaviour of every run made before the setting existed
 # (so those runs keep their keys); any other value, the default included, is part of the key.
 KEY_NEUTRAL = {"max_grad_norm": 0.0}
 # TrainConfig fields the study sets itself, per run: the sweep's [train] table may not set them.
-
-# TrainConfig fields the study sets itself, per run: the sweep's [train] table may not set them.
 STUDY_SET = ("recipe", "max_staleness", "lr", "seed", "out", "resume", "progress")
+
 
 @dataclass(frozen=True)
 class Sweep:
@@ -59,6 +55,7 @@ class Sweep:
         """Held-out problems scored per run's accuracy: the evaluation size times the evaluations averaged."""
         return int(self.train.get("eval_size", TrainConfig.eval_size)) * self.last_evals
 
+
 def read_tables(path: str | Path) -> dict[str, Any]:
     """The tables of a sweep file (TOML), parsed once; one-line `UsageError` when it is missing or not TOML."""
     path = Path(path)
@@ -68,6 +65,7 @@ def read_tables(path: str | Path) -> dict[str, Any]:
         return tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"study: {path} is not valid TOML ({exc})") from None
+
 
 def load_sweep(path: str | Path, raw: dict[str, Any] | None = None) -> Sweep:
     """Read and check a sweep file (TOML with [train], [search], [compare]); one-line `UsageError` if bad.
@@ -129,9 +127,11 @@ def load_sweep(path: str | Path, raw: dict[str, Any] | None = None) -> Sweep:
             raise UsageError(f"study: {path}: recipe {spec!r}: {str(exc).splitlines()[0]}") from None
     return sweep
 
+
 def _cfg(sweep: Sweep, recipe: str, mode: str, eta: int, lr: float, seed: int, out: str) -> TrainConfig:
     return TrainConfig(**{**sweep.train, "recipe": recipe, "mode": mode, "max_staleness": eta, "lr": lr, "seed": seed,
                           "eval_every": sweep.eval_every, "out": out, "progress": False})  # fmt: skip
+
 
 @dataclass(frozen=True)
 class Run:
@@ -171,6 +171,7 @@ class Run:
                 args += [flag, str(value)]
         return [*args, "--out", str(out)]
 
+
 def make_run(sweep: Sweep, stage: str, arm: str, eta: int, lr: float, seed: int) -> Run:
     """The run of ``arm`` (sync, stale, or a recipe spec trained stale) in cell (eta, lr) with ``seed``."""
     recipe = sweep.base if arm in (SYNC, STALE) else arm
@@ -182,6 +183,7 @@ def make_run(sweep: Sweep, stage: str, arm: str, eta: int, lr: float, seed: int)
     options.update(recipe=recipe, mode=mode, max_staleness=cfg.max_staleness, lr=lr, seed=seed)
     return Run(stage, arm, eta, lr, seed, tuple(sorted(options.items())))
 
+
 def search_runs(sweep: Sweep) -> list[Run]:
     runs = []
     for eta in sweep.etas:
@@ -189,6 +191,7 @@ def search_runs(sweep: Sweep) -> list[Run]:
             for seed in sweep.search_seeds:
                 runs += [make_run(sweep, "search", SYNC, eta, lr, seed), make_run(sweep, "search", STALE, eta, lr, seed)]
     return runs
+
 
 def compare_runs(sweep: Sweep, eta: int, lr: float) -> list[Run]:
     arms = (SYNC, STALE, *sweep.recipes)
