@@ -41,7 +41,7 @@ Per claim (`LLM_CLAIMS`) the real model is judged by the testbed's own rule wher
   is an evaluation whose error (1 - greedy accuracy) is more than 0.2 above its running minimum, or
   divergence; the precursors (an update's ESS below half, its raw gradient norm above twice, the median of
   every earlier update's) are read among the updates of the 3 evaluation intervals up to it, and at the last
-  evaluation of the runs that do not collapse, each proportion's exact interval at `look_level` of the
+  evaluation of the runs that do not collapse, each proportion's exact interval at `testbed.util.stats.bonferroni_level` of the
   looks read (90% for one, 95% for two). No collapse after enough history: "not testable". Until the first
   look's runs have finished: "not measured", with the fingerprint's ESS by lag.
 * AREAL-1 (decoupled_ppo) / GAC-2 (gac): the promotion study's chosen cell (the first that degrades by the
