@@ -165,13 +165,12 @@ class _Shared:
     """A Ray actor (no CPU of its own): the command's stop request and count of work done, for its jobs."""
 
     def __init__(self) -> None:
-        self.stopped = False
-        self.done = 0.0
+        self.reset()
 
     def reset(self) -> None:
         """Ready for the next run of jobs: not stopped, nothing done."""
-        self.stopped = False
-        self.done = 0.0
+        self.stopped: bool = False
+        self.done: float = 0.0
 
     def stop(self) -> None:
         self.stopped = True
