@@ -35,6 +35,7 @@ from testbed.config import RunConfig
 from testbed.machine import NOT_RECORDED, describe, trained_by
 from testbed.util.endpoints import from_mean, tail_mean
 from testbed.util.files import atomic_write_text
+from testbed.util.planning import plan_runs, unique
 from testbed.util.provenance import machine
 
 
@@ -71,10 +72,10 @@ class Context:
         from testbed.codeprint import config_code
         from testbed.results import ResultStore
 
-        configs = dedupe(configs)
         store = ResultStore(self.cache)
-        # a run recorded with other code (testbed/codeprint.py) is trained again
-        todo = [c for c in configs if not store.done(c.run_id, config_code(c))]
+        # a run recorded with other code (testbed/codeprint.py) is trained again (the sweep says which)
+        planned = plan_runs(configs, key=lambda c: c.run_id, done=lambda c: store.done(c.run_id, config_code(c)))
+        configs, todo = planned.runs, planned.todo
         if configs:
             print(cache_line(store, configs, todo, self.cached_only), flush=True)
         try:
@@ -254,12 +255,8 @@ def runs_s(cache: Path, configs: list[RunConfig]) -> float | None:
 
 
 def dedupe(configs: list[RunConfig]) -> list[RunConfig]:
-    seen, out = set(), []
-    for c in configs:
-        if c.run_id not in seen:
-            seen.add(c.run_id)
-            out.append(c)
-    return out
+    """``configs`` with each run once (the first of a run id kept, in order: `testbed.util.planning.unique`)."""
+    return unique(configs, key=lambda c: c.run_id)
 
 
 def cost_estimate(cfg: RunConfig) -> float:

@@ -26,6 +26,7 @@ from testbed.stabilizers.registry import DEFAULT_ADVANTAGE
 from testbed.stabilizers.spec import SpecError
 from testbed.tasks import make_task
 from testbed.util.errors import UsageError
+from testbed.util.planning import plan_runs
 
 T = TypeVar("T")
 MAX_LOOP = 8  # runs per loop by default: past this the per-run work dominates and memory grows
@@ -238,8 +239,12 @@ def plan_sweep(configs: list[RunConfig], out: str | Path, *, workers: int = 1, f
     from testbed.codeprint import run_code
 
     code = {rid: run_code(spec, tasks[task_key(spec)]) for rid, spec in specs.items()}
-    todo = [s for s in runs if not store.done(s.run_id, code[s.run_id])]
-    stale, unchecked = _reuse_notes(store, runs, {s.run_id for s in todo}, code)
+    records = _records(store, runs)
+    planned = plan_runs(runs, key=lambda s: s.run_id, done=lambda s: store.done(s.run_id, code[s.run_id]),
+                        changed=lambda s: _changed(records.get(s.run_id), code[s.run_id]))
+    todo, stale = planned.todo, planned.changed
+    waiting = {s.run_id for s in todo}
+    unchecked = sum("code" not in record for rid, record in records.items() if rid not in waiting)  # reused unchecked
     if loop_size is None:
         loop_size = default_loop_size(len(todo), workers)
     groups = group_runs(todo, loop_size, workers)
@@ -276,26 +281,26 @@ def _saved_loops(store: ResultStore, groups: list[list[RunSpec]], shared: bool =
     return len(saved & mine), [] if shared else sorted(saved - mine)
 
 
-def _reuse_notes(store: ResultStore, runs: list[RunSpec], waiting: set[str],
-                 code: dict[str, dict[str, str]]) -> tuple[dict[str, list[str]], int]:
-    """(the finished runs retrained because their code changed, with the parts that did; how many reused runs
-    have no code fingerprint to check). ``waiting``: the run ids still to train."""
+def _records(store: ResultStore, runs: list[RunSpec]) -> dict[str, dict[str, Any]]:
+    """The readable records of ``runs`` in ``store``, by run id (a run with none, or an unreadable one, is absent)."""
+    records = {}
+    for spec in runs:
+        if store.has_record(spec.run_id):
+            try:
+                records[spec.run_id] = store.record(spec.run_id)
+            except (OSError, ValueError):
+                continue
+    return records
+
+
+def _changed(record: dict[str, Any] | None, code: dict[str, str]) -> list[str]:
+    """The parts of ``code`` that changed since a finished run's ``record`` was made ([] for no record, a failed run
+    (retried anyway) or a record without a code fingerprint)."""
     from testbed.util.codeprint import stale_parts
 
-    stale, unchecked = {}, 0
-    for spec in runs:
-        rid = spec.run_id
-        if not store.has_record(rid):
-            continue
-        try:
-            record = store.record(rid)
-        except (OSError, ValueError):
-            continue
-        if rid not in waiting:
-            unchecked += "code" not in record
-        elif record.get("status") != "failed" and (parts := stale_parts(record.get("code"), code[rid])):
-            stale[rid] = parts
-    return stale, unchecked
+    if record is None or record.get("status") == "failed":
+        return []
+    return stale_parts(record.get("code"), code)
 
 
 def _check_other_runs(out: Path, run_ids: set[str], what: str) -> None:

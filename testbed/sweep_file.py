@@ -40,40 +40,15 @@ from testbed.config import RunConfig, RunSpec
 from testbed.plan import FORMATS, build_task, parse_loop_size
 from testbed.tasks import task_options
 from testbed.util.errors import UsageError
+from testbed.util.settings_file import read_settings
 
 TOP_KEYS = ("out", "workers", "format", "base", "grid", "name", "description", "loop_size", "imports")
 
 
 def load_file(path: str | Path) -> dict[str, Any]:
-    """Read a sweep file (``.toml``, ``.yaml`` or ``.yml``) into a dict, with clear errors."""
-    path = Path(path)
-    if path.is_dir():
-        raise UsageError(f"sweep file {str(path)!r} is a directory; give a .toml or .yaml file")
-    if not path.is_file():
-        raise UsageError(f"sweep file {str(path)!r} does not exist")
-    suffix = path.suffix.lower()
-    if suffix not in (".toml", ".yaml", ".yml"):
-        raise UsageError(f"sweep file {str(path)!r}: unknown extension {suffix!r}; use .toml, .yaml or .yml")
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read sweep file {str(path)!r}: {exc}") from None
-    try:
-        if suffix == ".toml":
-            try:
-                import tomllib
-            except ModuleNotFoundError:  # Python 3.10
-                import tomli as tomllib  # type: ignore[no-redef]
-            data = tomllib.loads(text)
-        else:
-            import yaml
-
-            data = yaml.safe_load(text)
-    except Exception as exc:  # parser errors of either format
-        raise UsageError(f"sweep file {str(path)!r} is malformed: {exc}") from None
-    if not isinstance(data, dict):
-        raise UsageError(f"sweep file {str(path)!r} must hold a table/mapping at top level, got {type(data).__name__}")
-    return data
+    """Read a sweep file (``.toml``, ``.yaml`` or ``.yml``) into a dict (`testbed.util.settings_file.read_settings`:
+    one-line errors)."""
+    return read_settings(path, "sweep file")
 
 
 def _split_keys(task: str, settings: dict[str, Any], where: str) -> tuple[dict[str, Any], dict[str, Any]]:

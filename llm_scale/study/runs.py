@@ -14,6 +14,7 @@ from typing import Any
 from testbed.stabilizers import fingerprint as fp
 from testbed.util.endpoints import last_mean, second_half, second_half_mean
 from testbed.util.files import atomic_write_text
+from testbed.util.planning import plan_runs
 
 from ..config import checkpoint_pointer, cpu_budget
 from ..processes import train_job
@@ -138,18 +139,15 @@ def execute(
 
     from ..trainer import code_changed
 
-    todo, seen = [], set()
-    for run in runs:
-        if run.key in seen:
-            continue
-        seen.add(run.key)
-        changed = code_changed(root / run.key, run.recipe)
+    planned = plan_runs(runs, key=lambda r: r.key, done=lambda r: run_result(root / r.key) is not None,
+                        changed=lambda r: code_changed(root / r.key, r.recipe))  # fmt: skip
+    todo = planned.todo
+    for run in todo:
+        changed = planned.changed.get(run.key)
         if changed:  # finished or begun by other code: neither its result nor its checkpoint is this code's
             print(f"study: {run.arm} eta={run.eta} lr={run.lr:g} seed={run.seed} ran other code ({', '.join(changed)}): "
                   "trained afresh", file=log, flush=True)  # fmt: skip
             shutil.rmtree(root / run.key)
-        if run_result(root / run.key) is None:
-            todo.append(run)
     if not todo:
         return 0
     deadline = time.time() + budget_s

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import tomllib
+from testbed.util.settings_file import read_settings
 
 from ..config import TrainConfig, UsageError
 
@@ -57,14 +57,9 @@ class Sweep:
 
 
 def read_tables(path: str | Path) -> dict[str, Any]:
-    """The tables of a sweep file (TOML), parsed once; one-line `UsageError` when it is missing or not TOML."""
-    path = Path(path)
-    if not path.is_file():
-        raise UsageError(f"study: sweep file {str(path)!r} does not exist")
-    try:
-        return tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"study: {path} is not valid TOML ({exc})") from None
+    """The tables of a sweep file (TOML, or YAML with the same tables), parsed once (the experiments' one reader,
+    `testbed.util.settings_file.read_settings`); one-line `UsageError` when it is missing or malformed."""
+    return read_settings(path, "study: sweep file")
 
 
 def load_sweep(path: str | Path, raw: dict[str, Any] | None = None) -> Sweep:
