@@ -5,7 +5,8 @@ Other commands: ``recipes`` (the names a recipe spec may use), ``tasks``, ``scor
 (download and convert one once), ``models build NAME`` (build a pocket LM, task-pretrained on the CPU,
 once), ``fingerprint --model M --task T`` (the staleness fingerprint of a model on a task),
 ``budget --model M --task T`` (how the completion budget changes its rewards),
-``study ...`` (the promotion study; ``study --help``).
+``study ...`` (the promotion study; ``study --help``), ``sweep FILE`` (a grid of train runs, written as a testbed
+sweep is; ``sweep --help``).
 Every command takes ``--import MODULE`` (repeatable): a module of your own stabilizer, imported first and by
 every trainer process the command starts (testbed/stabilizers/registry.py; docs/own_stabilizer.md); a recipe
 term ``module:ClassName`` works without it.
@@ -27,7 +28,7 @@ from tyro.conf import Positional
 
 from .config import TrainConfig, UsageError, checkpoint_pointer, parse
 
-COMMANDS = ("train", "recipes", "tasks", "scorecard", "models", "fingerprint", "budget", "study")
+COMMANDS = ("train", "recipes", "tasks", "scorecard", "models", "fingerprint", "budget", "study", "sweep")
 
 
 @dataclass
@@ -223,21 +224,24 @@ def main(argv: list[str] | None = None) -> int:
             from .budget import main as budget_main
 
             return budget_main(rest)
-        if command == "study":
+        if command in ("study", "sweep"):
             try:
-                from .study import main as study_main
+                if command == "study":
+                    from .study import main as runs_main
+                else:
+                    from .sweep import main as runs_main
             except ModuleNotFoundError as exc:
                 if exc.name != f"{__package__}.study":
                     raise
-                raise UsageError("the study command is not part of this installation (llm_scale/study/ is missing)") from None
+                raise UsageError(f"the {command} command is not part of this installation (llm_scale/study/ is missing)") from None
             from .processes import stop_trainers
 
             try:
-                return study_main(rest)
+                return runs_main(rest)
             except KeyboardInterrupt:
                 stop_trainers()  # the jobs have interrupted theirs; any started in this process too
-                print("study interrupted: every running trainer stopped at its last checkpoint; rerun the same command "
-                      "to resume", file=sys.stderr)
+                print(f"{command} interrupted: every running trainer stopped at its last checkpoint; rerun the same "
+                      "command to resume", file=sys.stderr)  # fmt: skip
                 return 130
         if command in ("recipes", "tasks"):
             if rest:

@@ -25,13 +25,12 @@ Keys are the fields of `RunConfig` (task, recipe, delay, frictions, seed, steps,
 n_actors, group_size, epochs, minibatches, log_every, agg, optimizer, proximal); any other key is an
 option of the task (e.g. ``H``, ``M`` for token reversal, ``data_dir`` for MNIST), in [base] or
 [grid] (not both). A file must name at least one setting ([base] or [grid]): an empty file is an error,
-not one run with every default.
+not one run with every default. The grid format is the project's one (testbed/util/grid.py): an LLM sweep
+(``python -m llm_scale sweep FILE``) is written the same way over the LLM trainer's settings.
 """
 
 from __future__ import annotations
 
-import itertools
-import math
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +39,7 @@ from testbed.config import RunConfig, RunSpec
 from testbed.plan import FORMATS, build_task, parse_loop_size
 from testbed.tasks import task_options
 from testbed.util.errors import UsageError
+from testbed.util.grid import grid_settings
 from testbed.util.settings_file import read_settings
 
 TOP_KEYS = ("out", "workers", "format", "base", "grid", "name", "description", "loop_size", "imports")
@@ -97,32 +97,8 @@ def expand(spec: dict[str, Any], specs: dict[str, RunSpec] | None = None) -> lis
     from testbed.stabilizers.registry import import_modules
 
     import_modules(file_settings(spec)["imports"])
-    base, grid = spec.get("base"), spec.get("grid")
-    for name, table in (("base", base), ("grid", grid)):
-        if table is not None and not isinstance(table, dict):
-            raise UsageError(f"[{name}] must be a table (mapping of settings), got {table!r}")
-    base, grid = dict(base or {}), dict(grid or {})
-    if not base and not grid:
-        raise UsageError("the sweep has no runs: give at least one setting in [base] or [grid]")
-    both = sorted(set(base) & set(grid))
-    if both:
-        raise UsageError(f"key(s) {', '.join(map(repr, both))} in both [base] and [grid]; give each once")
-    if "seeds" in base or "seeds" in grid:
-        if "seed" in grid or "seed" in base:
-            raise UsageError("give either seeds = N or seed, not both")
-        n = base.pop("seeds", None) if "seeds" in base else grid.pop("seeds")
-        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-            raise UsageError(f"seeds must be an integer >= 1, got {n!r}")
-        limits.check_count(n, f"seeds = {n}")
-        grid["seed"] = list(range(n))
-    for key, values in grid.items():
-        if not isinstance(values, list) or not values:
-            raise UsageError(f"grid key {key!r} must be a non-empty list, got {values!r}")
-    keys = list(grid)
-    limits.check_count(math.prod(len(grid[k]) for k in keys), "the grid")
     configs, seen = [], set()
-    for combo in itertools.product(*(grid[k] for k in keys)):
-        settings = {**base, **dict(zip(keys, combo, strict=True))}
+    for settings in grid_settings(spec, limits.check_count):
         task = settings.get("task", "mnist")
         if not isinstance(task, str):
             raise UsageError(f"task must be a task name, got {task!r}")

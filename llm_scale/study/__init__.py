@@ -53,12 +53,20 @@ import time
 from pathlib import Path
 
 from testbed.util.arguments import ArgumentParser
-from testbed.util.executor import make, using
+from testbed.util.executor import using
 
 from ..config import UsageError
 from .report import Report, collect, format_promotion, format_report, plan_cost, write_report
 from .rules import PROMOTION_VERDICTS, degrades, holm_cells, promotion
-from .runs import UPDATE_COLUMNS, execute, late_split_half_cosine, run_result, run_updates
+from .runs import (
+    UPDATE_COLUMNS,
+    add_scheduler_arguments,
+    execute,
+    late_split_half_cosine,
+    run_result,
+    run_updates,
+    scheduler_executor,
+)
 from .sweep import (
     GAP_TOL,
     KEY_NEUTRAL,
@@ -69,16 +77,18 @@ from .sweep import (
     Run,
     Sweep,
     compare_runs,
+    config_run,
     load_sweep,
     make_run,
     read_tables,
     search_runs,
 )
 
-__all__ = ["GAP_TOL", "KEY_NEUTRAL", "MIN_SEEDS", "PROMOTION_VERDICTS", "STALE", "STUDY_SET", "SYNC", "UPDATE_COLUMNS",
-           "Report", "Run", "Sweep", "collect", "compare_runs", "degrades", "execute", "format_promotion",
-           "format_report", "holm_cells", "late_split_half_cosine", "load_sweep", "main", "make_run", "plan_cost",
-           "promotion", "read_tables", "run_result", "run_updates", "search_runs", "write_report"]
+__all__ = ["GAP_TOL", "KEY_NEUTRAL", "MIN_SEEDS", "PROMOTION_VERDICTS", "STALE", "STUDY_SET", "SYNC",
+           "UPDATE_COLUMNS", "Report", "Run", "Sweep", "add_scheduler_arguments", "collect", "compare_runs",
+           "config_run", "degrades", "execute", "format_promotion", "format_report", "holm_cells",
+           "late_split_half_cosine", "load_sweep", "main", "make_run", "plan_cost", "promotion", "read_tables",
+           "run_result", "run_updates", "scheduler_executor", "search_runs", "write_report"]
 
 
 def _train(sweep: Sweep, root: Path, rep: Report, args: argparse.Namespace, force: tuple[int, float] | None,
@@ -103,22 +113,11 @@ def main(argv: list[str] | None = None) -> int:
     [--force-cell ETA,LR] [--executor {local,ray} [--address ADDR]]``."""
     parser = ArgumentParser(prog="python -m llm_scale study", description=__doc__.splitlines()[0])
     parser.add_argument("sweep", help="sweep file (e.g. sweeps/llm/promotion.toml)")
-    parser.add_argument("--budget-s", type=float, default=540.0, help="stop starting and interrupt runs after this long")
-    parser.add_argument("--parallel", type=int, default=1, help="runs at once (they share the GPU, or split the CPU threads)")
-    parser.add_argument("--device", default=None, help="--device for every run (default: the runs' own, auto)")
-    parser.add_argument("--runs", default="runs/llm_study", help="where the cached runs live (one directory per config hash)")
-    parser.add_argument("--out", default="results/llm/study", help="tables and figure")
-    parser.add_argument("--plan", action="store_true", help="list the runs and their state; run nothing")
+    add_scheduler_arguments(parser, runs="runs/llm_study", out="results/llm/study", budget_s=540.0)
     parser.add_argument("--search-only", action="store_true",
                         help="run only the regime search, never a comparison run (one that could not finish in the "
                              "budget, without checkpoints, would be lost)")
     parser.add_argument("--force-cell", default=None, help="ETA,LR: run the comparison there even if the rule chose none")
-    parser.add_argument("--executor", choices=("local", "ray"), default="local",
-                        help="where the runs' jobs go: local worker processes (default), or Ray tasks (the optional "
-                             "extra ray; each job starts its trainer where it runs, so --runs must be on storage "
-                             "every node sees)")
-    parser.add_argument("--address", default=None, metavar="ADDR",
-                        help="with --executor ray: a running Ray cluster's address (default: Ray started here)")
     parser.add_argument("--cost-from", default=None,
                         help="with --plan: a finished study's runs.csv; print this study's size and estimated device time")
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -128,9 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         except SystemExit as exc:
             return int(exc.code or 0)
         sweep = load_sweep(args.sweep)
-        if args.parallel < 1 or args.budget_s <= 0:
-            raise UsageError(f"study: --parallel must be >= 1 and --budget-s > 0, got {args.parallel} and {args.budget_s}")
-        executor = make(args.executor, args.address, num_cpus=args.parallel)
+        executor = scheduler_executor(args, "study")
         force = None
         if args.force_cell is not None:
             try:

@@ -122,7 +122,8 @@ def late_split_half_cosine(path: Path) -> float:
 
 
 def execute(
-    runs: list[Run], root: Path, *, budget_s: float, parallel: int, device: str | None, log: Any = sys.stderr
+    runs: list[Run], root: Path, *, budget_s: float, parallel: int, device: str | None, log: Any = sys.stderr,
+    what: str = "study",
 ) -> int:  # fmt: skip
     """Run (or resume) the unfinished ``runs`` under ``root``, ``parallel`` at a time, for at most ``budget_s`` seconds.
 
@@ -132,6 +133,7 @@ def execute(
     keeps its last checkpoint) and resumed by the next invocation; so are they on Ctrl-C, after which
     KeyboardInterrupt is raised. A run finished or begun by code that has changed since (its code.json,
     `llm_scale.trainer.code_changed`) is trained afresh: its result and its checkpoint are another code's.
+    ``what`` names the command in the lines it prints ("study", "sweep").
     """
     import shutil
 
@@ -145,7 +147,7 @@ def execute(
     for run in todo:
         changed = planned.changed.get(run.key)
         if changed:  # finished or begun by other code: neither its result nor its checkpoint is this code's
-            print(f"study: {run.arm} eta={run.eta} lr={run.lr:g} seed={run.seed} ran other code ({', '.join(changed)}): "
+            print(f"{what}: {run.label} ran other code ({', '.join(changed)}): "
                   "trained afresh", file=log, flush=True)  # fmt: skip
             shutil.rmtree(root / run.key)
     if not todo:
@@ -166,10 +168,10 @@ def execute(
                                                           "lr": run.lr, "seed": run.seed,
                                                           "options": dict(run.options)}, default=str, indent=1))  # fmt: skip
         jobs.append((argv, str(root / f"{run.key}.log"), env, deadline))
-    print(f"study: {len(todo)} run(s) to train under {root}, {parallel} at a time", file=log, flush=True)
+    print(f"{what}: {len(todo)} run(s) to train under {root}, {parallel} at a time", file=log, flush=True)
 
     def ended(total: float) -> None:
-        print(f"study: {total:g} of {len(todo)} run(s) ended ({time.strftime('%H:%M:%S')})", file=log, flush=True)
+        print(f"{what}: {total:g} of {len(todo)} run(s) ended ({time.strftime('%H:%M:%S')})", file=log, flush=True)
 
     ends = default().run(train_job, jobs, workers=parallel, on_done=ended)
     finished = 0
@@ -183,8 +185,38 @@ def execute(
             state = f"interrupted ({then} next time)"
         else:
             state = "done" if ok else f"FAILED (see {root / run.key}.log)"
-        print(f"study: {state} {run.arm} eta={run.eta} lr={run.lr:g} seed={run.seed}", file=log, flush=True)
+        print(f"{what}: {state} {run.label}", file=log, flush=True)
     return finished
 
 
 # -- verdicts ---------------------------------------------------------------------------------------
+
+
+# -- the scheduler's command-line options (study, sweep) ----------------------------------------------
+def add_scheduler_arguments(parser: Any, *, runs: str | None, out: str | None, budget_s: float) -> None:
+    """The options of a command that trains runs with `execute`: --budget-s, --parallel, --device, --runs, --out,
+    --plan, --executor, --address (``runs``/``out`` None: the command's file names the default)."""
+    parser.add_argument("--budget-s", type=float, default=budget_s, help="stop starting and interrupt runs after this long")
+    parser.add_argument("--parallel", type=int, default=1, help="runs at once (they share the GPU, or split the CPU threads)")
+    parser.add_argument("--device", default=None, help="--device for every run (default: the runs' own, auto)")
+    parser.add_argument("--runs", default=runs, help="where the cached runs live (one directory per config hash)"
+                        + ("" if runs else "; default: the file's runs"))
+    parser.add_argument("--out", default=out, help="tables" + ("" if out else "; default: the file's out"))
+    parser.add_argument("--plan", action="store_true", help="list the runs and their state; run nothing")
+    parser.add_argument("--executor", choices=("local", "ray"), default="local",
+                        help="where the runs' jobs go: local worker processes (default), or Ray tasks (the optional "
+                             "extra ray; each job starts its trainer where it runs, so --runs must be on storage "
+                             "every node sees)")  # fmt: skip
+    parser.add_argument("--address", default=None, metavar="ADDR",
+                        help="with --executor ray: a running Ray cluster's address (default: Ray started here)")
+
+
+def scheduler_executor(args: Any, what: str) -> Any:
+    """The executor the options `add_scheduler_arguments` parsed name (not started); `UsageError` for bad values."""
+    from testbed.util.executor import make
+
+    from ..config import UsageError
+
+    if args.parallel < 1 or not args.budget_s > 0:
+        raise UsageError(f"{what}: --parallel must be >= 1 and --budget-s > 0, got {args.parallel} and {args.budget_s}")
+    return make(args.executor, args.address, num_cpus=args.parallel)

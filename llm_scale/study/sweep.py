@@ -135,7 +135,7 @@ class Run:
     stage: str  # search | compare
     arm: str  # sync, stale, or the recipe spec added to the stale base
     eta: int
-    lr: float
+    lr: float | None  # None: the model's default
     seed: int
     options: tuple[tuple[str, Any], ...]  # the TrainConfig fields (without out)
 
@@ -143,6 +143,12 @@ class Run:
     def recipe(self) -> str:
         """The recipe spec the run trains."""
         return str(dict(self.options)["recipe"])
+
+    @property
+    def label(self) -> str:
+        """The run in words, for a command's lines: arm, staleness bound, learning rate (or "default") and seed."""
+        lr = "default" if self.lr is None else f"{self.lr:g}"
+        return f"{self.arm} eta={self.eta} lr={lr} seed={self.seed}"
 
     @property
     def key(self) -> str:
@@ -171,12 +177,19 @@ def make_run(sweep: Sweep, stage: str, arm: str, eta: int, lr: float, seed: int)
     """The run of ``arm`` (sync, stale, or a recipe spec trained stale) in cell (eta, lr) with ``seed``."""
     recipe = sweep.base if arm in (SYNC, STALE) else arm
     mode = "sync" if arm == SYNC else ("thread" if sweep.train.get("mode", "thread") == "sync" else sweep.train.get("mode", "thread"))
-    cfg = _cfg(sweep, recipe, mode, 0 if arm == SYNC else eta, lr, seed, "-")
+    return config_run(_cfg(sweep, recipe, mode, 0 if arm == SYNC else eta, lr, seed, "-"), stage, arm, eta)
+
+
+def config_run(cfg: TrainConfig, stage: str, arm: str, eta: int) -> Run:
+    """The run that trains ``cfg`` (its ``out`` ignored), labelled with its ``stage``, ``arm`` and cell's ``eta``:
+    its options are the fields that differ from `TrainConfig`'s defaults, the `KEY_NEUTRAL` fields, and always the
+    recipe, mode, staleness bound, learning rate and seed; its key (`Run.key`) is a hash of them, so the same
+    training settings are the same run (the same directory) in a study, a pilot or an LLM sweep."""
     defaults = asdict(TrainConfig())
     options = {k: v for k, v in asdict(cfg).items() if k not in ("out", "tiny") and v != defaults.get(k)}
     options.update({k: getattr(cfg, k) for k in KEY_NEUTRAL})  # always on the command line; in the key unless neutral
-    options.update(recipe=recipe, mode=mode, max_staleness=cfg.max_staleness, lr=lr, seed=seed)
-    return Run(stage, arm, eta, lr, seed, tuple(sorted(options.items())))
+    options.update(recipe=cfg.recipe, mode=cfg.mode, max_staleness=cfg.max_staleness, lr=cfg.lr, seed=cfg.seed)
+    return Run(stage, arm, eta, cfg.lr, cfg.seed, tuple(sorted(options.items())))
 
 
 def search_runs(sweep: Sweep) -> list[Run]:
