@@ -23,6 +23,7 @@ from typing import Any
 
 from testbed.config import RunConfig
 from testbed.util.files import atomic_write_text
+from testbed.util.planning import plan_runs
 
 
 def rows_path(cache: Path, config: RunConfig, until: int) -> Path:
@@ -51,7 +52,7 @@ def ensure(cache: Path, configs: Sequence[RunConfig], until: int, cached_only: b
     (`figures.common.Context.protocol_stamp`)."""
     from testbed.plan import MAX_LOOP, balanced_chunks
 
-    todo = [c for c in configs if load(cache, c, until) is None]
+    todo = plan_runs(configs, key=lambda c: c.run_id, done=lambda c: load(cache, c, until) is not None).todo
     if not todo or cached_only:
         return
     shapes: dict[str, list[RunConfig]] = {}

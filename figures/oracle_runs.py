@@ -33,6 +33,7 @@ import pandas as pd
 import torch
 
 from testbed.util.files import atomic_write_text
+from testbed.util.planning import plan_runs
 
 KINDS = ("pg_exact", "dg_exact", "ce")
 
@@ -151,7 +152,8 @@ def ensure(cache: Path, jobs: list[tuple[str, int]], steps: int, log_every: int,
     """Train the (kind, seed) jobs not yet cached (`batches`), in ``workers`` processes of the command's executor
     (testbed/util/executor.py: the local pool, or Ray with ``--executor ray``); ``stamp``: a confirmatory run's
     protocol stamp, written into each new record under ``preregistration``."""
-    todo = [(k, s) for k, s in jobs if not current(cache, k, s, steps, log_every)]
+    todo = plan_runs(jobs, key=lambda job: f"{job[0]}/{job[1]}",
+                     done=lambda job: current(cache, job[0], job[1], steps, log_every)).todo
     if not todo or cached_only:
         return
     runs = [(kind, seeds, [str(rows_path(cache, kind, s, steps, log_every)) for s in seeds])

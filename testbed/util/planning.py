@@ -11,8 +11,9 @@ directories). Given the runs an invocation asks for, `plan_runs` says which to t
 * a run its store holds finished (``done``) is reused;
 * every other run is trained, in the order given.
 
-The testbed's sweep planner (testbed/plan.py), the figures' cache (figures/common.py) and the LLM study's scheduler
-(llm_scale/study/runs.py) plan by it; each keeps its own store and its own test of "finished".
+The testbed's sweep planner (testbed/plan.py), the figures' run cache and side caches (figures/common.py,
+figures/oracle_runs.py, figures/gac_probe.py) and the LLM study's scheduler (llm_scale/study/runs.py: the study, its
+pilots and the LLM sweep) plan by it; each keeps its own store and its own test of "finished".
 """
 
 from __future__ import annotations
