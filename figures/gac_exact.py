@@ -21,12 +21,13 @@ from testbed.config import RunConfig
 from testbed.util.files import atomic_write_text
 
 
-def explore(seeds: Sequence[int], until: int, log_every: int) -> dict[str, Any]:
+def explore(seeds: Sequence[int], until: int, log_every: int, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     """GAC-1 before and after on exploratory ``seeds``: the async regime's base (the registered exact recipe) at
     sync and each stale level, full runs logged every ``log_every`` batches (the learning window from the sync
     runs' curves, the registered phase rule), the probe through ``until``; per level the per-seed window means
     with their intervals (testbed/util/stats.py) and GAC-1's parts on the exact cosine and on the learner's
-    minibatch cosine."""
+    minibatch cosine. ``overrides``: `RunConfig` settings that replace the regime's in every run (a search for a
+    regime where the base's exact cosine rises with staleness, GAC-2's premise: the base alone is trained)."""
     import dataclasses
 
     import numpy as np
@@ -45,7 +46,8 @@ def explore(seeds: Sequence[int], until: int, log_every: int) -> dict[str, Any]:
 
     b = dataclasses.replace(FULL, async_log=log_every, async_exact_until=until)
     recipe, levels = exact_recipe(), ag_settings.levels()
-    cfgs = {d: ag_settings.cell(b, recipe, d, tuple(seeds)) for d in levels}
+    overrides = dict(overrides or {})
+    cfgs = {d: [dataclasses.replace(c, **overrides) for c in ag_settings.cell(b, recipe, d, tuple(seeds))] for d in levels}
     trained = run_many([c for d in levels for c in cfgs[d]])  # one loop (bit for bit each run alone)
     results = {d: trained[i * len(seeds):(i + 1) * len(seeds)] for i, d in enumerate(levels)}
     curves = {d: [[r.get("test_error", np.nan) for r in res.rows] for res in rs] for d, rs in results.items()}
@@ -62,6 +64,8 @@ def explore(seeds: Sequence[int], until: int, log_every: int) -> dict[str, Any]:
         return {"estimate": i.estimate, "lo": i.lo, "hi": i.hi, "n": i.n}
 
     out: dict[str, Any] = {"seeds": list(seeds), "recipe": recipe, "levels": list(levels), "until": until,
+                           "overrides": overrides, "regime": {k: getattr(cfgs["sync"][0].resolved(), k)
+                                                              for k in ("batch_size", "minibatches", "epochs", "lr")},
                            "log_every": log_every, "window": list(window),
                            "per_seed": {k: {label(key): v for key, v in cell[k].items()} for k in cell},
                            "intervals": {k: {label(key): iv(v) for key, v in cell[k].items()} for k in cell}}
@@ -98,13 +102,15 @@ def findings_markdown(res: dict[str, Any]) -> str:
     from testbed.util.stats import combine
 
     rec, levels, ps, iv = res["recipe"], res["levels"], res["per_seed"], res["intervals"]
+    regime = res.get("regime", {"batch_size": 400, "minibatches": 2})  # results made before overrides: the regime's
+    changed = ", ".join(f"{k} = {v}" for k, v in res.get("overrides", {}).items())
 
     def show(x: dict[str, float]) -> str:
         return f"{x['estimate']:+.3f} [{x['lo']:+.3f}, {x['hi']:+.3f}]"
 
     lines = [f"# GAC-1 on exact gradients: exploratory measurement ({res['label']})", "",
              f"Command: `{res['command']}`. Seeds {', '.join(map(str, res['seeds']))} (exploratory), {rec} in the "
-             f"async_grpo regime, learning window versions {res['window'][0]:g}-{res['window'][1]:g} (the registered "
+             f"async_grpo regime{f' with {changed}' if changed else ''}, learning window versions {res['window'][0]:g}-{res['window'][1]:g} (the registered "
              f"phase rule on the sync runs' curves, logged every {res['log_every']} batches), probe through batch "
              f"{res['until']}. Per seed the mean over the window; 90% intervals of the trimmed mean "
              "(testbed/util/stats.py).", "",
@@ -119,11 +125,11 @@ def findings_markdown(res: dict[str, Any]) -> str:
         f"{d} {show(x)}" for d, x in res["stale_minus_sync"].items()) + ".",
         f"Real model's r: {res['real_r']['r']:.3f} ({res['real_r']['source']}).", ""]
     ev = Evidence.from_json({"grid": "exploratory", "seeds": res["seeds"], "levels": levels,
-                             "regime": {"batch_size": 400, "minibatches": 2}, "exact_window": res["window"],
+                             "regime": regime, "exact_window": res["window"],
                              "exact_until": res["until"], "cos_exact": ps["cos"], "r_minibatch": ps["r"],
                              "cos_minibatch": ps["cos_minibatch"]})
     before = uncapped(Evidence(grid="exploratory", seeds=res["seeds"], levels=levels,
-                                      regime={"batch_size": 400, "minibatches": 2}))
+                                      regime=regime))
     j = judge_gac1(ev)
     lines += ["## GAC-1 before and after", "",
               f"- Before (the capped instrument): precondition {before[0]}: {before[1]}; verdict not testable.",
@@ -144,6 +150,36 @@ def measure_records(configs: Sequence[RunConfig], until: int) -> list[dict[str, 
             for c, out in zip(configs, measure(configs, until), strict=True)]
 
 
+FIXED = ("task", "recipe", "delay", "seed", "regime", "log_every")  # the design's own settings: never overridden
+
+
+def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` items as `RunConfig` settings (VALUE a Python literal, else a string), each checked by building
+    the regime's sync run with it; `ValueError` naming the bad item and what is allowed."""
+    import ast
+    import dataclasses
+
+    from figures.budgets import FULL
+    from figures.experiments.async_grpo import settings as ag_settings
+    from figures.experiments.async_grpo.settings import exact_recipe
+
+    out: dict[str, Any] = {}
+    allowed = [f for f in RunConfig.field_names() if f not in FIXED and f != "task_args"]
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or key not in allowed:
+            raise ValueError(f"--set {item!r}: give KEY=VALUE with KEY one of {', '.join(allowed)}")
+        try:
+            out[key] = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            out[key] = text
+    try:
+        dataclasses.replace(ag_settings.run(FULL, exact_recipe(), "sync", 0), **out).parse()
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"--set {' '.join(items)}: {str(exc).splitlines()[0]}") from None
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     import sys
 
@@ -154,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, nargs="+", default=None)
     ap.add_argument("--until", type=int, default=None, help="batches the probe measures (default: the registration's)")
     ap.add_argument("--log-every", type=int, default=None, help="default: the registration's phase.async_log")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help="a RunConfig setting replacing the regime's in every run (repeatable), e.g. --set lr=0.01")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--from", dest="source", type=Path, default=None,
                     help="rewrite the page from this result file (gac1_exact.json) without measuring")
@@ -181,8 +219,13 @@ def main(argv: list[str] | None = None) -> int:
     if until < 1 or log_every < 1:
         print(f"error: --until {until} and --log-every {log_every} must be >= 1", file=sys.stderr)
         return 2
+    try:
+        overrides = parse_overrides(a.overrides)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     t0 = time.time()
-    res = explore(a.seeds, until, log_every)
+    res = explore(a.seeds, until, log_every, overrides)
     res["label"] = "exploratory"
     res["command"] = "python -m figures.gac_exact " + " ".join(argv if argv is not None else sys.argv[1:])
     res["wall_s"] = time.time() - t0

@@ -187,3 +187,44 @@ def test_the_probe_cache_reads_only_records_of_the_code_now_and_measures_in_work
     assert gac_probe.load(tmp_path / "here", one[0], 2) is None  # cached only: nothing measured
     gac_probe.ensure(tmp_path / "here", one, 2)
     assert json.dumps(gac_probe.load(tmp_path / "here", one[0], 2)["probe"]) == json.dumps(record["probe"])
+
+
+@pytest.mark.parametrize(("item", "message"), [("recipe=pg", "KEY one of"), ("lr=abc", "lr must be"), ("lr", "KEY=VALUE")])
+def test_exploration_overrides_are_checked_before_anything_runs(tmp_path, capsys, item, message):
+    from figures.gac_exact import main
+
+    assert main(["--seeds", "0", "--set", item, "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0] and not (tmp_path / "o").exists()
+
+
+def test_exploration_trains_the_base_with_the_overrides_at_every_level(monkeypatch):
+    """A regime search for GAC-2's premise trains only the registered base, at sync and each stale level, with the
+    overridden settings (and nothing else changed: the same run ids as the regime's runs with those settings)."""
+    import dataclasses
+
+    from figures import gac_exact
+    from figures.experiments.async_grpo import settings as ag
+    from testbed import runner
+
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def capture(configs, *args, **kwargs):
+        seen.extend(configs)
+        raise Stop
+
+    monkeypatch.setattr(runner, "run_many", capture)
+    overrides = gac_exact.parse_overrides(["lr=0.01", "minibatches=4"])
+    assert overrides == {"lr": 0.01, "minibatches": 4}
+    with pytest.raises(Stop):
+        gac_exact.explore([0, 1], until=10, log_every=10, overrides=overrides)
+    assert {c.recipe for c in seen} == {ag.exact_recipe()} and {c.delay for c in seen} == set(ag.levels())
+    assert all(c.resolved().lr == 0.01 and c.resolved().minibatches == 4 for c in seen)
+    import figures.budgets as fb
+
+    b = dataclasses.replace(fb.FULL, async_log=10, async_exact_until=10)
+    want = [dataclasses.replace(c, **overrides).run_id for d in ag.levels() for c in ag.cell(b, ag.exact_recipe(), d, (0, 1))]
+    assert [c.run_id for c in seen] == want
