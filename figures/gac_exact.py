@@ -69,6 +69,9 @@ def explore(seeds: Sequence[int], until: int, log_every: int, overrides: dict[st
                            "log_every": log_every, "window": list(window),
                            "per_seed": {k: {label(key): v for key, v in cell[k].items()} for k in cell},
                            "intervals": {k: {label(key): iv(v) for key, v in cell[k].items()} for k in cell}}
+    out["health"] = {d: {"status": [r.status for r in results[d]],
+                         "error_first": [float(c[0]) for c in curves[d]],
+                         "error_last": [float(c[-1]) for c in curves[d]]} for d in levels}  # fmt: skip
     sync = cell["cos"][(recipe, "sync")]
     out["stale_minus_sync"] = {}
     for d in levels[1:]:
@@ -121,6 +124,11 @@ def findings_markdown(res: dict[str, Any]) -> str:
         pred = np.array(ps["cos"][k]) * np.array(ps["r"][k]) / (1 + np.array(ps["r"][k]))
         lines.append(f"| {d} | {show(iv['cos'][k])} | {show(iv['cos_minibatch'][k])} | {show(iv['r'][k])} | "
                      f"{float(np.mean(pred)):+.3f} | {show(res['predicted_at_real_r'][d])} |")
+    if "health" in res:  # results made before it was recorded have none
+        lines += ["", "Health: test error at the first logged version -> the last, per seed: " + "; ".join(
+            f"{d} " + ", ".join(f"{a:.3f} -> {b:.3f}{'' if st == 'ok' else f' ({st})'}" for a, b, st in
+                                zip(h["error_first"], h["error_last"], h["status"], strict=True))
+            for d, h in res["health"].items()) + "."]
     lines += ["", "Paired difference stale - sync of cos_consecutive_exact: " + "; ".join(
         f"{d} {show(x)}" for d, x in res["stale_minus_sync"].items()) + ".",
         f"Real model's r: {res['real_r']['r']:.3f} ({res['real_r']['source']}).", ""]
