@@ -32,7 +32,9 @@ whose code changed; runs go to the executor the command names (local worker proc
 (``checkpoint_every``) on the next invocation. Outputs under ``--out``: runs.csv (one row per run: its grid
 settings, key, whether it finished, its accuracy, whether it diverged, device and wall time), updates.csv (one row
 per finished run and policy version, `llm_scale.study.run_updates`) and cells.csv (per setting of the grid less the
-seed: the mean accuracy over seeds, its standard error and the seeds finished), printed as a table.
+seed: the mean accuracy over its finished seeds, its standard error, the seeds finished and the runs diverged; a
+diverged run's accuracy is undefined, so its cell's mean and SE are NaN, `testbed.util.stats.mean_se`), printed as a
+table.
 """
 
 from __future__ import annotations
