@@ -51,8 +51,8 @@ from typing import Any
 from testbed.util.arguments import ArgumentParser
 from testbed.util.errors import UsageError
 from testbed.util.files import atomic_write_frame, atomic_write_text
-from testbed.util.grid import grid_settings
-from testbed.util.settings_file import read_settings
+from testbed.util.grid import grid_keys, grid_settings
+from testbed.util.settings_file import imported_modules, read_settings
 from testbed.util.stats import mean_se
 
 from .config import TrainConfig
@@ -76,6 +76,11 @@ class LLMSweep:
     out: str | None = None
     name: str = ""
 
+    @property
+    def cell_keys(self) -> tuple[str, ...]:
+        """The grid settings that name a cell: all but the seed."""
+        return tuple(k for k in self.grid_keys if k != "seed")
+
 
 def _check_count(n: int, what: str) -> None:
     if n > MAX_RUNS:
@@ -94,18 +99,13 @@ def load(path: str | Path) -> LLMSweep:
     last = spec.get("last_evals", 1)
     if isinstance(last, bool) or not isinstance(last, int) or last < 1:
         raise UsageError(f"{path}: last_evals must be an integer >= 1, got {last!r}")
-    imports = spec.get("imports", [])
-    if not isinstance(imports, list) or not all(isinstance(m, str) and m.strip() for m in imports):
-        raise UsageError(f"{path}: imports must be a list of module names, e.g. imports = [\"mystab\"], got {imports!r}")
     from testbed.stabilizers.registry import import_modules
 
     try:
-        import_modules(imports)
+        import_modules(imported_modules(spec))
     except ValueError as exc:
         raise UsageError(f"{path}: {exc}") from None
-    combos = grid_settings(spec, _check_count)
-    grid = dict(spec.get("grid") or {})
-    grid_keys = [k for k in grid if k != "seeds"] + (["seed"] if "seeds" in grid or "seeds" in spec.get("base", {}) else [])
+    combos, varied = grid_settings(spec, _check_count), grid_keys(spec)
     fields = {f.name for f in dataclasses.fields(TrainConfig)}
     runs, settings, seen = [], [], set()
     for values in combos:
@@ -127,8 +127,8 @@ def load(path: str | Path) -> LLMSweep:
             continue
         seen.add(run.key)
         runs.append(run)
-        settings.append({k: values[k] for k in grid_keys})
-    return LLMSweep(str(path), tuple(runs), tuple(settings), tuple(grid_keys), last, spec.get("runs"), spec.get("out"),
+        settings.append({k: values[k] for k in varied})
+    return LLMSweep(str(path), tuple(runs), tuple(settings), tuple(varied), last, spec.get("runs"), spec.get("out"),
                     str(spec.get("name", "")))  # fmt: skip
 
 
@@ -144,7 +144,7 @@ def tables(sweep: LLMSweep, root: Path) -> tuple[list[dict[str, Any]], list[dict
         runs.append(row)
         if result is not None:
             updates += [{"key": run.key, **values, **u} for u in run_updates(root / run.key)]
-    cell_keys = [k for k in sweep.grid_keys if k != "seed"]
+    cell_keys = sweep.cell_keys
     cells: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for row in runs:
         cells.setdefault(tuple(json.dumps(row[k], default=str) for k in cell_keys), []).append(row)
@@ -159,7 +159,7 @@ def tables(sweep: LLMSweep, root: Path) -> tuple[list[dict[str, Any]], list[dict
 
 def format_cells(sweep: LLMSweep, cells: list[dict[str, Any]]) -> str:
     """The cells' table as text: one line per setting of the grid less the seed."""
-    keys = [k for k in sweep.grid_keys if k != "seed"]
+    keys = sweep.cell_keys
     lines = []
     for c in cells:
         name = "  ".join(f"{k}={c[k]}" for k in keys) or "(all runs)"

@@ -40,7 +40,7 @@ from testbed.plan import FORMATS, build_task, parse_loop_size
 from testbed.tasks import task_options
 from testbed.util.errors import UsageError
 from testbed.util.grid import grid_settings
-from testbed.util.settings_file import read_settings
+from testbed.util.settings_file import imported_modules, read_settings
 
 TOP_KEYS = ("out", "workers", "format", "base", "grid", "name", "description", "loop_size", "imports")
 
@@ -83,9 +83,7 @@ def file_settings(spec: dict[str, Any]) -> dict[str, Any]:
     for key in ("name", "description"):
         if key in spec and not isinstance(spec[key], str):
             raise UsageError(f"{key} must be a string, got {spec[key]!r}")
-    imports = spec.get("imports", [])
-    if not isinstance(imports, list) or not all(isinstance(m, str) and m.strip() for m in imports):
-        raise UsageError(f"imports must be a list of module names, e.g. imports = [\"mystab\"], got {imports!r}")
+    imports = imported_modules(spec)
     return {"out": out, "workers": workers, "format": fmt, "loop_size": parse_loop_size(spec.get("loop_size")),
             "imports": imports}
 

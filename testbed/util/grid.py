@@ -26,10 +26,9 @@ from typing import Any
 from testbed.util.errors import UsageError
 
 
-def grid_settings(spec: dict[str, Any], check_count: Callable[[int, str], None] | None = None) -> list[dict[str, Any]]:
-    """The settings of every run of ``spec``'s [base] and [grid] (module docstring), in product order (the last list
-    varies fastest); one-line `UsageError` for a malformed grid. ``check_count(n, what)``, where given, is asked first
-    about ``seeds = n`` and about the grid's size (e.g. to refuse a grid that cannot fit in memory)."""
+def _tables(spec: dict[str, Any], check_count: Callable[[int, str], None] | None = None
+            ) -> tuple[dict[str, Any], dict[str, list[Any]]]:
+    """``spec``'s [base] and [grid], checked, with ``seeds = N`` turned into the grid's last list ``seed``."""
     base, grid = spec.get("base"), spec.get("grid")
     for name, table in (("base", base), ("grid", grid)):
         if table is not None and not isinstance(table, dict):
@@ -52,6 +51,20 @@ def grid_settings(spec: dict[str, Any], check_count: Callable[[int, str], None] 
     for key, values in grid.items():
         if not isinstance(values, list) or not values:
             raise UsageError(f"grid key {key!r} must be a non-empty list, got {values!r}")
+    return base, grid
+
+
+def grid_keys(spec: dict[str, Any]) -> list[str]:
+    """The settings ``spec``'s grid varies, in product order (``seed`` last when given as ``seeds = N``); one-line
+    `UsageError` for a malformed grid."""
+    return list(_tables(spec)[1])
+
+
+def grid_settings(spec: dict[str, Any], check_count: Callable[[int, str], None] | None = None) -> list[dict[str, Any]]:
+    """The settings of every run of ``spec``'s [base] and [grid] (module docstring), in product order (the last list
+    varies fastest); one-line `UsageError` for a malformed grid. ``check_count(n, what)``, where given, is asked first
+    about ``seeds = n`` and about the grid's size (e.g. to refuse a grid that cannot fit in memory)."""
+    base, grid = _tables(spec, check_count)
     keys = list(grid)
     if check_count is not None:
         check_count(math.prod(len(grid[k]) for k in keys), "the grid")

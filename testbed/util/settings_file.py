@@ -46,3 +46,12 @@ def read_settings(path: str | Path, what: str = "settings file") -> dict[str, An
     if not isinstance(data, dict):
         raise UsageError(f"{what} {str(path)!r} must hold a table/mapping at top level, got {type(data).__name__}")
     return data
+
+
+def imported_modules(spec: dict[str, Any]) -> list[str]:
+    """A settings file's ``imports``: the modules of the user's own stabilizers to import first (a list of module
+    names; [] when absent); one-line `UsageError` otherwise."""
+    imports = spec.get("imports", [])
+    if not isinstance(imports, list) or not all(isinstance(m, str) and m.strip() for m in imports):
+        raise UsageError(f"imports must be a list of module names, e.g. imports = [\"mystab\"], got {imports!r}")
+    return imports

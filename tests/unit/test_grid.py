@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from testbed.util.errors import UsageError
-from testbed.util.grid import grid_settings
+from testbed.util.grid import grid_keys, grid_settings
 
 
 def test_product_in_file_order_with_base_in_every_run():
@@ -18,6 +18,8 @@ def test_seeds_shorthand_is_the_last_list_and_sizes_are_checked_before_expanding
     asked = []
     got = grid_settings({"base": {"seeds": 3}, "grid": {"lr": [0.1, 0.2]}}, lambda n, what: asked.append((n, what)))
     assert [(s["lr"], s["seed"]) for s in got] == [(lr, s) for lr in (0.1, 0.2) for s in range(3)]
+    assert grid_keys({"base": {"seeds": 3}, "grid": {"lr": [0.1, 0.2]}}) == ["lr", "seed"]
+    assert grid_keys({"grid": {"seed": [4, 5], "lr": [0.1]}}) == ["seed", "lr"]  # given as a list: file order
     assert asked == [(3, "seeds = 3"), (6, "the grid")]
 
     def refuse(n: int, what: str) -> None:
