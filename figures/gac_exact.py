@@ -3,8 +3,10 @@
 Trains the async regime's GAC-1 base (the registration's ``gac.exact_recipe``) at sync and each stale level on
 exploratory seeds, reads the learning window from the sync runs' curves (the registered phase rule), measures
 ``cos_consecutive_exact`` with the probe (testbed/gac_signal.py) and writes ``gac1_exact.json`` and
-``gac1_exact.md``: per level the window means with their intervals, the decomposition check, and GAC-1 before
-(the capped reading) and after (the registered judge on the exact cosine). It refuses the confirmatory block.
+``gac1_exact.md``: per level the window means with their intervals, the decomposition check, GAC-1 before
+(the capped reading) and after (the registered judge on the exact cosine), GAC-2's premise, and per seed the base's
+fingerprint with the registered fingerprint precondition's reading (a setting is a candidate for a GAC-2 design only
+where its base is healthy, shows the premise and looks like the real model). It refuses the confirmatory block.
 """
 
 from __future__ import annotations
@@ -82,10 +84,32 @@ def explore(seeds: Sequence[int], until: int, log_every: int, overrides: dict[st
     out["gac1"] = {"exact": {"verdict": combine(exact), "parts": [f"{p.name}: {fmt_interval(p)} -> {p.status}" for p in exact]},
                    "minibatch": {"verdict": combine(mini),
                                  "parts": [f"{p.name}: {fmt_interval(p)} -> {p.status}" for p in mini]}}
+    out["fingerprint"] = fingerprints(seeds, overrides)
     r, src = real_r()
     out["real_r"] = {"r": r, "source": src}
     out["predicted_at_real_r"] = {d: iv(predicted_at(cell["cos"][(recipe, d)], cell["r"][(recipe, d)],
                                                         cell["r"][(recipe, "sync")], r)) for d in levels}
+    return out
+
+
+def fingerprints(seeds: Sequence[int], overrides: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
+    """Per seed (keyed by its text), the base's staleness fingerprint at the registered version with ``overrides``
+    (testbed/fingerprint.py, what ``python -m testbed fingerprint --regime async_grpo`` measures: seconds per seed)
+    and the registered fingerprint precondition's reading of it (`fingerprint_match`): ``status``, ``reading`` and
+    ``staleness`` (token and sequence ESS, clip fraction by lag)."""
+    from figures import prereg
+    from figures.experiments.async_grpo.judges import fingerprint_match
+    from figures.experiments.async_grpo.settings import REGIME, exact_recipe
+    from testbed.fingerprint import fingerprint
+
+    ph = prereg.load().section("phase")
+    steps, version = int(ph["fingerprint_steps"]), int(ph["fingerprint_version"])
+    out = {}
+    for seed in seeds:
+        fp = fingerprint(REGIME, recipe=exact_recipe(), steps=steps, at=version / steps, seed=int(seed),
+                         settings=dict(overrides or {})).to_dict()
+        status, reading = fingerprint_match(fp)
+        out[str(seed)] = {"status": status, "reading": reading, "staleness": fp["staleness"]}
     return out
 
 
@@ -128,9 +152,9 @@ def findings_markdown(res: dict[str, Any]) -> str:
         lines += ["", "Health: test error at the first logged version -> the last, per seed: " + "; ".join(
             f"{d} " + ", ".join(f"{a:.3f} -> {b:.3f}{'' if st == 'ok' else f' ({st})'}" for a, b, st in
                                 zip(h["error_first"], h["error_last"], h["status"], strict=True))
-            for d, h in res["health"].items()) + "."]
+            for d, h in ((d, res["health"][d]) for d in levels)) + "."]
     lines += ["", "Paired difference stale - sync of cos_consecutive_exact: " + "; ".join(
-        f"{d} {show(x)}" for d, x in res["stale_minus_sync"].items()) + ".",
+        f"{d} {show(res['stale_minus_sync'][d])}" for d in levels[1:]) + ".",
         f"Real model's r: {res['real_r']['r']:.3f} ({res['real_r']['source']}).", ""]
     ev = Evidence.from_json({"grid": "exploratory", "seeds": res["seeds"], "levels": levels,
                              "regime": regime, "exact_window": res["window"],
@@ -147,7 +171,20 @@ def findings_markdown(res: dict[str, Any]) -> str:
               f"{res['gac1']['minibatch']['verdict']}.",
               f"- GAC-2's premise (exact cosine above sync at some stale level): {': '.join(stale_aligned(ev))}.",
               ""]
+    lines += fingerprint_lines(res.get("fingerprint") or {})
     return "\n".join(lines)
+
+
+def fingerprint_lines(fps: dict[str, dict[str, Any]]) -> list[str]:
+    """The page's section on the base's fingerprint (`fingerprints`); none for results made before it was measured."""
+    if not fps:
+        return []
+    met = [s for s, f in fps.items() if f["status"] == "met"]
+    return ["## The base's fingerprint against the real model's", "",
+            "The registered fingerprint precondition of GAC-2 and AREAL-1 (figures/preregistration.toml, phase: the "
+            "base's token-level ESS and clip fraction by lag at the registered version, within the registered "
+            f"tolerances of SmolLM2's), per seed: met on {len(met)} of {len(fps)} seeds.", "",
+            *[f"- seed {s}: {f['status']}: {f['reading']}" for s, f in fps.items()], ""]
 
 
 def measure_records(configs: Sequence[RunConfig], until: int) -> list[dict[str, Any]]:
@@ -201,8 +238,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                     help="a RunConfig setting replacing the regime's in every run (repeatable), e.g. --set lr=0.01")
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--fingerprint-only", action="store_true",
+                    help="measure only the base's fingerprint and its precondition per seed (seconds; no training "
+                         "runs, no probe): fingerprint.json and fingerprint.md")
     ap.add_argument("--from", dest="source", type=Path, default=None,
-                    help="rewrite the page from this result file (gac1_exact.json) without measuring")
+                    help="rewrite the page from this result file (gac1_exact.json) without training; a file made "
+                         "before the fingerprint was measured gets it (seconds per seed), saved into the file")
     a = ap.parse_args(argv)
     if a.source is not None:
         try:
@@ -210,6 +251,9 @@ def main(argv: list[str] | None = None) -> int:
         except (OSError, ValueError) as exc:
             print(f"error: --from {str(a.source)!r}: {exc}", file=sys.stderr)
             return 2
+        if "fingerprint" not in res:  # results made before it was measured: the only part measured here
+            res["fingerprint"] = fingerprints(res["seeds"], res.get("overrides"))
+            atomic_write_text(a.source, json.dumps(res, indent=1, sort_keys=True, allow_nan=True))
         atomic_write_text(a.out / "gac1_exact.md", findings_markdown(res))
         return 0
     reg = prereg.load()
@@ -232,10 +276,23 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    command = "python -m figures.gac_exact " + " ".join(argv if argv is not None else sys.argv[1:])
+    if a.fingerprint_only:
+        changed = ", ".join(f"{k} = {v}" for k, v in overrides.items())
+        fp = {"seeds": list(a.seeds), "overrides": overrides, "label": "exploratory", "command": command,
+              "fingerprint": fingerprints(a.seeds, overrides)}
+        a.out.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(a.out / "fingerprint.json", json.dumps(fp, indent=1, sort_keys=True, allow_nan=True))
+        atomic_write_text(a.out / "fingerprint.md", "\n".join([
+            f"# The async_grpo base's fingerprint{f' with {changed}' if changed else ''} (exploratory)", "",
+            f"Command: `{command}`. Seeds {', '.join(map(str, a.seeds))} (exploratory).", "",
+            *fingerprint_lines(fp["fingerprint"])]))
+        print("; ".join(f"seed {s}: {f['status']}" for s, f in fp["fingerprint"].items()))
+        return 0
     t0 = time.time()
     res = explore(a.seeds, until, log_every, overrides)
     res["label"] = "exploratory"
-    res["command"] = "python -m figures.gac_exact " + " ".join(argv if argv is not None else sys.argv[1:])
+    res["command"] = command
     res["wall_s"] = time.time() - t0
     a.out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(a.out / "gac1_exact.json", json.dumps(res, indent=1, sort_keys=True, allow_nan=True))

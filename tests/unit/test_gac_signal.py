@@ -228,3 +228,62 @@ def test_exploration_trains_the_base_with_the_overrides_at_every_level(monkeypat
     b = dataclasses.replace(fb.FULL, async_log=10, async_exact_until=10)
     want = [dataclasses.replace(c, **overrides).run_id for d in ag.levels() for c in ag.cell(b, ag.exact_recipe(), d, (0, 1))]
     assert [c.run_id for c in seen] == want
+
+
+def test_fingerprint_precondition_reads_lags_tolerances_and_version():
+    """The registered fingerprint precondition on the committed regime fingerprint is met; moving one lag's clip
+    fraction past the tolerance fails it, naming the lag; a fingerprint taken at another version fails by version."""
+    import copy
+    import json
+    from pathlib import Path
+
+    from figures import prereg
+    from figures.experiments.async_grpo.judges import FINGERPRINT, fingerprint_match
+
+    ph = prereg.load().section("phase")
+    mine = json.loads(Path(FINGERPRINT).read_text())
+    status, reading = fingerprint_match(mine)
+    assert status == "met" and "lag 4" in reading
+    moved = copy.deepcopy(mine)
+    row = next(r for r in moved["staleness"] if r["lag"] == 4)
+    row["clip_frac"] -= ph["clip_tol"] + 0.05
+    status, reading = fingerprint_match(moved)
+    assert status == "failed" and "lag 4" in reading
+    late = copy.deepcopy(mine)
+    late["extra"]["version"] = ph["fingerprint_version"] + 10
+    status, reading = fingerprint_match(late)
+    assert status == "failed" and f"version {ph['fingerprint_version'] + 10}" in reading
+
+
+def test_fingerprint_only_measures_each_seed_with_the_overrides(tmp_path, monkeypatch):
+    """``--fingerprint-only`` trains nothing but the fingerprint of each seed, at the registered version, with the
+    overridden settings, and writes each seed's reading of the registered precondition."""
+    import json
+    from pathlib import Path
+
+    from figures import gac_exact, prereg
+    from figures.experiments.async_grpo.judges import FINGERPRINT
+    from testbed import fingerprint as tf
+    from testbed import runner
+
+    committed = json.loads(Path(FINGERPRINT).read_text())
+    calls = []
+
+    class Fake:
+        def to_dict(self):
+            return committed
+
+    def fake(regime, **kw):
+        calls.append((regime, kw))
+        return Fake()
+
+    monkeypatch.setattr(tf, "fingerprint", fake)
+    monkeypatch.setattr(runner, "run_many", lambda *a, **k: pytest.fail("no training run"))
+    assert gac_exact.main(["--seeds", "0", "2", "--set", "lr=0.002", "--fingerprint-only", "--out", str(tmp_path)]) == 0
+    ph = prereg.load().section("phase")
+    assert [kw["seed"] for _, kw in calls] == [0, 2]
+    assert all(r == "async_grpo" and kw["settings"] == {"lr": 0.002} and kw["steps"] == ph["fingerprint_steps"]
+               and kw["at"] * kw["steps"] == ph["fingerprint_version"] for r, kw in calls)
+    out = json.loads((tmp_path / "fingerprint.json").read_text())
+    assert {s: f["status"] for s, f in out["fingerprint"].items()} == {"0": "met", "2": "met"}
+    assert "met on 2 of 2 seeds" in (tmp_path / "fingerprint.md").read_text()

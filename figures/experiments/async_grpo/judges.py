@@ -406,28 +406,39 @@ def uncapped(ev: Evidence) -> tuple[str, str]:
 REAL_FINGERPRINTS = Path("results/llm/fingerprint")  # the real model's fingerprints (llm_scale's schema)
 
 
-def _fingerprint_matches(ev: Evidence) -> tuple[str, str]:
-    """The registered design's precondition: the base's fingerprint, taken at the registered version, matches the
-    real model's token level for token level (`figures.confirm.fingerprint_gap`; the newest SmolLM2 file)."""
-    if not ev.confirmatory:
-        return "met", "a precondition of the registered design only"
+def fingerprint_match(mine: dict[str, Any], real_dir: Path = REAL_FINGERPRINTS) -> tuple[str, str]:
+    """The registered fingerprint precondition on a testbed fingerprint ``mine`` (llm_scale's schema, parsed):
+    taken at the registered version (phase.fingerprint_version), its token-level ESS and clip fraction at each
+    registered lag within the registered tolerances of the newest SmolLM2 fingerprint's under ``real_dir``
+    (`figures.confirm.fingerprint_gap`). (status, what was measured); status met, failed or unknown."""
     ph = prereg.load().section("phase")
     try:
-        mine = json.loads(FINGERPRINT.read_text())
-        real_files = [real_fingerprint(REAL_FINGERPRINTS)]
-        real = json.loads(real_files[0].read_text())
+        real_file = real_fingerprint(real_dir)
+        real = json.loads(real_file.read_text())
     except (OSError, ValueError, IndexError) as exc:
         return "unknown", f"no testbed or real-model fingerprint to compare ({exc!r})"
     version = (mine.get("extra") or {}).get("version")
     if version != ph["fingerprint_version"]:
-        return "failed", (f"{FINGERPRINT} was taken at version {version}, the registered phase is version "
+        return "failed", (f"the fingerprint was taken at version {version}, the registered phase is version "
                           f"{ph['fingerprint_version']}: remake it (python -m testbed fingerprint --regime async_grpo "
                           f"--steps {ph['fingerprint_steps']} --at {ph['fingerprint_version'] / ph['fingerprint_steps']:g})")
     gap = fingerprint_gap(mine["staleness"], real["staleness"], ph["fingerprint_lags"], ph["ess_tol"], ph["clip_tol"])
     shown = "; ".join(f"lag {r['lag']}: token ESS {r['ess_diff']:+.3f}, clip {r['clip_diff']:+.3f}"
                       if r["ess_diff"] is not None else f"lag {r['lag']}: missing" for r in gap["rows"])
-    return gap["status"], (f"testbed minus {real_files[0].name} at version {version}: {shown} (tolerances "
+    return gap["status"], (f"testbed minus {real_file.name} at version {version}: {shown} (tolerances "
                            f"{ph['ess_tol']:g}, {ph['clip_tol']:g})")
+
+
+def _fingerprint_matches(ev: Evidence) -> tuple[str, str]:
+    """The registered design's precondition on the regime's committed fingerprint (`FINGERPRINT`,
+    `fingerprint_match`)."""
+    if not ev.confirmatory:
+        return "met", "a precondition of the registered design only"
+    try:
+        mine = json.loads(FINGERPRINT.read_text())
+    except (OSError, ValueError) as exc:
+        return "unknown", f"no testbed or real-model fingerprint to compare ({exc!r})"
+    return fingerprint_match(mine)
 
 
 _HEALTHY = healthy_base(lambda ev: [("grpo", "sync")],
