@@ -28,6 +28,7 @@ import hashlib
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import torch
@@ -43,11 +44,13 @@ def _key(settings: dict) -> str:
 
 
 def train(kind: str, seeds: Sequence[int], steps: int, log_every: int, lr: float = 1e-3, batch: int = 100,
-          eta: float = 1.0, stop: Callable[[], bool] | None = None) -> list[pd.DataFrame]:
+          eta: float = 1.0, stop: Callable[[], bool] | None = None,
+          task_args: dict[str, Any] | None = None) -> list[pd.DataFrame]:
     """One run per seed, trained together: the policy holds one slot per seed (the runner's stacked MLP),
     each slot's loss is formed row by row as a single run's, and the summed loss gives each slot exactly its
     own gradient, so every seed's rows are the run alone's, bit for bit. ``stop``: asked after every step;
-    when it says so, KeyboardInterrupt (nothing is kept: the runs are short, and start over)."""
+    when it says so, KeyboardInterrupt (nothing is kept: the runs are short, and start over). ``task_args``: the
+    MNIST task's options (``data_dir``, ``train_size``, as a run's ``task_args``; default the embedded subset)."""
     from testbed.stabilizers import delight_gate
     from testbed.tasks import make_task
     from testbed.util.seeding import generator
@@ -55,7 +58,7 @@ def train(kind: str, seeds: Sequence[int], steps: int, log_every: int, lr: float
     if kind not in KINDS:
         raise ValueError(f"oracle kind must be one of {', '.join(KINDS)}, got {kind!r}")
     torch.set_num_threads(1)
-    task = make_task("mnist")
+    task = make_task("mnist", **(task_args or {}))
     policy = task.make_policy([generator(s, "init") for s in seeds])  # one slot per seed
     opt = torch.optim.Adam(policy.parameters(), lr=lr)
     gens = [generator(s, "oracle", kind) for s in seeds]
@@ -89,26 +92,29 @@ def train(kind: str, seeds: Sequence[int], steps: int, log_every: int, lr: float
     return [pd.DataFrame(r) for r in rows]
 
 
-def _settings(kind: str, seed: int, steps: int, log_every: int) -> dict:
+def _settings(kind: str, seed: int, steps: int, log_every: int, task_args: dict[str, Any] | None = None) -> dict:
+    """The run's settings, its cache key's source (``task_args`` enter only when given: the embedded subset's
+    runs keep their keys)."""
     from testbed.util.seeding import SCHEME
 
     return {"kind": kind, "seed": seed, "steps": steps, "log_every": log_every, "lr": 1e-3, "batch": 100,
-            "task": "mnist", "seed_scheme": SCHEME}
+            "task": "mnist", "seed_scheme": SCHEME, **({"task_args": dict(sorted(task_args.items()))} if task_args else {})}
 
 
-def rows_path(cache: Path, kind: str, seed: int, steps: int, log_every: int) -> Path:
+def rows_path(cache: Path, kind: str, seed: int, steps: int, log_every: int,
+              task_args: dict[str, Any] | None = None) -> Path:
     """Where the run's rows are cached (its record is the ``.json`` beside them)."""
-    return Path(cache) / "oracle" / f"{_key(_settings(kind, seed, steps, log_every))}.csv"
+    return Path(cache) / "oracle" / f"{_key(_settings(kind, seed, steps, log_every, task_args))}.csv"
 
 
 def _train_to(paths: list[str], kind: str, seeds: list[int], steps: int, log_every: int,
-              stamp: dict | None = None) -> list[str]:
+              stamp: dict | None = None, task_args: dict[str, Any] | None = None) -> list[str]:
     from testbed.util.executor import stop_requested
     from testbed.util.provenance import machine
 
-    rows_per_seed = train(kind, seeds, steps, log_every, stop=stop_requested)
+    rows_per_seed = train(kind, seeds, steps, log_every, stop=stop_requested, task_args=task_args)
     for path, seed, rows in zip(paths, seeds, rows_per_seed, strict=True):
-        record = {"settings": _settings(kind, seed, steps, log_every), "machine": machine(), "code": code(),
+        record = {"settings": _settings(kind, seed, steps, log_every, task_args), "machine": machine(), "code": code(),
                   **({"preregistration": stamp} if stamp else {})}
         atomic_write_text(Path(path).with_suffix(".json"), json.dumps(record, indent=1, sort_keys=True))
         atomic_write_text(path, rows.to_csv(index=False))  # the rows last: their file is the "done" marker
@@ -122,12 +128,13 @@ def code() -> dict[str, str]:
     return {"oracle": source_digest(train)}
 
 
-def current(cache: Path, kind: str, seed: int, steps: int, log_every: int) -> bool:
+def current(cache: Path, kind: str, seed: int, steps: int, log_every: int,
+            task_args: dict[str, Any] | None = None) -> bool:
     """Whether the run is cached and was trained by the code as it is now (a record without a fingerprint is not
     judged; testbed/util/codeprint.py `stale_parts`)."""
     from testbed.util.codeprint import stale_parts
 
-    path = rows_path(cache, kind, seed, steps, log_every)
+    path = rows_path(cache, kind, seed, steps, log_every, task_args)
     if not path.is_file():
         return False
     try:
@@ -148,33 +155,34 @@ def batches(jobs: list[tuple[str, int]], workers: int) -> list[tuple[str, list[i
 
 
 def ensure(cache: Path, jobs: list[tuple[str, int]], steps: int, log_every: int, workers: int = 1,
-           cached_only: bool = False, stamp: dict | None = None) -> None:
+           cached_only: bool = False, stamp: dict | None = None, task_args: dict[str, Any] | None = None) -> None:
     """Train the (kind, seed) jobs not yet cached (`batches`), in ``workers`` processes of the command's executor
     (testbed/util/executor.py: the local pool, or Ray with ``--executor ray``); ``stamp``: a confirmatory run's
-    protocol stamp, written into each new record under ``preregistration``."""
+    protocol stamp, written into each new record under ``preregistration``; ``task_args``: the task's options."""
     todo = plan_runs(jobs, key=lambda job: f"{job[0]}/{job[1]}",
-                     done=lambda job: current(cache, job[0], job[1], steps, log_every)).todo
+                     done=lambda job: current(cache, job[0], job[1], steps, log_every, task_args)).todo
     if not todo or cached_only:
         return
-    runs = [(kind, seeds, [str(rows_path(cache, kind, s, steps, log_every)) for s in seeds])
+    runs = [(kind, seeds, [str(rows_path(cache, kind, s, steps, log_every, task_args)) for s in seeds])
             for kind, seeds in batches(todo, workers)]
     if workers <= 1 or len(runs) == 1:
         for kind, seeds, paths in runs:
-            _train_to(paths, kind, seeds, steps, log_every, stamp)
+            _train_to(paths, kind, seeds, steps, log_every, stamp, task_args)
         return
     from testbed.util.executor import default
 
-    default().run(_train_to, [(paths, kind, seeds, steps, log_every, stamp) for kind, seeds, paths in runs],
+    default().run(_train_to, [(paths, kind, seeds, steps, log_every, stamp, task_args) for kind, seeds, paths in runs],
                   min(workers, len(runs)))
 
 
-def cached(cache: Path, kind: str, seed: int, steps: int, log_every: int, cached_only: bool = False) -> pd.DataFrame:
+def cached(cache: Path, kind: str, seed: int, steps: int, log_every: int, cached_only: bool = False,
+           task_args: dict[str, Any] | None = None) -> pd.DataFrame:
     """The run's rows (training it now if it is not `current`; an empty frame if ``cached_only`` and it is not)."""
-    path = rows_path(cache, kind, seed, steps, log_every)
-    if not current(cache, kind, seed, steps, log_every):
+    path = rows_path(cache, kind, seed, steps, log_every, task_args)
+    if not current(cache, kind, seed, steps, log_every, task_args):
         if cached_only:
             return pd.DataFrame({"step": [], "test_error": []})
-        _train_to([str(path)], kind, [seed], steps, log_every)
+        _train_to([str(path)], kind, [seed], steps, log_every, task_args=task_args)
     df = pd.read_csv(path, dtype={"step": "int64", "test_error": "float64", "test_reward": "float64"})
     df["kind"], df["seed"] = kind, seed
     return df

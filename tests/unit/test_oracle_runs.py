@@ -56,3 +56,29 @@ def test_a_run_trained_by_other_code_is_trained_again(tmp_path):
     assert json.loads(path.with_suffix(".json").read_text())["code"] == oracle_runs.code()
     path.with_suffix(".json").write_text(json.dumps({k: v for k, v in record.items() if k != "code"}))
     assert oracle_runs.current(tmp_path, "ce", 0, 4, 2)  # no fingerprint: not judged
+
+
+def test_task_options_train_on_that_data_and_key_their_own_runs(tmp_path):
+    """``task_args`` reach the task (a 500-image training set trains differently from the embedded 4,000) and key
+    their own cache entries, while runs without them keep the key they had (the settings hash without the
+    ``task_args`` entry)."""
+    import hashlib
+    import json
+
+    from testbed.util.seeding import SCHEME
+
+    small = {"train_size": 500}
+    legacy = {"kind": "ce", "seed": 0, "steps": 4, "log_every": 2, "lr": 1e-3, "batch": 100, "task": "mnist",
+              "seed_scheme": SCHEME}
+    key = hashlib.sha1(json.dumps(legacy, sort_keys=True).encode()).hexdigest()[:12]
+    assert oracle_runs.rows_path(tmp_path, "ce", 0, 4, 2).name == f"{key}.csv"
+    assert oracle_runs.rows_path(tmp_path, "ce", 0, 4, 2, small) != oracle_runs.rows_path(tmp_path, "ce", 0, 4, 2)
+    full = oracle_runs.train("pg_exact", [0], 30, 10)[0]
+    part = oracle_runs.train("pg_exact", [0], 30, 10, task_args=small)[0]
+    assert not full["test_error"].equals(part["test_error"])
+    oracle_runs.ensure(tmp_path, [("pg_exact", 0)], 30, 10, task_args=small)
+    assert not oracle_runs.current(tmp_path, "pg_exact", 0, 30, 10)  # the embedded data's run is another run
+    cached = oracle_runs.cached(tmp_path, "pg_exact", 0, 30, 10, cached_only=True, task_args=small)
+    assert cached["test_error"].tolist() == part["test_error"].tolist()
+    record = json.loads(oracle_runs.rows_path(tmp_path, "pg_exact", 0, 30, 10, small).with_suffix(".json").read_text())
+    assert record["settings"]["task_args"] == small
