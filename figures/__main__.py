@@ -5,6 +5,7 @@
     python -m figures list                                 the figures and the claims each tests
     python -m figures claims [--out DIR]                   rebuild claims.md / claims.json from DIR/data
     python -m figures all --confirmatory [--workers N]     the confirmatory report (figures/preregistration.toml)
+    python -m figures all --registration FILE [--workers N]   a later registration's report (figures/registrations/)
 
 The full setting (the papers' budgets, figures/budgets.py) is the default; ``--quick`` uses a handful
 of steps and two seeds (CI smoke test; its verdicts are not evidence). Outputs (default
@@ -19,7 +20,9 @@ the full run's wall time from timed samples.
 interval and horizon grid of figures/preregistration.toml (`figures.budgets.confirmatory_budget`), into
 ``results/confirmatory`` with its own run cache ``results/figures/confirmatory_runs``; the report is
 labelled "confirmatory" only when the protocol holds (docs/claims_protocol.md); ``python -m
-figures.walltime`` predicts its wall time.
+figures.walltime`` predicts its wall time. ``--registration FILE`` (implies ``--confirmatory``) runs a later
+registration instead (`figures.prereg.load_later`): its claims only (``all`` means the figures that show them),
+its seed block, task options and budget fields, into the report and cache directories it names.
 """
 
 from __future__ import annotations
@@ -49,6 +52,9 @@ def _parser() -> ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--confirmatory", action="store_true",
                    help="the pre-registered confirmatory design (figures/preregistration.toml) instead of the full setting")
+    p.add_argument("--registration", type=Path, default=None, metavar="FILE",
+                   help="a later registration (figures/registrations/*.toml): its claims on its design (implies "
+                        "--confirmatory)")
     p.add_argument("--cached-only", action="store_true",
                    help="train nothing: plot and judge from the runs already cached (a partial report if some are missing)")
     p.add_argument("--executor", choices=("local", "ray"), default="local",
@@ -97,20 +103,28 @@ def _main(argv: list[str]) -> int:
     _check_targets(targets)
     if targets == ["list"]:
         return _list()
+    args.confirmatory = args.confirmatory or args.registration is not None
     if args.confirmatory and args.quick:
         raise UsageError("--confirmatory runs the pre-registered design; it cannot be combined with --quick")
+    default_out, default_cache = "results/paper", "results/figures/runs"
+    scope: tuple[str, ...] = ()
     if args.confirmatory:
         from figures import budgets, prereg
 
-        budgets.activate(budgets.confirmatory_budget(prereg.load()))
-    default_out = "results/confirmatory" if args.confirmatory else "results/paper"
+        reg = prereg.registration(args.registration)
+        budgets.activate(budgets.confirmatory_budget(reg))
+        default_out, default_cache = "results/confirmatory", "results/figures/confirmatory_runs"
+        if reg.later:
+            default_out, default_cache = reg.later["output"]["report"], reg.later["output"]["cache"]
+            scope = tuple(reg.later["claims"])
     out = Path(args.out or ("results/figures/quick" if args.quick else default_out))
-    cache = Path(args.cache or ("results/figures/confirmatory_runs" if args.confirmatory else "results/figures/runs"))
+    cache = Path(args.cache or default_cache)
     from figures.claims import write_report
     from figures.common import Context, dedupe, missing, read_evidence, runs_s
 
     command = ("python -m figures " + " ".join(targets) + (" --quick" if args.quick else "")
-               + (" --confirmatory" if args.confirmatory else "")
+               + (f" --registration {args.registration}" if args.registration else
+                  " --confirmatory" if args.confirmatory else "")
                + (" --cached-only" if args.cached_only else ""))
     ctx = Context(out=out, cache=cache, quick=args.quick, workers=args.workers or (os.cpu_count() or 1),
                   progress=not args.no_progress, command=command, cached_only=args.cached_only)
@@ -132,6 +146,11 @@ def _main(argv: list[str]) -> int:
         _print_verdicts(rows, out)
         return 0
     names = list(FIGURES) if "all" in targets else [t for t in targets if t != "claims"]
+    if scope:  # a later registration: only the figures that show its claims
+        names = [n for n in names if set(module(n).CLAIMS) & set(scope)]
+        if not names:
+            raise UsageError(f"--registration {args.registration}: none of {', '.join(targets)} shows its claims "
+                             f"({', '.join(scope)}); use all")
     configs = [c for n in names for c in module(n).configs(args.quick)]
     for cfg in dedupe(configs):
         cfg.parse()

@@ -90,6 +90,11 @@ class Budget:
     async_design: Design
     tr_design: Design
     horizon_design: Design
+    # a later registration's design (figures/registrations/, `figures.prereg.load_later`): the MNIST task's options of
+    # the mnist_samples runs and oracles, the claims it judges (empty: every claim) and its file ("" for the first)
+    mnist_task_args: tuple[tuple[str, Any], ...] = ()
+    claims: tuple[str, ...] = ()
+    registration: str = ""
 
     @property
     def quick(self) -> bool:
@@ -148,16 +153,23 @@ def budget(quick: bool) -> Budget:
 
 def confirmatory_budget(p: Any) -> Budget:
     """The full budget with a pre-registration's (``p``: `figures.prereg.Prereg`) seeds (first look: the block's
-    first n0), sequential designs, async-regime logging interval and unit horizon grid."""
+    first n0), sequential designs, async-regime logging interval and unit horizon grid; a later registration's
+    (`figures.prereg.load_later`) also its claims, task options, budget fields and file."""
     d = {k: Design(int(v["n0"]), int(v["step"]), int(v["cap"])) for k, v in p.section("designs").items()}
     ddg = p.section("ddg")
+    later = getattr(p, "later", None) or {}
+    extra: dict[str, Any] = {}
+    if later:  # a later registration: its claims, task options and budget fields, its file
+        extra = {"claims": tuple(later["claims"]), "registration": p.file,
+                 "mnist_task_args": tuple(sorted(later["task_args"].items())),
+                 **{k: tuple(v) if isinstance(v, list) else v for k, v in later["budget"].items()}}
     return replace(
         FULL, name="confirmatory",
         mnist_seeds=p.seeds("mnist")[: d["mnist"].n0], async_seeds=p.seeds("async")[: d["async"].n0],
         tr_seeds=p.seeds("tr")[: d["tr"].n0], async_log=int(p.section("phase")["async_log"]),
         async_exact_until=int(p.section("gac")["exact_until"]),
         tr_horizons=tuple(range(int(ddg["h_min"]), int(ddg["h_max"]) + 1)),
-        mnist_design=d["mnist"], async_design=d["async"], tr_design=d["tr"], horizon_design=d["horizon"])
+        mnist_design=d["mnist"], async_design=d["async"], tr_design=d["tr"], horizon_design=d["horizon"], **extra)
 
 
 def lag_of(delay: str) -> int:

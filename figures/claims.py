@@ -283,13 +283,16 @@ def write_report(out: Path, evidence: dict, quick: bool, command: str, missing_r
     ({figure: payload}, as `figures.common.read_evidence` returns them); the real-LLM column from ``root``
     (default: the working directory)/results/llm; ``runs_s`` the runs' summed training time for the stamp."""
     from figures import FIGURES, publish
+    from figures.budgets import budget
     from figures.llm_column import llm_rows
     from figures.llm_column import markdown as llm_markdown
 
     out = Path(out)
     exp_evidence = by_experiment(evidence)
-    reg = prereg.load()
-    rows = evaluate(exp_evidence, quick, reg, cross_cpu(Path(root or ".")))
+    active = budget(quick)
+    reg = prereg.registration(active.registration or None)  # a later registration judges only its claims
+    rows = [r for r in evaluate(exp_evidence, quick, reg, cross_cpu(Path(root or ".")))
+            if not active.claims or r["id"] in active.claims]
     grpo = evidence_of(exp_evidence, "async_grpo")
     m = grpo.minibatch
     llm = llm_rows(Path(root or "."), _testbed_column(rows), m)
@@ -332,7 +335,7 @@ def protocol(out: Path, reg: Prereg, rows: list[dict[str, Any]], root: Path,
     except (OSError, ValueError, AttributeError):
         first = None
     seeds = {int(s) for r in rows for s in (r.get("per_seed") or {}).get("seeds", [])}
-    st = prereg.stamp()
+    st = prereg.stamp_of(reg)
     from testbed.frictions import TOKEN_REVERSAL_PRESET
 
     unwired = [cid for cid, c in reg.claims.items() if c["design"] != "none" and cid not in WIRED]

@@ -91,12 +91,14 @@ class Context:
     # -- the protocol stamp of a confirmatory run (figures/preregistration.toml) ----------------------------
     @property
     def protocol_stamp(self) -> dict[str, Any] | None:
-        """`figures.prereg.stamp` when the budget is the pre-registered confirmatory one, else None."""
+        """`figures.prereg.stamp_of` the budget's registration when the budget is a pre-registered confirmatory one,
+        else None."""
         if self.budget.name != "confirmatory":
             return None
         from figures import prereg
 
-        return self.extra.setdefault("protocol_stamp", prereg.stamp())
+        return self.extra.setdefault("protocol_stamp",
+                                     prereg.stamp_of(prereg.registration(self.budget.registration or None)))
 
     def _train(self, todo: list[RunConfig], store: Any) -> None:
         from testbed.limits import DiskTooSmall

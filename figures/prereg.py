@@ -1,6 +1,6 @@
 """The pre-registration of the confirmatory claims report: load, check, stamp and label.
 
-    python -m figures.prereg check [--file F]     validate the file (one line per problem, exit 2)
+    python -m figures.prereg check [--file F]     validate the file, or a later registration (one line per problem, exit 2)
     python -m figures.prereg seeds                the seeds every exploratory record names, and the block
     python -m figures.prereg stamp                the stamp a confirmatory run records (JSON)
 
@@ -15,6 +15,13 @@ the file is registered, committed and unmodified, byte-identical to the one stam
 confirmatory run, every judged seed lies in the block and none appears in any exploratory record
 (`used_seeds`: every seed named under sweeps/, figures/ and results/, outside the confirmatory report).
 Otherwise the report is "exploratory", with the reasons.
+
+A later registration (figures/registrations/*.toml, `load_later`) re-registers some claims on a new design
+after the first registration's runs, which stays frozen: it names the claims, a new seed block (disjoint from
+the first's, never run before), the budget fields and task options its design changes, and where its report and
+run cache go, and inherits every rule (endpoints, estimators, margins, phase, designs) from the first file. Its
+digest covers both files, its commit is None unless both are committed as they are, and its report is labelled
+by the same `label`. ``python -m figures all --registration FILE`` runs it.
 """
 
 from __future__ import annotations
@@ -37,6 +44,9 @@ except ImportError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 PATH = Path(__file__).with_name("preregistration.toml")
+REGISTRATIONS = Path(__file__).with_name("registrations")  # later registrations (`load_later`)
+LATER_SECTIONS = ("registration", "seeds", "budget", "task_args", "output")
+LATER_BUDGET = ("samples_k",)  # the budget fields a later registration may set (figures/budgets.py Budget)
 # the confirmatory report and its run cache (python -m figures all --confirmatory): not exploratory records
 CONFIRMATORY_DIRS = ("results/confirmatory", "results/figures/confirmatory_runs")
 SCANNED = ("sweeps", "figures", "results")
@@ -56,6 +66,8 @@ class Prereg:
 
     data: dict[str, Any]
     sha256: str
+    file: str = "figures/preregistration.toml"  # the registration's file; a later one's inherits PATH's rules
+    files: tuple[str, ...] = ()  # every file the registration reads (its commit needs each committed as it is)
 
     def section(self, name: str) -> dict[str, Any]:
         return self.data[name]
@@ -72,6 +84,11 @@ class Prereg:
     def block(self) -> range:
         s = self.data["seeds"]
         return range(int(s["block_start"]), int(s["block_start"]) + int(s["block_size"]))
+
+    @property
+    def later(self) -> dict[str, Any]:
+        """A later registration's own settings (claims, budget, task_args, output); {} for the first."""
+        return self.data.get("later") or {}
 
 
 def _fail(where: str, what: str) -> None:
@@ -143,6 +160,86 @@ def load(path: Path | str = PATH) -> Prereg:
     return Prereg(data, hashlib.sha256(raw).hexdigest())
 
 
+def check_later(data: dict[str, Any], first: Prereg, where: str) -> None:
+    """Raise `UsageError` (one line) at the first problem of a later registration read against ``first``."""
+    unknown = sorted(set(data) - set(LATER_SECTIONS))
+    if unknown or not all(k in data for k in ("registration", "seeds", "output")):
+        _fail(where, f"a later registration has sections {', '.join(LATER_SECTIONS)} (registration, seeds and output "
+                     f"required), got {', '.join(data) or 'none'}")
+    r = data["registration"]
+    if r.get("status") not in ("registered", "run"):
+        _fail(where, f"registration.status must be 'registered' or 'run', got {r.get('status')!r}")
+    if r.get("supersedes") != first.file:
+        _fail(where, f"registration.supersedes must be {first.file!r}, got {r.get('supersedes')!r}")
+    claims = r.get("claims")
+    if not isinstance(claims, list) or not claims or not set(claims) <= set(first.claims):
+        _fail(where, f"registration.claims must list claims of {first.file} ({', '.join(first.claims)}), got {claims!r}")
+    s = data["seeds"]
+    if set(s) != {"block_start", "block_size"} or not all(
+            isinstance(s[k], int) and not isinstance(s[k], bool) for k in s):
+        _fail(where, f"seeds must have integers block_start and block_size only, got {s!r}")
+    new = range(s["block_start"], s["block_start"] + s["block_size"])
+    old = first.block()
+    if new.start < int(first.data["seeds"]["exploratory_below"]) or (new.start < old.stop and old.start < new.stop):
+        _fail(where, f"seeds block {new.start}..{new.stop - 1} must lie above the exploratory seeds and outside the "
+                     f"first registration's block {old.start}..{old.stop - 1}")
+    caps = {k: int(v["cap"]) for k, v in first.data["designs"].items()}
+    if s["block_size"] < max(caps.values()):
+        _fail(where, f"seeds.block_size {s['block_size']} is below the designs' largest cap {max(caps.values())}")
+    bad = sorted(set(data.get("budget", {})) - set(LATER_BUDGET))
+    if bad:
+        _fail(where, f"budget field(s) {', '.join(bad)} cannot be set by a later registration; allowed: "
+                     f"{', '.join(LATER_BUDGET)}")
+    out = data["output"]
+    if set(out) != {"report", "cache"} or not all(isinstance(v, str) and v for v in out.values()):
+        _fail(where, f"output must name report and cache directories, got {out!r}")
+
+
+def load_later(path: Path | str) -> Prereg:
+    """A later registration merged over the first (`PATH`): the first's sections with the later's seed block, and
+    ``later`` (its claims, budget, task_args, output, why); digest sha256(first file's bytes + this file's)."""
+    path = Path(path)
+    first = load(PATH)
+    try:
+        raw = path.read_bytes()
+        data = tomllib.loads(raw.decode())
+    except OSError as exc:
+        raise UsageError(f"cannot read the registration {str(path)!r}: {exc.strerror}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path}: not valid TOML ({exc})") from None
+    check_later(data, first, str(path))
+    task_args = dict(data.get("task_args") or {})
+    if task_args:
+        from testbed.tasks import make_task
+
+        try:
+            make_task("mnist", **task_args)
+        except (ValueError, TypeError, OSError) as exc:
+            raise UsageError(f"{path}: task_args {task_args!r}: {str(exc).splitlines()[0]}") from None
+    later = {"claims": list(data["registration"]["claims"]), "budget": dict(data.get("budget") or {}),
+             "task_args": task_args, "output": dict(data["output"]), "status": data["registration"]["status"],
+             "why": data["registration"].get("why", "")}
+    merged = {**first.data, "seeds": {**first.data["seeds"], **data["seeds"]}, "later": later}
+    first_raw = PATH.read_bytes()
+    return Prereg(merged, hashlib.sha256(first_raw + raw).hexdigest(), file=_relative(path),
+                  files=(_relative(PATH), _relative(path)))
+
+
+def _relative(path: Path) -> str:
+    """``path`` relative to the repository (the working directory) where it lies inside it, else as given."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def registration(path: Path | str | None = None) -> Prereg:
+    """The registration a confirmatory run reads: the first (`PATH`) for None or PATH, else `load_later`."""
+    if path is None or str(path) in ("", str(PATH), "figures/preregistration.toml"):
+        return load(PATH)
+    return load_later(path)
+
+
 def committed_at(path: Path = PATH) -> str | None:
     """The commit that last changed ``path``, or None when the file differs from it (or is not in git)."""
     return file_commit(path)
@@ -154,6 +251,36 @@ def stamp(path: Path = PATH) -> dict[str, Any]:
     b = p.block()
     return {"sha256": p.sha256, "commit": committed_at(path), "status": p.data["registration"]["status"],
             "seed_block": [b.start, b.stop - 1], "file": "figures/preregistration.toml"}
+
+
+def stamp_of(p: Prereg) -> dict[str, Any]:
+    """`stamp` of a registration (`registration`): a later one's commit is its own file's when every file it reads
+    is committed as it is (else None), and it names the file it supersedes and the claims it judges."""
+    if not p.later:
+        return stamp(PATH)
+    commits = [committed_at(Path(f)) for f in p.files]
+    b = p.block()
+    return {"sha256": p.sha256, "commit": None if None in commits else commits[-1], "status": "registered",
+            "seed_block": [b.start, b.stop - 1], "file": p.file, "supersedes": "figures/preregistration.toml",
+            "claims": p.later["claims"]}
+
+
+def later_files(root: Path | str = ".") -> list[Path]:
+    """The later registrations under ``root`` (figures/registrations/*.toml), sorted."""
+    return sorted((Path(root) / REGISTRATIONS.relative_to(Path(__file__).parent.parent)).glob("*.toml"))
+
+
+def later_outputs(root: Path | str = ".") -> list[str]:
+    """The report and run-cache directories every later registration under ``root`` names (not exploratory
+    records: their seeds are that registration's block)."""
+    out = []
+    for f in later_files(root):
+        try:
+            o = tomllib.loads(f.read_text()).get("output") or {}
+        except (OSError, ValueError):
+            continue
+        out += [str(v) for v in o.values() if isinstance(v, str) and v]
+    return out
 
 
 # --- seeds named by exploratory records -------------------------------------------------------------------
@@ -234,10 +361,11 @@ def seeds_in_file(path: Path) -> set[int]:
 def record_files(root: Path, dirs: Iterable[str] = SCANNED) -> Iterator[Path]:
     """The text files of the exploratory records: under ``dirs`` of ``root``, outside `CONFIRMATORY_DIRS` and
     the pre-registration itself."""
-    skip = {(root / d).resolve() for d in CONFIRMATORY_DIRS}
+    skip = {(root / d).resolve() for d in (*CONFIRMATORY_DIRS, *later_outputs(root))}
+    registrations = set(later_files(root))
     for d in dirs:
         for p in sorted((root / d).rglob("*")):
-            if (p.is_file() and p.suffix in TEXT_SUFFIXES and p.name != PATH.name
+            if (p.is_file() and p.suffix in TEXT_SUFFIXES and p.name != PATH.name and p not in registrations
                     and not skip & set(p.resolve().parents)):
                 yield p
 
@@ -297,7 +425,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if cmd not in ("check", "seeds", "stamp"):
             raise UsageError(f"unknown command {cmd!r}; allowed: check, seeds, stamp")
-        p = load(path)
+        p = registration(path)
         if cmd == "check":
             print(f"{path}: registered, {len(p.claims)} claims, block {p.block().start}..{p.block().stop - 1}, "
                   f"sha256 {p.sha256}")
@@ -309,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
                   + ("disjoint" if not clash else f"CLASHES at {clash[:5]} ({used[clash[0]]})"))
             return 0 if not clash else 1
         else:
-            print(json.dumps(stamp(path), indent=1))
+            print(json.dumps(stamp_of(p), indent=1))
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE

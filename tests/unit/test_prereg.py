@@ -165,3 +165,94 @@ def test_label_confirmatory_only_when_the_protocol_holds(reg):
     lab, why = prereg.label(reg, "abc", None, seeds, used, unwired=["GAC-2"])
     assert lab == "exploratory" and why == ["the judges of GAC-2 do not read their pre-registered endpoint and "
                                             "estimator"]
+
+
+# --- later registrations (figures/registrations/) ---------------------------------------------------------------
+
+LATER = """
+[registration]
+status = "registered"
+supersedes = "figures/preregistration.toml"
+claims = ["DG-1"]
+[seeds]
+block_start = 10100
+block_size = 100
+[budget]
+samples_k = [1]
+[task_args]
+train_size = 800
+[output]
+report = "results/later_report"
+cache = "results/later_cache"
+"""
+
+
+def test_every_committed_later_registration_loads_and_its_block_is_unseen():
+    used = prereg.used_seeds(ROOT)
+    files = prereg.later_files(ROOT)
+    assert files, "figures/registrations holds the later registrations"
+    first = prereg.load().block()
+    for f in files:
+        p = prereg.load_later(f)
+        assert set(p.later["claims"]) <= set(p.claims)
+        assert not set(p.block()) & set(first), f
+        assert not set(p.block()) & set(used), (f, sorted(set(p.block()) & set(used))[:3])
+
+
+def test_a_later_registration_inherits_every_rule_and_changes_only_its_own(tmp_path, reg, monkeypatch):
+    from figures.budgets import confirmatory_budget
+
+    f = tmp_path / "later.toml"
+    f.write_text(LATER)
+    p = prereg.load_later(f)
+    assert {k: v for k, v in p.data.items() if k not in ("seeds", "later")} == \
+        {k: v for k, v in reg.data.items() if k != "seeds"}
+    assert p.block() == range(10100, 10200) and p.sha256 not in (reg.sha256,)
+    b = confirmatory_budget(p)
+    assert b.mnist_seeds == tuple(range(10100, 10100 + reg.section("designs")["mnist"]["n0"]))
+    assert (b.claims, b.samples_k, b.mnist_task_args) == (("DG-1",), (1,), (("train_size", 800),))
+    assert confirmatory_budget(reg).mnist_task_args == () and confirmatory_budget(reg).claims == ()
+    from figures.experiments.mnist_samples.settings import cell
+
+    assert {c.task_args["train_size"] for c in cell(b, "pg", 1)} == {800}
+    st = prereg.stamp_of(p)
+    assert st["commit"] is None and st["claims"] == ["DG-1"] and st["seed_block"] == [10100, 10199]
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (("block_start = 10100", "block_start = 10050"), "outside the first registration's block"),
+    (("block_start = 10100", "block_start = 500"), "above the exploratory seeds"),
+    (('claims = ["DG-1"]', 'claims = ["XX-9"]'), "registration.claims must list"),
+    (("samples_k = [1]", "mnist_steps = 5"), "cannot be set by a later registration"),
+    (('supersedes = "figures/preregistration.toml"', 'supersedes = "other.toml"'), "registration.supersedes"),
+    (("train_size = 800", "width = 3"), "task_args"),
+    (('cache = "results/later_cache"', ""), "output must name report and cache"),
+])
+def test_a_bad_later_registration_is_refused_in_one_line(tmp_path, edit, message):
+    f = tmp_path / "later.toml"
+    f.write_text(LATER.replace(*edit))
+    with pytest.raises(UsageError) as err:
+        prereg.load_later(f)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_later_registrations_own_outputs_and_file_are_not_exploratory_records(tmp_path):
+    (tmp_path / "figures" / "registrations").mkdir(parents=True)
+    (tmp_path / "figures" / "registrations" / "later.toml").write_text(LATER + "\n# seeds 10100-10102\n")
+    for d in ("results/later_report", "results/later_cache", "results/other"):
+        (tmp_path / d).mkdir(parents=True)
+    (tmp_path / "results/later_report/claims.json").write_text('{"seeds": [10100, 10101]}')
+    (tmp_path / "results/later_cache/r.json").write_text('{"seed": 10102}')
+    assert not {10100, 10101, 10102} & set(prereg.used_seeds(tmp_path, ("results", "figures")))
+    (tmp_path / "results/other/x.json").write_text('{"seed": 10101}')
+    assert prereg.used_seeds(tmp_path, ("results",))[10101] == "results/other/x.json"
+
+
+def test_figures_refuses_a_bad_registration_in_one_line(tmp_path, capsys):
+    from figures.__main__ import main
+
+    f = tmp_path / "later.toml"
+    f.write_text(LATER.replace("block_start = 10100", "block_start = 10050"))
+    assert main(["all", "--registration", str(f), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "10050" in err[0] and not (tmp_path / "o").exists()

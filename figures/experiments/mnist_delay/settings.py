@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from figures.budgets import Budget, lag_of
 from figures.evidence import Cell
 from testbed.config import RunConfig
@@ -61,11 +63,12 @@ def describe(b: Budget) -> str:
             f"VCPO ablations at D = {', '.join(str(lag_of(d)) for d in b.ablation_delays)}")
 
 
-def resolution_floor() -> float:
-    """Half a test image: the floor of an error rate on the log scale."""
+def resolution_floor(task_args: dict[str, Any] | None = None) -> float:
+    """Half a test image: the floor of an error rate on the log scale (``task_args``: the MNIST task's options,
+    default the embedded subset)."""
     from testbed.tasks import make_task
 
-    return 0.5 / make_task("mnist").n_test
+    return 0.5 / make_task("mnist", **(task_args or {})).n_test
 
 
 def staged_runs(b: Budget, seeds: tuple[int, ...], claim_ids: list[str]) -> list[RunConfig]:

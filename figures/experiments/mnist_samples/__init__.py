@@ -27,7 +27,8 @@ def measure(ctx: Context) -> Evidence:
         # the exact-gradient and cross-entropy runs of these seeds are trained here (they are not testbed runs);
         # tiny quick runs train in this process: spawning workers would cost more than the training
         oracle_runs.ensure(ctx.cache, oracle_jobs(b, seeds), b.mnist_steps, b.mnist_log, 1 if b.quick else ctx.workers,
-                           ctx.cached_only, ctx.protocol_stamp)  # trained now: the protocol stamp in their records
+                           ctx.cached_only, ctx.protocol_stamp,  # trained now: the protocol stamp in their records
+                           dict(b.mnist_task_args) or None)
 
     return staged_evidence(ctx, CLAIMS, "mnist", configs, staged_runs, build, before)
 

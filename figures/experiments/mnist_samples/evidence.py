@@ -46,8 +46,9 @@ def _oracle(ctx: Context, kind: str, seeds: tuple[int, ...], versions: list[floa
     b = ctx.budget
     out, curve = [], []
     for s in seeds:
-        ctx.touch([oracle_runs.rows_path(ctx.cache, kind, s, b.mnist_steps, b.mnist_log)])
-        df = oracle_runs.cached(ctx.cache, kind, s, b.mnist_steps, b.mnist_log, cached_only=True)
+        args = dict(b.mnist_task_args) or None
+        ctx.touch([oracle_runs.rows_path(ctx.cache, kind, s, b.mnist_steps, b.mnist_log, args)])
+        df = oracle_runs.cached(ctx.cache, kind, s, b.mnist_steps, b.mnist_log, cached_only=True, task_args=args)
         out.append(tail_mean(df["test_error"], 0.05))
         if versions:
             at = dict(zip(df["step"].astype(float), df["test_error"].astype(float), strict=True))
@@ -58,7 +59,7 @@ def _oracle(ctx: Context, kind: str, seeds: tuple[int, ...], versions: list[floa
 def build(ctx: Context, seeds: tuple[int, ...]) -> Evidence:
     b = ctx.budget
     table = ctx.rows(configs(b, seeds))
-    ev = Evidence(grid=describe(b), seeds=list(seeds), k=list(b.samples_k), floor=resolution_floor(),
+    ev = Evidence(grid=describe(b), seeds=list(seeds), k=list(b.samples_k), floor=resolution_floor(dict(b.mnist_task_args)),
                   confirmatory=b.name == "confirmatory")
     for m in METHODS:
         for k in b.samples_k:

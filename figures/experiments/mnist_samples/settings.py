@@ -13,7 +13,7 @@ CHANCE = 0.9
 
 def cell(b: Budget, method: str, k: int, seeds: tuple[int, ...] | None = None) -> list[RunConfig]:
     return [RunConfig(task="mnist", recipe=f"{method}+mean", delay="sync", seed=s, steps=b.mnist_steps,
-                      log_every=b.mnist_log, batch_size=100 * k, group_size=k)
+                      log_every=b.mnist_log, batch_size=100 * k, group_size=k, task_args=dict(b.mnist_task_args))
             for s in (b.mnist_seeds if seeds is None else seeds)]
 
 
@@ -27,7 +27,8 @@ def oracle_jobs(b: Budget, seeds: tuple[int, ...] | None = None) -> list[tuple[s
 
 
 def describe(b: Budget) -> str:
-    return (f"MNIST bandit on-policy, 100 images x k samples per batch, k in {', '.join(map(str, b.samples_k))} and "
+    data = f" on {', '.join(f'{k} = {v}' for k, v in b.mnist_task_args)}" if b.mnist_task_args else ""
+    return (f"MNIST bandit{data} on-policy, 100 images x k samples per batch, k in {', '.join(map(str, b.samples_k))} and "
             f"infinity (exact expected update), plus supervised cross-entropy; pg and dg with the batch-mean "
             f"baseline; {b.mnist_steps:,} steps; {b.mnist_design.seeds_shown()}")
 
