@@ -5,7 +5,8 @@
 
 The verdict tables are figures.table's (`python -m figures.table --no-header`: README holds no commit id) of
 results/confirmatory/claims.json (the confirmatory report, with a line saying how many of its runs it holds) and
-results/paper/claims.json (the exploratory one), each report's own record; the wall-time table is read from
+results/paper/claims.json (the exploratory one), each report's own record; the later registrations' table reads
+each figures/registrations/*.toml and the claims.json of the report it names; the wall-time table is read from
 results/paper/timings.json; nothing in them is typed by hand. tests/unit/test_docs.py asserts
 that the committed pages equal what this script writes.
 """
@@ -56,14 +57,41 @@ def confirmatory_table(report: dict) -> str:
     return "\n".join([line, "", *verdict_table(report, header=False)])
 
 
+def later_table(root: Path = ROOT) -> str:
+    """One row per claim of each later registration (figures/registrations/*.toml): its file, status, seed block,
+    its report's protocol label and verdict (or that its report is not made yet), and the first registration's
+    verdict of the claim (results/confirmatory/claims.json)."""
+    from figures.prereg import later_files, tomllib
+
+    first = {r["id"]: r["verdict"] for r in json.loads((root / CONFIRMATORY.relative_to(ROOT)).read_text())["claims"]}
+    lines = ["| claim | registration | status | seed block | protocol | verdict | first registration's verdict |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for f in later_files(root):
+        reg = tomllib.loads(f.read_text())
+        seeds = reg["seeds"]
+        block = f"{seeds['block_start']}..{seeds['block_start'] + seeds['block_size'] - 1}"
+        try:
+            report = json.loads((root / reg["output"]["report"] / "claims.json").read_text())
+        except (OSError, ValueError):
+            report = None
+        verdicts = {r["id"]: r["verdict"] for r in (report or {}).get("claims", [])}
+        label = ((report or {}).get("stamp") or {}).get("label", "")
+        for cid in reg["registration"]["claims"]:
+            shown = (f"**{verdicts[cid]}**" if cid in verdicts else "report not made yet")
+            lines.append(f"| {cid} | [{f.relative_to(root)}]({f.relative_to(root)}) | {reg['registration']['status']} | "
+                         f"{block} | {label or 'n/a'} | {shown} | {first.get(cid, '')} |")
+    return "\n".join(lines)
+
+
 def tables() -> dict[str, str]:
     """Marker name -> generated table, from the committed results files."""
     return {"confirmatory": confirmatory_table(json.loads(CONFIRMATORY.read_text())),
+            "later-registrations": later_table(),
             "verdicts": "\n".join(verdict_table(json.loads(CLAIMS.read_text()), header=False)),
             "wall-time": wall_table(json.loads(TIMINGS.read_text()))}
 
 
-PAGES = {"confirmatory": ROOT / "README.md", "verdicts": ROOT / "README.md", "wall-time": ROOT / "docs" / "reproducing.md"}
+PAGES = {"confirmatory": ROOT / "README.md", "later-registrations": ROOT / "README.md", "verdicts": ROOT / "README.md", "wall-time": ROOT / "docs" / "reproducing.md"}
 
 
 def fill(text: str, name: str, table: str) -> str:
