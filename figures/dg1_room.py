@@ -10,8 +10,10 @@ cannot favour it): PG at k = 1 (the registered base, figures/experiments/mnist_s
 update and CE (figures/oracle_runs.py), the registered learning window on PG at k = 1's curves, per seed the mean
 test error over it, and the registered room rule (`figures.experiments.mnist_samples.judges`, ``_room``'s test:
 the interval of the trimmed mean log ratio PG(k=inf) / CE above the margin) with the registered resolution
-margin (`figures.confirm.resolution_margin`) at this data's test-set size and the MNIST design's cap. The final
-error's reading stands beside it. It refuses the confirmatory block.
+margin (`figures.confirm.resolution_margin`) at this data's test-set size and the MNIST design's cap, and the
+registered health precondition on the base (`figures.records.healthy_base`: at most a fraction TRIM of its seeds
+stalled, lost a class or diverged). The final error's reading stands beside them. It refuses the confirmatory
+block.
 """
 
 from __future__ import annotations
@@ -42,11 +44,12 @@ def explore(seeds: Sequence[int], task_args: dict[str, Any], steps: int, log_eve
     from testbed.runner import run_many
     from testbed.tasks import make_task
     from testbed.util.endpoints import endpoint_per_seed
-    from testbed.util.stats import fmt_interval, superiority
+    from testbed.util.stats import TRIM, fmt_interval, superiority
 
     b = dataclasses.replace(FULL, mnist_steps=steps, mnist_log=log_every)
     base = [dataclasses.replace(c, task_args=dict(task_args)) for c in cell(b, "pg", 1, tuple(seeds))]
     results = run_many(base)  # one loop, each seed bit for bit its run alone
+    health = [("diverged" if r.status == "diverged" else str(r.info.get("health"))) for r in results]
     versions = [float(r["step"]) for r in results[0].rows]
     curves = {"pg k=1": [[float(r.get("test_error", np.nan)) for r in res.rows] for res in results]}
     for kind, name in (("pg_exact", "pg k=inf"), ("ce", "ce")):
@@ -69,7 +72,13 @@ def explore(seeds: Sequence[int], task_args: dict[str, Any], steps: int, log_eve
         readings[where] = {"status": o.status, "margin_factor": float(np.exp(margin.value)),
                            "margin": margin.derivation,
                            "shown": f"PG(k=inf) / CE = {fmt_interval(o)} vs factor {np.exp(margin.value):.3g}"}
+    bad = sum(h != "healthy" for h in health)
+    readings["the base is healthy (registered)"] = {
+        "status": "met" if bad <= TRIM * len(health) else "failed",
+        "shown": f"PG at k = 1: {bad} of {len(health)} seeds unhealthy ({', '.join(health)}); the registered rule "
+                 f"allows at most a fraction {TRIM:g} (figures/records.py healthy_base)"}
     return {"seeds": list(seeds), "task_args": dict(task_args), "n_train": task.n_train, "n_test": task.n_test,
+            "base_health": health,
             "steps": steps, "log_every": log_every, "window": list(window), "versions": versions,
             "curves": curves, "phase": {k: v.tolist() for k, v in phase.items()},
             "final": {k: v.tolist() for k, v in final.items()}, "room": readings}
@@ -89,7 +98,8 @@ def markdown(res: dict[str, Any]) -> str:
     for k in CELLS:
         lines.append(f"| {k} | {', '.join(f'{x:.4f}' for x in res['phase'][k])} | "
                      f"{', '.join(f'{x:.4f}' for x in res['final'][k])} |")
-    lines += ["", "The room rule (part (b) of DG-1 can hold only if it is met):", ""]
+    lines += ["", "DG-1's preconditions on the base and the oracles (the room rule: part (b) can hold only if it is met; "
+              "the base's health: the registered claim is not testable without it):", ""]
     for where, r in res["room"].items():
         lines.append(f"- {where}: {r['status']}: {r['shown']}" + (f"; margin: {r['margin']}" if "margin" in r else ""))
     return "\n".join(lines) + "\n"

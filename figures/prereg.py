@@ -167,8 +167,8 @@ def check_later(data: dict[str, Any], first: Prereg, where: str) -> None:
         _fail(where, f"a later registration has sections {', '.join(LATER_SECTIONS)} (registration, seeds and output "
                      f"required), got {', '.join(data) or 'none'}")
     r = data["registration"]
-    if r.get("status") not in ("registered", "run"):
-        _fail(where, f"registration.status must be 'registered' or 'run', got {r.get('status')!r}")
+    if r.get("status") != "registered":  # never edited after its first run: its digest is in the runs' stamps
+        _fail(where, f"registration.status must be 'registered', got {r.get('status')!r}")
     if r.get("supersedes") != first.file:
         _fail(where, f"registration.supersedes must be {first.file!r}, got {r.get('supersedes')!r}")
     claims = r.get("claims")

@@ -58,14 +58,14 @@ def confirmatory_table(report: dict) -> str:
 
 
 def later_table(root: Path = ROOT) -> str:
-    """One row per claim of each later registration (figures/registrations/*.toml): its file, status, seed block,
+    """One row per claim of each later registration (figures/registrations/*.toml): its file, seed block,
     its report's protocol label and verdict (or that its report is not made yet), and the first registration's
     verdict of the claim (results/confirmatory/claims.json)."""
     from figures.prereg import later_files, tomllib
 
     first = {r["id"]: r["verdict"] for r in json.loads((root / CONFIRMATORY.relative_to(ROOT)).read_text())["claims"]}
-    lines = ["| claim | registration | status | seed block | protocol | verdict | first registration's verdict |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+    lines = ["| claim | registration | seed block | protocol | verdict | first registration's verdict |",
+             "| --- | --- | --- | --- | --- | --- |"]
     for f in later_files(root):
         reg = tomllib.loads(f.read_text())
         seeds = reg["seeds"]
@@ -78,8 +78,8 @@ def later_table(root: Path = ROOT) -> str:
         label = ((report or {}).get("stamp") or {}).get("label", "")
         for cid in reg["registration"]["claims"]:
             shown = (f"**{verdicts[cid]}**" if cid in verdicts else "report not made yet")
-            lines.append(f"| {cid} | [{f.relative_to(root)}]({f.relative_to(root)}) | {reg['registration']['status']} | "
-                         f"{block} | {label or 'n/a'} | {shown} | {first.get(cid, '')} |")
+            lines.append(f"| {cid} | [{f.relative_to(root)}]({f.relative_to(root)}) | {block} | {label or 'n/a'} | "
+                         f"{shown} | {first.get(cid, '')} |")
     return "\n".join(lines)
 
 

@@ -34,5 +34,8 @@ def test_window_means_of_the_base_and_the_oracles(tmp_path):
         assert res["final"][cell] == [c[-1] for c in res["curves"][cell]]
     exact = oracle_runs.train("pg_exact", [0, 1], 60, 10, task_args={"train_size": 800})
     assert res["curves"]["pg k=inf"] == [f["test_error"].tolist() for f in exact]
+    assert len(res["base_health"]) == 2
+    assert res["room"]["the base is healthy (registered)"]["status"] == (
+        "met" if sum(h != "healthy" for h in res["base_health"]) <= 0.2 * 2 else "failed")
     page = (tmp_path / "dg1_room.md").read_text()
     assert "DG is not run" in page and all(r["status"] in page for r in res["room"].values())
