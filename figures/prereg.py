@@ -146,16 +146,21 @@ def check(data: dict[str, Any], where: str = "preregistration") -> None:
                 _fail(where, f"{at} margin {m['name']!r}: scale {m.get('scale')!r} is not one of {', '.join(SCALES)}")
 
 
+def _read(path: Path, what: str) -> tuple[bytes, dict[str, Any]]:
+    """(the file's bytes, its parsed TOML); `UsageError` (one line) when it cannot be read or parsed."""
+    try:
+        raw = path.read_bytes()
+        return raw, tomllib.loads(raw.decode())
+    except OSError as exc:
+        raise UsageError(f"cannot read the {what} {str(path)!r}: {exc.strerror}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path}: not valid TOML ({exc})") from None
+
+
 def load(path: Path | str = PATH) -> Prereg:
     """The checked pre-registration (`UsageError`, one line, when it cannot be read or is not valid)."""
     path = Path(path)
-    try:
-        raw = path.read_bytes()
-        data = tomllib.loads(raw.decode())
-    except OSError as exc:
-        raise UsageError(f"cannot read the pre-registration {str(path)!r}: {exc.strerror}") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{path}: not valid TOML ({exc})") from None
+    raw, data = _read(path, "pre-registration")
     check(data, str(path))
     return Prereg(data, hashlib.sha256(raw).hexdigest())
 
@@ -200,13 +205,7 @@ def load_later(path: Path | str) -> Prereg:
     ``later`` (its claims, budget, task_args, output, why); digest sha256(first file's bytes + this file's)."""
     path = Path(path)
     first = load(PATH)
-    try:
-        raw = path.read_bytes()
-        data = tomllib.loads(raw.decode())
-    except OSError as exc:
-        raise UsageError(f"cannot read the registration {str(path)!r}: {exc.strerror}") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{path}: not valid TOML ({exc})") from None
+    raw, data = _read(path, "registration")
     check_later(data, first, str(path))
     task_args = dict(data.get("task_args") or {})
     if task_args:
