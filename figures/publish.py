@@ -235,7 +235,10 @@ def _header(p: dict[str, Any]) -> list[str]:
     if st.get("label"):  # the protocol stamp (figures/claims.py protocol)
         pr, block = st.get("preregistration") or {}, st.get("seed_block") or ["?", "?"]
         why = "; ".join(st.get("label_reasons") or [])
-        lines.append(f"Protocol: **{st['label']}**. Pre-registration figures/preregistration.toml, sha256 "
+        reg = (f"Later registration {pr['file']} (claims {', '.join(pr.get('claims') or [])}; every rule of "
+               f"{pr['supersedes']})" if pr.get("supersedes") else
+               f"Pre-registration {pr.get('file', 'figures/preregistration.toml')}")
+        lines.append(f"Protocol: **{st['label']}**. {reg}, sha256 "
                      f"`{str(pr.get('sha256'))[:16]}`, commit `{pr.get('commit')}`; confirmatory seed block "
                      f"{block[0]}..{block[1]}" + (f". Not confirmatory because: {why}" if why else ""))
     n = st.get("invocations") or 0
