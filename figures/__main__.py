@@ -112,11 +112,19 @@ def _main(argv: list[str]) -> int:
         from figures import budgets, prereg
 
         reg = prereg.registration(args.registration)
-        budgets.activate(budgets.confirmatory_budget(reg))
         default_out, default_cache = "results/confirmatory", "results/figures/confirmatory_runs"
         if reg.later:
             default_out, default_cache = reg.later["output"]["report"], reg.later["output"]["cache"]
             scope = tuple(reg.later["claims"])
+            from testbed.tasks import make_task
+
+            try:  # the data its task options name must be here (the registration itself loads without them)
+                make_task("mnist", **reg.later["task_args"])
+            except (ValueError, TypeError, OSError) as exc:
+                raise UsageError(f"--registration {args.registration}: {str(exc).splitlines()[0]}") from None
+        budgets.activate(budgets.confirmatory_budget(reg))
+    # the figures that show the registration's claims (a later registration's only; every figure otherwise)
+    shown = [f for f in FIGURES if not scope or set(module(f).CLAIMS) & set(scope)]
     out = Path(args.out or ("results/figures/quick" if args.quick else default_out))
     cache = Path(args.cache or default_cache)
     from figures.claims import write_report
@@ -133,8 +141,7 @@ def _main(argv: list[str]) -> int:
     executor = make(args.executor, args.address, num_cpus=ctx.workers)
     if targets == ["claims"]:
         evidence = read_evidence(out) if out.is_dir() else {}
-        wanted = [f for f in FIGURES if not scope or set(module(f).CLAIMS) & set(scope)]  # a later registration's only
-        absent = [f for f in wanted if f not in evidence]
+        absent = [f for f in shown if f not in evidence]
         if absent:  # the hint keeps the user's directories (a bare `all` would write the committed report)
             quick = args.quick or any(p.get("quick") for p in evidence.values())
             again = " ".join(["python -m figures all", *(["--quick"] if quick else []), "--out", shlex.quote(str(out)),
@@ -146,12 +153,10 @@ def _main(argv: list[str]) -> int:
         rows = write_report(out, evidence, quick, command, runs_s=runs_s(cache, made) if cache.is_dir() else None)
         _print_verdicts(rows, out)
         return 0
-    names = list(FIGURES) if "all" in targets else [t for t in targets if t != "claims"]
-    if scope:  # a later registration: only the figures that show its claims
-        names = [n for n in names if set(module(n).CLAIMS) & set(scope)]
-        if not names:
-            raise UsageError(f"--registration {args.registration}: none of {', '.join(targets)} shows its claims "
-                             f"({', '.join(scope)}); use all")
+    names = [n for n in (FIGURES if "all" in targets else targets) if n in shown]
+    if scope and not names:
+        raise UsageError(f"--registration {args.registration}: none of {', '.join(targets)} shows its claims "
+                         f"({', '.join(scope)}); use all")
     configs = [c for n in names for c in module(n).configs(args.quick)]
     for cfg in dedupe(configs):
         cfg.parse()

@@ -157,7 +157,7 @@ def confirmatory_budget(p: Any) -> Budget:
     (`figures.prereg.load_later`) also its claims, task options, budget fields and file."""
     d = {k: Design(int(v["n0"]), int(v["step"]), int(v["cap"])) for k, v in p.section("designs").items()}
     ddg = p.section("ddg")
-    later = getattr(p, "later", None) or {}
+    later = p.later
     extra: dict[str, Any] = {}
     if later:  # a later registration: its claims, task options and budget fields, its file
         extra = {"claims": tuple(later["claims"]), "registration": p.file,

@@ -208,13 +208,13 @@ def load_later(path: Path | str) -> Prereg:
     raw, data = _read(path, "registration")
     check_later(data, first, str(path))
     task_args = dict(data.get("task_args") or {})
-    if task_args:
-        from testbed.tasks import make_task
+    from testbed.tasks import coerce_option
 
-        try:
-            make_task("mnist", **task_args)
-        except (ValueError, TypeError, OSError) as exc:
-            raise UsageError(f"{path}: task_args {task_args!r}: {str(exc).splitlines()[0]}") from None
+    try:  # names and types only: the data a data_dir names is read where the runs use it, not to load the file
+        for k, v in task_args.items():
+            coerce_option("mnist", k, v)
+    except (ValueError, TypeError) as exc:
+        raise UsageError(f"{path}: task_args {task_args!r}: {str(exc).splitlines()[0]}") from None
     later = {"claims": list(data["registration"]["claims"]), "budget": dict(data.get("budget") or {}),
              "task_args": task_args, "output": dict(data["output"]), "status": data["registration"]["status"],
              "why": data["registration"].get("why", "")}
@@ -234,7 +234,7 @@ def _relative(path: Path) -> str:
 
 def registration(path: Path | str | None = None) -> Prereg:
     """The registration a confirmatory run reads: the first (`PATH`) for None or PATH, else `load_later`."""
-    if path is None or str(path) in ("", str(PATH), "figures/preregistration.toml"):
+    if path is None or str(path) == "" or Path(path).resolve() == PATH.resolve():
         return load(PATH)
     return load_later(path)
 

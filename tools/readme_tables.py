@@ -61,22 +61,21 @@ def later_table(root: Path = ROOT) -> str:
     """One row per claim of each later registration (figures/registrations/*.toml): its file, seed block,
     its report's protocol label and verdict (or that its report is not made yet), and the first registration's
     verdict of the claim (results/confirmatory/claims.json)."""
-    from figures.prereg import later_files, tomllib
+    from figures.prereg import later_files, load_later
 
     first = {r["id"]: r["verdict"] for r in json.loads((root / CONFIRMATORY.relative_to(ROOT)).read_text())["claims"]}
     lines = ["| claim | registration | seed block | protocol | verdict | first registration's verdict |",
              "| --- | --- | --- | --- | --- | --- |"]
     for f in later_files(root):
-        reg = tomllib.loads(f.read_text())
-        seeds = reg["seeds"]
-        block = f"{seeds['block_start']}..{seeds['block_start'] + seeds['block_size'] - 1}"
+        reg = load_later(f)
+        block = f"{reg.block().start}..{reg.block().stop - 1}"
         try:
-            report = json.loads((root / reg["output"]["report"] / "claims.json").read_text())
+            report = json.loads((root / reg.later["output"]["report"] / "claims.json").read_text())
         except (OSError, ValueError):
             report = None
         verdicts = {r["id"]: r["verdict"] for r in (report or {}).get("claims", [])}
         label = ((report or {}).get("stamp") or {}).get("label", "")
-        for cid in reg["registration"]["claims"]:
+        for cid in reg.later["claims"]:
             shown = (f"**{verdicts[cid]}**" if cid in verdicts else "report not made yet")
             lines.append(f"| {cid} | [{f.relative_to(root)}]({f.relative_to(root)}) | {block} | {label or 'n/a'} | "
                          f"{shown} | {first.get(cid, '')} |")

@@ -256,3 +256,18 @@ def test_figures_refuses_a_bad_registration_in_one_line(tmp_path, capsys):
     assert main(["all", "--registration", str(f), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "10050" in err[0] and not (tmp_path / "o").exists()
+
+
+def test_a_later_registration_loads_without_its_data_and_its_run_names_the_missing_data(tmp_path, capsys):
+    """Loading, stamping and labelling read the file only (a fresh machine without the data set still checks the
+    committed registrations); the run, which reads the data, refuses in one line naming the directory."""
+    from figures.__main__ import main
+
+    f = tmp_path / "later.toml"
+    f.write_text(LATER.replace("train_size = 800", f'data_dir = "{tmp_path / "absent"}"'))
+    p = prereg.load_later(f)
+    assert p.later["task_args"] == {"data_dir": str(tmp_path / "absent")}
+    assert prereg.stamp_of(p)["seed_block"] == [10100, 10199]
+    assert main(["all", "--registration", str(f), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "absent" in err[0] and not (tmp_path / "o").exists()

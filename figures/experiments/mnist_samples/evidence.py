@@ -45,8 +45,8 @@ def _oracle(ctx: Context, kind: str, seeds: tuple[int, ...], versions: list[floa
     test error at each of ``versions`` (NaN where not logged; [] without ``versions``)."""
     b = ctx.budget
     out, curve = [], []
+    args = dict(b.mnist_task_args) or None
     for s in seeds:
-        args = dict(b.mnist_task_args) or None
         ctx.touch([oracle_runs.rows_path(ctx.cache, kind, s, b.mnist_steps, b.mnist_log, args)])
         df = oracle_runs.cached(ctx.cache, kind, s, b.mnist_steps, b.mnist_log, cached_only=True, task_args=args)
         out.append(tail_mean(df["test_error"], 0.05))
