@@ -18,7 +18,7 @@ from figures.experiments import mnist_delay
 from figures.records import Claim, Judgement, assess, history_consistent, look_history
 from figures.staging import staged
 from testbed.util import stats
-from testbed.util.sequential import Design, boundaries, false_verdict_rate, spent
+from testbed.util.sequential import Design, boundaries, equivalence_power, false_verdict_rate, spent
 
 
 def test_spending_functions_spend_alpha_by_the_end():
@@ -85,6 +85,20 @@ def test_sequential_stopping_keeps_its_error_budget_on_null_data():
     bimodal = lambda rng, n: rng.normal(0.3, 1.0, n) + 4.0 * (rng.random(n) < 0.1)  # noqa: E731
     rate_b, _, _ = false_verdict_rate(_superiority(0.3 + 0.4), bimodal, design, "holds", reps, seed=2)
     assert rate_b <= stats.ALPHA + slack
+
+
+def test_equivalence_power_two_looks_keeps_the_budget_and_has_power_at_zero():
+    """A two-look equivalence design (24 then 48 seeds, Pocock, alpha 0.05): at an effect on the margin its false
+    "holds" rate stays within ALPHA plus Monte-Carlo slack (2.33 standard errors at 1,500 draws); at effect 0 with
+    sd / tol = 1.8 it decides "holds" in more than 90% of claims, most of them at the first look, and never "fails"."""
+    reps = 1500
+    slack = 2.33 * math.sqrt(stats.ALPHA * (1 - stats.ALPHA) / reps)
+    design = Design(24, 24, 48, alpha=stats.ALPHA)
+    edge = equivalence_power(design, 1.8, 1.0, 1.0, reps=reps, seed=3)
+    assert edge["holds"] <= stats.ALPHA + slack, edge
+    null = equivalence_power(design, 1.8, 0.0, 1.0, reps=reps, seed=4)
+    assert null["holds"] > 0.9 and null["fails"] == 0.0, null
+    assert 24 <= null["mean_seeds"] < 36, null  # most claims stop at the first look
 
 
 def test_truncated_keeps_the_first_seeds_and_their_events():
