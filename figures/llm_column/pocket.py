@@ -20,7 +20,7 @@ from figures.llm_column.settings import (
     load_json,
 )
 from llm_scale.pocket_design import MARGIN
-from testbed.util.stats import LEVEL, combine, fmt, fmt_interval, using_level
+from testbed.util.stats import ALPHA, LEVEL, combine, equivalence, fmt, fmt_interval, precondition, using_level
 
 
 def pocket_gac1(root: Path, prereg: dict[str, Any]) -> dict[str, str] | None:
@@ -57,6 +57,35 @@ def pocket_gac1(root: Path, prereg: dict[str, Any]) -> dict[str, str] | None:
                                f"{shown}"}
 
 
+def rescue_runs(root: Path, spec: dict[str, Any], prereg: dict[str, Any], arms: tuple[str, ...]
+                ) -> tuple[Any, dict[str, Any], str] | None:
+    """(runs, study.json, folder) of a rescue design: the rows of ``arms`` in its ``runs`` folder (default
+    `POCKET_RESCUE`) whose seed is confirmatory (at least the registration's ``seeds_from``), by seed; None when
+    nothing is tabulated."""
+    import pandas as pd
+
+    folder = str(spec.get("runs", POCKET_RESCUE))
+    try:
+        runs = pd.read_csv(Path(root) / folder / "runs.csv")
+        meta = json.loads((Path(root) / folder / "study.json").read_text())
+    except (OSError, ValueError):
+        return None
+    first = int((prereg.get("common") or {}).get("seeds_from", 100))
+    runs = runs[(runs["seed"] >= first) & runs["arm"].isin(arms)].sort_values("seed")
+    return (runs, meta, folder) if not runs.empty else None
+
+
+def rescue_errors(runs: Any, method: str) -> tuple[dict[tuple[str, str], list[float]], int, str]:
+    """Per cell (grpo sync, grpo at the lag, ``method`` at the lag) the errors 1 - score in seed order (a diverged
+    run scores 0), the lag and its level name."""
+    eta = int(runs[runs["arm"] != "sync"]["eta"].iloc[0])
+    level = f"eta{eta}"
+    score = runs["accuracy"].where(~runs["diverged"].astype(bool), 0.0)
+    error = {('grpo' if arm in ('sync', 'stale') else arm, 'sync' if arm == 'sync' else level): list(1.0 - score[g.index])
+             for arm, g in runs.groupby("arm")}  # each arm's errors in seed order (pairs by seed position)
+    return error, eta, level
+
+
 def pocket_rescue(root: Path, prereg: dict[str, Any], cid: str) -> dict[str, str] | None:
     """AREAL-1 or GAC-2 (``cid``: its method `METHOD`) on the pocket LM from their confirmatory runs (the
     registration's ``runs`` folder, default `POCKET_RESCUE`; runs.csv: naive GRPO sync and stale at the registered
@@ -67,20 +96,15 @@ def pocket_rescue(root: Path, prereg: dict[str, Any], cid: str) -> dict[str, str
     score: greedy accuracy, the mean of the last two evaluations; a diverged run scores 0, as in the study's
     promotion rule), errors floored at half a problem of the evaluations, at the level of a fixed design
     (one-sided `ALPHA`). Until every run of the three arms has finished: "not measured", with how many have; None
-    when no run is tabulated. A run with a non-confirmatory seed is never read."""
-    import pandas as pd
-
+    when no run is tabulated. A run with a non-confirmatory seed is never read. A registration with ``looks`` is
+    a sequential design (`sequential_rescue`)."""
     method, spec = METHOD[cid], (prereg.get("claims") or {}).get(cid) or {}
-    folder = str(spec.get("runs", POCKET_RESCUE))
-    try:
-        runs = pd.read_csv(Path(root) / folder / "runs.csv")
-        meta = json.loads((Path(root) / folder / "study.json").read_text())
-    except (OSError, ValueError):
+    if spec.get("looks"):
+        return sequential_rescue(root, prereg, cid)
+    read = rescue_runs(root, spec, prereg, ("sync", "stale", method))
+    if read is None:
         return None
-    first = int((prereg.get("common") or {}).get("seeds_from", 100))
-    runs = runs[(runs["seed"] >= first) & runs["arm"].isin(["sync", "stale", method])].sort_values("seed")
-    if runs.empty:
-        return None
+    runs, meta, folder = read
     done = runs["finished"].astype(bool)
     seeds = sorted(set(runs["seed"]))
     if not done.all() or set(runs["arm"]) != {"sync", "stale", method} or len(runs) != 3 * len(seeds):
@@ -88,11 +112,7 @@ def pocket_rescue(root: Path, prereg: dict[str, Any], cid: str) -> dict[str, str
                 "pocket_evidence": f"confirmatory runs {folder}/runs.csv: {int(done.sum())} of {3 * len(seeds)} "
                                    f"runs of sync, stale and stale + {method} finished (seeds {seeds[0]}..{seeds[-1]}); "
                                    f"judged when all have"}  # fmt: skip
-    eta = int(runs[runs["arm"] != "sync"]["eta"].iloc[0])
-    level = f"eta{eta}"
-    score = runs["accuracy"].where(~runs["diverged"].astype(bool), 0.0)
-    error = {('grpo' if arm in ('sync', 'stale') else arm, 'sync' if arm == 'sync' else level): list(1.0 - score[g.index])
-             for arm, g in runs.groupby("arm")}  # each arm's errors in seed order (pairs by seed position)
+    error, eta, level = rescue_errors(runs, method)
     problems = int(meta.get("eval_problems", 512))  # behind a score: the evaluation size times the evaluations averaged
     margin = float(spec.get("margin", MARGIN))
     with using_level(LEVEL):
@@ -105,6 +125,69 @@ def pocket_rescue(root: Path, prereg: dict[str, Any], cid: str) -> dict[str, str
     if parts[0].status == "n/a":  # the testbed's reading of a precondition that does not hold (`combine`)
         return {"pocket": "not testable", "pocket_evidence": shown + " (grpo does not degrade by the margin at the registered lag)"}
     return {"pocket": combine(parts), "pocket_evidence": shown}  # an undecided precondition: inconclusive
+
+
+def sequential_rescue(root: Path, prereg: dict[str, Any], cid: str) -> dict[str, str] | None:
+    """``cid`` under a sequential registration of its match part alone: arms grpo at sync and stale + the method;
+    ``looks`` (seeds per arm at each look, evenly spaced: `testbed.util.sequential.Design` with the registration's
+    ``spending``, alpha `ALPHA`) over the registration's ``seeds`` in order; the precondition "grpo degrades at the
+    lag" judged on the runs of the earlier registration its ``precondition`` names (that design's own rule: the
+    plain paired mean at a fixed design's level, the margin as the minimum rise). Each look reads "the method
+    matches grpo at sync" (TOST on the plain paired mean of the errors, within the ``margin``) at its level; the
+    first decided look gives the verdict, an undecided last look "inconclusive". Until a look's runs have all
+    finished: "not measured", with what the looks so far read; None when no run is tabulated."""
+    import tomllib
+
+    from testbed.util.sequential import Design
+
+    method, spec = METHOD[cid], (prereg.get("claims") or {}).get(cid) or {}
+    looks = [int(n) for n in spec["looks"]]
+    design = Design(looks[0], looks[1] - looks[0] if len(looks) > 1 else 1, looks[-1], alpha=ALPHA,
+                    spending=str(spec.get("spending", "pocock")))
+    if list(design.looks) != looks:
+        raise ValueError(f"{cid}: looks must be evenly spaced seeds per arm, got {looks}")
+    seeds = [int(s) for s in spec["seeds"]][: looks[-1]]
+    read = rescue_runs(root, spec, prereg, ("sync", method))
+    if read is None:
+        return None
+    runs, meta, folder = read
+    margin = float(spec.get("margin", MARGIN))
+    earlier = tomllib.loads((Path(root) / str(spec["precondition"])).read_text())
+    base = rescue_runs(root, (earlier.get("claims") or {}).get(cid) or {}, earlier, ("sync", "stale"))
+    if base is None or not base[0]["finished"].astype(bool).all():
+        return {"pocket": "not measured", "pocket_evidence": f"the precondition's runs ({spec['precondition']}) have not finished"}
+    base_error, eta, level = rescue_errors(base[0], method)
+    lags = set(runs.loc[runs["arm"] == method, "eta"].astype(int))
+    if lags != {eta}:
+        raise ValueError(f"{cid}: the precondition's runs are at eta = {eta}, this design's at {sorted(lags)}")
+    with using_level(LEVEL):
+        pre = precondition(f"grpo degrades at {level} ({spec['precondition']}, seeds {int(base[0]['seed'].min())}.."
+                           f"{int(base[0]['seed'].max())})", base_error[("grpo", "sync")], base_error[("grpo", level)],
+                           margin, estimator="mean")  # fmt: skip
+    head = f"precondition {pre.name}: {fmt_interval(pre)} -> {pre.status}"
+    if pre.status != "holds":
+        return {"pocket": "not testable" if pre.status == "n/a" else "inconclusive", "pocket_evidence": head}
+    problems = int(meta.get("eval_problems", 512))
+    shown: list[str] = []
+    for k, n in enumerate(looks):
+        at = runs[runs["seed"].isin(seeds[:n])]
+        finished = int(at["finished"].astype(bool).sum())
+        if finished < 2 * n:
+            return {"pocket": "not measured",
+                    "pocket_evidence": "; ".join([head, *shown, f"look {k + 1} ({n} seeds per arm, {seeds[0]}..{seeds[n - 1]}): "
+                                                 f"{finished} of {2 * n} runs of sync and stale + {method} finished "
+                                                 f"in {folder}/runs.csv; judged when all have"])}  # fmt: skip
+        error, _, _ = rescue_errors(at, method)
+        with using_level(design.level(k)):
+            same = equivalence(f"{method} at {level} matches grpo sync (difference)", error[("grpo", "sync")],
+                               error[(method, level)], margin, "diff", 0.5 / problems, estimator="mean")
+        shown.append(f"look {k + 1} of {len(looks)} ({n} seeds per arm, {seeds[0]}..{seeds[n - 1]}; error (1 - greedy "
+                     f"accuracy on {problems} problems) grpo sync {fmt(error[('grpo', 'sync')], 3, pct=True)}, {method} "
+                     f"{fmt(error[(method, level)], 3, pct=True)}; interval at {100 * design.level(k):.1f}%): "
+                     f"{same.name}: {fmt_interval(same)} -> {same.status}")  # fmt: skip
+        if same.status != "undecided":
+            break
+    return {"pocket": combine([pre, same]), "pocket_evidence": f"confirmatory runs {folder}/runs.csv; " + "; ".join([head, *shown])}
 
 
 def pocket_cells(root: Path) -> dict[str, dict[str, str]]:

@@ -17,7 +17,8 @@ GAC1_RUNS = "results/llm/gac1_cpu/runs.csv"
 VCPO1_RUNS = ("results/llm/vcpo1_cpu", "results/llm/vcpo1_cpu_look2")  # its looks, in order
 POCKET_FINGERPRINTS = "results/llm/fingerprint/pocket"  # version0/ and learning/ (python -m llm_scale fingerprint)
 POCKET_PREREG = "sweeps/llm/pocket_prereg.toml"  # the pocket LM's designs and the GPU commands
-POCKET_REDESIGNS = ("sweeps/llm/pocket_prereg2.toml", "sweeps/llm/pocket_prereg3.toml")  # later registrations, in order: new designs, new seed blocks
+POCKET_REDESIGNS = ("sweeps/llm/pocket_prereg2.toml", "sweeps/llm/pocket_prereg3.toml",
+                    "sweeps/llm/pocket_prereg4.toml")  # later registrations, in order: new designs, new seed blocks
 POCKET_GAC1 = "results/llm/pocket/gac1_confirm"  # GAC-1's confirmatory runs on the pocket LM (sync/, stale/: runs.csv)
 POCKET_RESCUE = "results/llm/pocket/rescue_confirm"  # AREAL-1's and GAC-2's confirmatory runs (runs.csv, four arms)
 PHASES = (("version0", "version 0"), ("learning", "learning phase"))

@@ -245,6 +245,52 @@ def test_pocket_rescue_is_judged_by_the_testbeds_rule_on_its_confirmatory_runs(t
     assert cell["pocket"] == "inconclusive"  # no seed trimmed: the diverged seed widens the match past its margin
 
 
+def test_a_sequential_rescue_design_reads_its_looks_and_the_earlier_registrations_precondition(tmp_path):
+    """Two looks (4 then 8 seeds per arm, Pocock): the first decided look gives the verdict; an undecided look whose
+    next look has not finished is "not measured" with what it read; the precondition comes from the earlier
+    registration's runs, and a base that does not degrade there makes the claim "not testable"."""
+    from figures.llm_column import pocket_rescue
+    from testbed.util.sequential import Design
+
+    def table(folder: str, first: int, scores: dict[str, list[float]], finished: int | None = None) -> None:
+        d = tmp_path / folder
+        d.mkdir(parents=True, exist_ok=True)
+        rows = [{"arm": arm, "eta": 0 if arm == "sync" else 8, "seed": first + i, "diverged": False, "accuracy": v,
+                 "finished": finished is None or i < finished} for arm, vals in scores.items() for i, v in enumerate(vals)]
+        pd.DataFrame(rows).to_csv(d / "runs.csv", index=False)
+        (d / "study.json").write_text('{"eval_problems": 512}')
+
+    (tmp_path / "p3.toml").write_text('[common]\nseeds_from = 300\n[claims.GAC-2]\nruns = "r3"\n')
+    noise = [0.004, -0.006, 0.002, 0.0, -0.003, 0.005, -0.001, 0.003]
+    table("r3", 300, {"sync": [0.55 + e for e in noise], "stale": [0.47 - e for e in noise]})  # degrades by 8 points
+    prereg = {"common": {"seeds_from": 400}, "claims": {"GAC-2": {
+        "runs": "r4", "precondition": "p3.toml", "margin": 0.03, "looks": [4, 8], "spending": "pocock",
+        "seeds": list(range(400, 408))}}}
+    assert pocket_rescue(tmp_path, prereg, "GAC-2") is None  # nothing tabulated
+    table("r4", 400, {"sync": [0.55 + e for e in noise[:4]], "gac": [0.55 - e for e in noise[:4]]})
+    cell = pocket_rescue(tmp_path, prereg, "GAC-2")
+    level = Design(4, 4, 8, alpha=0.05).level(0)
+    assert cell["pocket"] == "reproduced", cell
+    assert "look 1 of 2 (4 seeds per arm, 400..403" in cell["pocket_evidence"] and f"{100 * level:.1f}%" in cell["pocket_evidence"]
+    assert "grpo degrades at eta8 (p3.toml, seeds 300..307)" in cell["pocket_evidence"] and "look 2" not in cell["pocket_evidence"]
+    wide = [0.06, -0.05, 0.05, -0.04]
+    table("r4", 400, {"sync": [0.55] * 4, "gac": [0.55 + e for e in wide]})  # undecided at look 1, look 2 not run
+    cell = pocket_rescue(tmp_path, prereg, "GAC-2")
+    assert cell["pocket"] == "not measured" and "-> undecided" in cell["pocket_evidence"]
+    assert "look 2 (8 seeds per arm, 400..407): 8 of 16 runs" in cell["pocket_evidence"]
+    table("r4", 400, {"sync": [0.55] * 8, "gac": [0.55 + e for e in wide * 2]}, finished=6)
+    assert "look 2 (8 seeds per arm, 400..407): 12 of 16 runs" in pocket_rescue(tmp_path, prereg, "GAC-2")["pocket_evidence"]
+    table("r4", 400, {"sync": [0.55] * 8, "gac": [0.55 + e for e in wide * 2]})  # undecided at the last look
+    assert pocket_rescue(tmp_path, prereg, "GAC-2")["pocket"] == "inconclusive"
+    table("r4", 400, {"sync": [0.55] * 8, "gac": [0.45 + e for e in noise]})  # 10 points worse: fails at look 1
+    cell = pocket_rescue(tmp_path, prereg, "GAC-2")
+    assert cell["pocket"] == "not reproduced" and "look 2" not in cell["pocket_evidence"]
+    table("r4", 390, {"sync": [0.55] * 18, "gac": [0.2] * 10 + [0.55 + e for e in noise]})  # seeds below 400 unread
+    assert pocket_rescue(tmp_path, prereg, "GAC-2")["pocket"] == "reproduced"
+    table("r3", 300, {"sync": [0.55 + e for e in noise], "stale": [0.55 - e for e in noise]})  # no degradation
+    assert pocket_rescue(tmp_path, prereg, "GAC-2")["pocket"] == "not testable"
+
+
 def test_pocket_pilot_refuses_an_arm_its_file_does_not_name(tmp_path, capsys):
     from llm_scale.pocket_design import main
 
