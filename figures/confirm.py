@@ -14,7 +14,9 @@ Pure functions on per-seed arrays, one per rule of figures/preregistration.toml 
 * GAC's signal where it is not capped (`cosine_cap`, `accumulated_cosines`, `accumulation`): two gradient
   estimates of a mean gradient g from m samples each, with noise scale B = tr(Sigma) / |g|^2 (McCandlish et al.
   2018, arXiv 1812.06162), have expected cosine about r / (1 + r), r = m / B, whatever the optimizer does;
-* VCPO-1's spike rule made local (`local_spikes`, `false_alarm_rate`, `calibrate_factor`);
+* VCPO-1's spike rule against a stated reference (`SpikeReference`: the steps just before, `local_spikes`, or the
+  run's learning-phase level, `early_spikes`), its factor calibrated on quiet runs (`false_alarm_rate`,
+  `calibrate_factor`);
 * DDG-2's floor precondition and solved-seed test (`baselines_off_floor`, `solved_counts`), DDG-3's unit grid
   and per-seed exact comparison (`unit_grid`, `longest_solved`, `grid_covers`, `exceeds_by`);
 * margins from the testbed's own resolution (`resolution_margin`), and whether a verdict sits on an edge
@@ -25,7 +27,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -172,7 +175,7 @@ def accumulated_cosines(grads: Any, k: int) -> np.ndarray:
     return np.einsum("ij,ij->i", a, b) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
 
 
-# --- (e) VCPO-1's spike rule, local ---------------------------------------------------------------------
+# --- (e) VCPO-1's spike rule: a stated reference, a calibrated factor ------------------------------------
 
 
 def local_spikes(norms: Any, window: int, factor: float) -> np.ndarray:
@@ -188,26 +191,75 @@ def local_spikes(norms: Any, window: int, factor: float) -> np.ndarray:
     return out
 
 
+def early_spikes(norms: Any, early: int, factor: float) -> np.ndarray:
+    """Per step t: norm_t > factor x median(norm_1 .. norm_early) (False for those first ``early`` steps): a spike
+    against the run's own learning-phase level. Unlike `local_spikes` it does not follow the norm down when a
+    policy converges: there most batches carry no signal, the recent median falls towards zero and any batch that
+    does carry one is a large multiple of it."""
+    x = np.asarray(norms, dtype=float)
+    out = np.zeros(x.size, dtype=bool)
+    if x.size <= early:
+        return out
+    out[early:] = x[early:] > factor * np.median(x[:early])
+    return out
+
+
 def history_spikes(norms: Any, factor: float) -> np.ndarray:
     """The exploratory rule, for comparison: norm_t > factor x the median of every earlier step's norm."""
     x = np.asarray(norms, dtype=float)
     return np.array([t > 0 and x[t] > factor * np.median(x[:t]) for t in range(x.size)], dtype=bool)
 
 
-def false_alarm_rate(quiet_runs: Sequence[Any], window: int, factor: float, span: int) -> float:
-    """Share of quiet (non-collapsing) runs whose last ``span`` steps hold a local spike: what the rule says at
-    a run end where nothing happens."""
+@dataclass(frozen=True)
+class SpikeReference:
+    """What a gradient-norm spike is measured against (figures/preregistration.toml [spike]): ``kind`` "local",
+    the median of the ``steps`` steps before it (`local_spikes`), or "early", the median of the run's first
+    ``steps`` learner steps (`early_spikes`)."""
+
+    kind: str = "local"
+    steps: int = 20
+
+    KINDS: ClassVar[tuple[str, ...]] = ("local", "early")
+
+    def __post_init__(self) -> None:
+        if self.kind not in self.KINDS or self.steps < 1:
+            raise ValueError(f"a spike reference is one of {', '.join(self.KINDS)} over >= 1 steps, got "
+                             f"{self.kind!r} over {self.steps}")
+
+    @classmethod
+    def of(cls, section: Mapping[str, Any]) -> SpikeReference:
+        """The reference a [spike] section states: ``reference`` (default "local") over ``window`` steps (local) or
+        ``early_steps`` (early)."""
+        kind = str(section.get("reference", "local"))
+        return cls(kind, int(section["early_steps"] if kind == "early" else section["window"]))
+
+    def spikes(self, norms: Any, factor: float) -> np.ndarray:
+        """Per step: is its norm above ``factor`` times the reference?"""
+        return (local_spikes if self.kind == "local" else early_spikes)(norms, self.steps, factor)
+
+    def describe(self, factor: float) -> str:
+        return (f"above {factor:g} x the median of the {self.steps} steps before" if self.kind == "local" else
+                f"above {factor:g} x the median of the run's first {self.steps} learner steps")
+
+    def label(self) -> str:
+        """The sensitivity table's name of the rule (`CollapseRule.label`)."""
+        return f"spike_window {self.steps}" if self.kind == "local" else f"spike_early {self.steps}"
+
+
+def false_alarm_rate(quiet_runs: Sequence[Any], reference: SpikeReference, factor: float, span: int) -> float:
+    """Share of quiet (non-collapsing) runs whose last ``span`` steps hold a spike against ``reference``: what
+    the rule says at a run end where nothing happens."""
     if not quiet_runs:
         return float("nan")
-    return float(np.mean([local_spikes(r, window, factor)[-span:].any() for r in quiet_runs]))
+    return float(np.mean([reference.spikes(r, factor)[-span:].any() for r in quiet_runs]))
 
 
-def calibrate_factor(quiet_runs: Sequence[Any], window: int, grid: Sequence[float], rate: float,
+def calibrate_factor(quiet_runs: Sequence[Any], reference: SpikeReference, grid: Sequence[float], rate: float,
                      span: int) -> tuple[float, float]:
     """(the smallest factor of ``grid`` whose `false_alarm_rate` on ``quiet_runs`` is at most ``rate``, that
     rate); (nan, nan) when none is."""
     for f in sorted(grid):
-        fa = false_alarm_rate(quiet_runs, window, f, span)
+        fa = false_alarm_rate(quiet_runs, reference, f, span)
         if fa <= rate:
             return float(f), fa
     return float("nan"), float("nan")

@@ -45,7 +45,9 @@ except ImportError:  # Python 3.10
 
 PATH = Path(__file__).with_name("preregistration.toml")
 REGISTRATIONS = Path(__file__).with_name("registrations")  # later registrations (`load_later`)
-LATER_SECTIONS = ("registration", "seeds", "budget", "task_args", "output")
+LATER_SECTIONS = ("registration", "seeds", "budget", "task_args", "output", "spike")
+LATER_RULES = ("spike",)  # the rule sections a later registration may restate (with registration.after_data)
+SPIKE_KEYS = ("window", "false_alarm", "factor_grid", "reference", "early_steps")
 LATER_BUDGET = ("samples_k",)  # the budget fields a later registration may set (figures/budgets.py Budget)
 # the confirmatory report and its run cache (python -m figures all --confirmatory): not exploratory records
 CONFIRMATORY_DIRS = ("results/confirmatory", "results/figures/confirmatory_runs")
@@ -120,6 +122,7 @@ def check(data: dict[str, Any], where: str = "preregistration") -> None:
     if not 0 <= ph.get("progress_lo", -1) < ph.get("progress_hi", -1) <= 1:
         _fail(where, f"phase: need 0 <= progress_lo < progress_hi <= 1, got {ph.get('progress_lo')!r}, "
                      f"{ph.get('progress_hi')!r}")
+    check_spike(data["spike"], where, "spike")
     for cid, c in data["claims"].items():
         at = f"claims.{cid}"
         absent = [k for k in CLAIM_KEYS if k not in c]
@@ -144,6 +147,31 @@ def check(data: dict[str, Any], where: str = "preregistration") -> None:
                 _fail(where, f"{at} margin {m['name']!r}: a {m['source']} margin needs a number value")
             if m["source"] != "resolution" and m.get("scale") not in SCALES:
                 _fail(where, f"{at} margin {m['name']!r}: scale {m.get('scale')!r} is not one of {', '.join(SCALES)}")
+
+
+def check_spike(sp: dict[str, Any], where: str, at: str) -> None:
+    """Raise `UsageError` (one line) at the first problem of a [spike] section (`figures.confirm.SpikeReference`)."""
+    from figures.confirm import SpikeReference
+
+    def count(v: Any) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool) and v >= 1
+
+    unknown = sorted(set(sp) - set(SPIKE_KEYS))
+    if unknown:
+        _fail(where, f"{at} has unknown key(s) {', '.join(unknown)}; allowed: {', '.join(SPIKE_KEYS)}")
+    kind = sp.get("reference", "local")
+    if kind not in SpikeReference.KINDS:
+        _fail(where, f"{at}.reference {kind!r} is not one of {', '.join(SpikeReference.KINDS)}")
+    steps = "window" if kind == "local" else "early_steps"
+    if not count(sp.get(steps)):
+        _fail(where, f"{at}.{steps} must be an integer >= 1 for a {kind} reference, got {sp.get(steps)!r}")
+    grid = sp.get("factor_grid")
+    if not isinstance(grid, list) or not grid or not all(isinstance(f, int | float) and not isinstance(f, bool)
+                                                         and f > 1 for f in grid):
+        _fail(where, f"{at}.factor_grid must be a non-empty list of numbers > 1, got {grid!r}")
+    fa = sp.get("false_alarm")
+    if not isinstance(fa, int | float) or isinstance(fa, bool) or not 0 < fa < 1:
+        _fail(where, f"{at}.false_alarm must be a rate in (0, 1), got {fa!r}")
 
 
 def _read(path: Path, what: str) -> tuple[bytes, dict[str, Any]]:
@@ -195,14 +223,21 @@ def check_later(data: dict[str, Any], first: Prereg, where: str) -> None:
     if bad:
         _fail(where, f"budget field(s) {', '.join(bad)} cannot be set by a later registration; allowed: "
                      f"{', '.join(LATER_BUDGET)}")
+    rules = [k for k in LATER_RULES if k in data]
+    for k in rules:
+        check_spike(data[k], where, k)
+    if rules and not (isinstance(r.get("after_data"), str) and r["after_data"].strip()):
+        _fail(where, f"a later registration that restates {', '.join(rules)} says why in registration.after_data "
+                     f"(the data read before the rule was fixed), got {r.get('after_data')!r}")
     out = data["output"]
     if set(out) != {"report", "cache"} or not all(isinstance(v, str) and v for v in out.values()):
         _fail(where, f"output must name report and cache directories, got {out!r}")
 
 
 def load_later(path: Path | str) -> Prereg:
-    """A later registration merged over the first (`PATH`): the first's sections with the later's seed block, and
-    ``later`` (its claims, budget, task_args, output, why); digest sha256(first file's bytes + this file's)."""
+    """A later registration merged over the first (`PATH`): the first's sections with the later's seed block and the
+    rule sections it restates (`LATER_RULES`, whole), and ``later`` (its claims, budget, task_args, output, why,
+    rules, after_data); digest sha256(first file's bytes + this file's)."""
     path = Path(path)
     first = load(PATH)
     raw, data = _read(path, "registration")
@@ -215,10 +250,13 @@ def load_later(path: Path | str) -> Prereg:
             coerce_option("mnist", k, v)
     except (ValueError, TypeError) as exc:
         raise UsageError(f"{path}: task_args {task_args!r}: {str(exc).splitlines()[0]}") from None
+    rules = [k for k in LATER_RULES if k in data]
     later = {"claims": list(data["registration"]["claims"]), "budget": dict(data.get("budget") or {}),
              "task_args": task_args, "output": dict(data["output"]), "status": data["registration"]["status"],
-             "why": data["registration"].get("why", "")}
-    merged = {**first.data, "seeds": {**first.data["seeds"], **data["seeds"]}, "later": later}
+             "why": data["registration"].get("why", ""), "rules": rules,
+             "after_data": data["registration"].get("after_data", "")}
+    merged = {**first.data, **{k: dict(data[k]) for k in rules}, "seeds": {**first.data["seeds"], **data["seeds"]},
+              "later": later}
     first_raw = PATH.read_bytes()
     return Prereg(merged, hashlib.sha256(first_raw + raw).hexdigest(), file=_relative(path),
                   files=(_relative(PATH), _relative(path)))
@@ -254,14 +292,15 @@ def stamp(path: Path = PATH) -> dict[str, Any]:
 
 def stamp_of(p: Prereg) -> dict[str, Any]:
     """`stamp` of a registration (`registration`): a later one's commit is its own file's when every file it reads
-    is committed as it is (else None), and it names the file it supersedes and the claims it judges."""
+    is committed as it is (else None), and it names the file it supersedes, the claims it judges and the rule
+    sections it restates (``rules``, when any)."""
     if not p.later:
         return stamp(PATH)
     commits = [committed_at(Path(f)) for f in p.files]
     b = p.block()
     return {"sha256": p.sha256, "commit": None if None in commits else commits[-1], "status": "registered",
             "seed_block": [b.start, b.stop - 1], "file": p.file, "supersedes": "figures/preregistration.toml",
-            "claims": p.later["claims"]}
+            "claims": p.later["claims"], **({"rules": p.later["rules"]} if p.later.get("rules") else {})}
 
 
 def later_files(root: Path | str = ".") -> list[Path]:

@@ -235,8 +235,10 @@ def _header(p: dict[str, Any]) -> list[str]:
     if st.get("label"):  # the protocol stamp (figures/claims.py protocol)
         pr, block = st.get("preregistration") or {}, st.get("seed_block") or ["?", "?"]
         why = "; ".join(st.get("label_reasons") or [])
-        reg = (f"Later registration {pr['file']} (claims {', '.join(pr.get('claims') or [])}; every rule of "
-               f"{pr['supersedes']})" if pr.get("supersedes") else
+        kept = (f"the rules of {pr['supersedes']} but its [{'], ['.join(pr['rules'])}], restated" if pr.get("rules")
+                else f"every rule of {pr.get('supersedes')}")
+        reg = (f"Later registration {pr['file']} (claims {', '.join(pr.get('claims') or [])}; {kept})"
+               if pr.get("supersedes") else
                f"Pre-registration {pr.get('file', 'figures/preregistration.toml')}")
         lines.append(f"Protocol: **{st['label']}**. {reg}, sha256 "
                      f"`{str(pr.get('sha256'))[:16]}`, commit `{pr.get('commit')}`; confirmatory seed block "

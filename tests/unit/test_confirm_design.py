@@ -93,7 +93,7 @@ def test_accumulated_cosines_follow_the_cap():
     assert confirm.accumulated_cosines(grads[:3], 2).size == 0
 
 
-# --- (e) VCPO-1's spike rule, local ---
+# --- (e) VCPO-1's spike rule: a stated reference, a calibrated factor ---
 
 
 def _quiet(rng, n=1000):
@@ -105,14 +105,61 @@ def test_local_spike_rule_false_alarms_and_detection():
     quiet = [_quiet(rng) for _ in range(40)]
     # the exploratory rule (twice the median of all earlier steps) fires at almost every quiet run end
     assert np.mean([confirm.history_spikes(r, 2.0)[-50:].any() for r in quiet]) >= 0.9
-    assert confirm.false_alarm_rate(quiet, 20, 2.0, 50) <= 0.05
-    f, rate = confirm.calibrate_factor(quiet, 20, (1.2, 1.5, 2.0, 3.0), 0.05, 50)
-    assert rate <= 0.05 and f == min(x for x in (1.2, 1.5, 2.0, 3.0) if confirm.false_alarm_rate(quiet, 20, x, 50) <= 0.05)
+    local = confirm.SpikeReference("local", 20)
+    assert confirm.false_alarm_rate(quiet, local, 2.0, 50) <= 0.05
+    f, rate = confirm.calibrate_factor(quiet, local, (1.2, 1.5, 2.0, 3.0), 0.05, 50)
+    assert rate <= 0.05 and f == min(x for x in (1.2, 1.5, 2.0, 3.0) if confirm.false_alarm_rate(quiet, local, x, 50) <= 0.05)
     spiky = _quiet(rng)
     spiky[980] *= 5
     assert confirm.local_spikes(spiky, 20, f)[980]
     x = np.array([1, 1, 1, 1, 5.0, 1])
     assert confirm.local_spikes(x, 3, 2.0).tolist() == [False, False, False, False, True, False]
+
+
+def _converged(rng, n=2000):
+    """A quiet run that converges: a learning-phase norm near 1, then most batches carry no signal (norm 0.002) and
+    one in fifty does (norm about 0.5)."""
+    x = rng.lognormal(0, 0.2, n)
+    late = np.arange(n) >= n // 2
+    x[late] = np.where(rng.random(late.sum()) < 0.02, 0.5 * rng.lognormal(0, 0.2, late.sum()), 0.002)
+    return x
+
+
+def test_early_reference_calibrates_where_the_local_one_cannot():
+    """On converging quiet runs the local median falls to the no-signal level, so every batch that carries a signal
+    is a spike at any factor of the grid; against the run's learning-phase level it is not, and a norm 20 times that
+    level still is."""
+    rng = np.random.default_rng(2)
+    quiet = [_converged(rng) for _ in range(40)]
+    grid = (2.0, 3.0, 5.0, 8.0)
+    local, early = confirm.SpikeReference("local", 20), confirm.SpikeReference("early", 500)
+    assert confirm.false_alarm_rate(quiet, local, max(grid), 300) > 0.9
+    assert math.isnan(confirm.calibrate_factor(quiet, local, grid, 0.05, 300)[0])
+    f, rate = confirm.calibrate_factor(quiet, early, grid, 0.05, 300)
+    assert f == 2.0 and rate == 0.0
+    collapse = _converged(rng)
+    collapse[1900] = 20.0
+    assert early.spikes(collapse, f)[1900] and early.spikes(collapse, f).sum() == 1
+    x = np.array([1.0, 2.0, 3.0, 5.0, 7.0, 1.0])
+    assert early.spikes(x, 2.0).tolist() == [False] * 6 and confirm.early_spikes(x, 3, 2.0).tolist() == [False, False, False, True, True, False]
+    assert confirm.SpikeReference.of({"reference": "early", "early_steps": 500, "window": 20}) == early
+    assert confirm.SpikeReference.of({"window": 20}) == local and local.label() == "spike_window 20"
+    with pytest.raises(ValueError, match="one of local, early"):
+        confirm.SpikeReference("global", 5)
+
+
+def test_spike_calibration_reads_quiet_runs_per_reference_and_refuses_a_missing_cache(tmp_path, capsys):
+    from figures.spike_calibration import calibration, main
+
+    rng = np.random.default_rng(5)
+    quiet = [_converged(rng) for _ in range(30)]
+    local, early = calibration(quiet, 300, 20, (500,), (2.0, 8.0), 0.05)
+    assert local["factor"] is None and local["false_alarm"]["8"] > 0.9
+    assert early["factor"] == 2.0 and early["rate"] == 0.0 and early["label"] == "spike_early 500"
+    assert early["end_over_reference_median"] == pytest.approx(0.002, rel=0.2)  # converged: 0.002 of a level near 1
+    assert main(["--cache", str(tmp_path / "none"), "--out", str(tmp_path / "o")]) == 2
+    assert capsys.readouterr().err.splitlines() == [f"error: --cache {str(tmp_path / 'none')!r} is not a directory; "
+                                                    "give a confirmatory run cache"]
 
 
 # --- (f) DDG-2 and DDG-3 ---

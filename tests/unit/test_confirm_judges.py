@@ -178,6 +178,7 @@ def test_ddg2_registered_solved_seeds_and_floor_precondition():
 def test_vcpo1_local_spike_rule_in_the_precursors():
     import pandas as pd
 
+    from figures.confirm import SpikeReference
     from figures.experiments.mnist_delay.evidence import precursors
 
     rng = np.random.default_rng(3)
@@ -185,10 +186,10 @@ def test_vcpo1_local_spike_rule_in_the_precursors():
     gn = np.exp(np.linspace(0, math.log(6), n)) * rng.lognormal(0, 0.1, n)  # a quiet run whose norm drifts up
     steps = pd.DataFrame({"step": np.arange(1, n + 1, dtype=float), "ess": np.ones(n), "grad_norm": gn})
     drift = precursors(steps, float(n), 300.0, grad_spike=2.0)
-    local = precursors(steps, float(n), 300.0, grad_spike=2.0, spike_window=20)
+    local = precursors(steps, float(n), 300.0, grad_spike=2.0, spike=SpikeReference("local", 20))
     assert drift["grad_spike"] and not local["grad_spike"]
     steps.loc[900, "grad_norm"] *= 5  # a real spike inside the window
-    assert precursors(steps, float(n), 300.0, grad_spike=2.0, spike_window=20)["grad_spike"]
+    assert precursors(steps, float(n), 300.0, grad_spike=2.0, spike=SpikeReference("local", 20))["grad_spike"]
 
 
 def test_vcpo1_counts_only_staleness_caused_collapses_and_states_its_false_alarms():
@@ -207,6 +208,35 @@ def test_vcpo1_counts_only_staleness_caused_collapses_and_states_its_false_alarm
     ev.spike = {**ev.spike, "factor": float("nan"), "false_alarm": float("nan")}
     assert _calibrated(ev)[0] == "failed"
     assert _calibrated(md.Evidence(grid="t", seeds=[0]))[0] == "met"  # not asked outside the design
+
+
+def test_vcpo1_registered_rule_reads_the_registrations_spike_reference():
+    """The registered rule takes its reference and grid from the registration's [spike] section: on converging quiet
+    runs the local reference finds no factor, the early one finds the grid's smallest; the precondition says which."""
+    import pandas as pd
+
+    from figures.confirm import SpikeReference
+    from figures.experiments import mnist_delay as md
+    from figures.experiments.mnist_delay.evidence import registered_rule
+    from figures.experiments.mnist_delay.judges import _calibrated
+
+    rng = np.random.default_rng(7)
+    n, rows, records = 2000, [], {}
+    for i in range(25):
+        gn = rng.lognormal(0, 0.2, n)
+        gn[n // 2:] = np.where(rng.random(n // 2) < 0.02, 0.5, 0.002)  # converged: mostly no signal
+        records[f"r{i}"] = pd.DataFrame({"step": np.arange(1, n + 1, dtype=float), "grad_norm": gn, "ess": np.ones(n)})
+        rows += [{"run_id": f"r{i}", "recipe": "pg", "delay": "sync", "seed": i, "step": float(t), "test_error": 0.1,
+                  "status": "ok"} for t in range(100, n + 1, 100)]
+    table = pd.DataFrame(rows)
+    grid = {"factor_grid": [2.0, 8.0], "false_alarm": 0.05}
+    rule, rec = registered_rule(table, records, 100, {"window": 20, **grid})
+    assert rule.spike == SpikeReference("local", 20) and math.isnan(rec["factor"]) and rec["quiet_runs"] == 25
+    rule, rec = registered_rule(table, records, 100, {"reference": "early", "early_steps": 500, **grid})
+    assert rule.spike == SpikeReference("early", 500) and rule.grad_spike == 2.0 and rec["false_alarm"] == 0.0
+    assert rule.label() == "spike_early 500"  # grad_spike 2 is the default
+    status, text = _calibrated(md.Evidence(grid="t", seeds=[10200], spike=rec))
+    assert status == "met" and text.startswith("early spike rule: above 2 x the median of the run's first 500 learner steps")
 
 
 def test_gac1_is_not_testable_where_the_noise_caps_the_cosine(tmp_path, monkeypatch):

@@ -24,8 +24,8 @@ def test_a_drawn_figure_appears_only_when_published(tmp_path):
 
 
 def test_the_protocol_line_names_a_later_registration():
-    """A later registration's report names its file, its claims and the file whose rules it inherits; the first
-    registration's keeps its line."""
+    """A later registration's report names its file, its claims and the file whose rules it inherits (and the rule
+    sections it restates); the first registration's keeps its line."""
     from figures.publish import _header
 
     def line(pr):
@@ -39,3 +39,6 @@ def test_the_protocol_line_names_a_later_registration():
                   "supersedes": "figures/preregistration.toml"})
     assert ("Later registration figures/registrations/x.toml (claims DG-1; every rule of figures/preregistration.toml)"
             in later) and "10100..10199" in later
+    restated = line({"sha256": "b" * 64, "commit": "c3", "file": "figures/registrations/y.toml", "claims": ["VCPO-1"],
+                     "supersedes": "figures/preregistration.toml", "rules": ["spike"]})
+    assert "(claims VCPO-1; the rules of figures/preregistration.toml but its [spike], restated)" in restated

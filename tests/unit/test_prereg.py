@@ -219,6 +219,55 @@ def test_a_later_registration_inherits_every_rule_and_changes_only_its_own(tmp_p
     assert st["commit"] is None and st["claims"] == ["DG-1"] and st["seed_block"] == [10100, 10199]
 
 
+SPIKE = """
+[spike]
+reference = "early"
+early_steps = 1000
+factor_grid = [2.0, 30.0]
+false_alarm = 0.05
+"""
+
+
+def test_a_later_registration_may_restate_the_spike_rule_and_says_why(tmp_path, reg):
+    """[spike] is the one rule section a later registration may restate (whole, not merged key by key), only with
+    registration.after_data; the merged registration judges by it, and its stamp names it."""
+    from figures.confirm import SpikeReference
+
+    f = tmp_path / "later.toml"
+    f.write_text(LATER.replace('claims = ["DG-1"]', 'claims = ["VCPO-1"]\nafter_data = "read seeds 10000-10009"') + SPIKE)
+    p = prereg.load_later(f)
+    assert p.section("spike") == {"reference": "early", "early_steps": 1000, "factor_grid": [2.0, 30.0], "false_alarm": 0.05}
+    assert SpikeReference.of(p.section("spike")) == SpikeReference("early", 1000)
+    assert {k: v for k, v in p.data.items() if k not in ("seeds", "later", "spike")} == \
+        {k: v for k, v in reg.data.items() if k not in ("seeds", "spike")}
+    st = prereg.stamp_of(p)
+    assert st["rules"] == ["spike"] and "rules" not in prereg.stamp_of(prereg.load_later(_plain(tmp_path)))
+    f.write_text(LATER.replace('claims = ["DG-1"]', 'claims = ["VCPO-1"]') + SPIKE)
+    with pytest.raises(UsageError, match=r"says why in registration\.after_data"):
+        prereg.load_later(f)
+
+
+def _plain(tmp_path):
+    g = tmp_path / "plain.toml"
+    g.write_text(LATER)
+    return g
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (('reference = "early"', 'reference = "global"'), "spike.reference 'global' is not one of local, early"),
+    (("early_steps = 1000", "early_steps = 0"), "spike.early_steps must be an integer >= 1"),
+    (("factor_grid = [2.0, 30.0]", "factor_grid = [0.5]"), "spike.factor_grid must be a non-empty list of numbers > 1"),
+    (("false_alarm = 0.05", "false_alarm = 5"), "spike.false_alarm must be a rate in (0, 1)"),
+    (("false_alarm = 0.05", "false_alarm = 0.05\nspan = 3"), "spike has unknown key(s) span"),
+])
+def test_a_bad_restated_spike_rule_is_refused_in_one_line(tmp_path, edit, message):
+    f = tmp_path / "later.toml"
+    f.write_text(LATER.replace('claims = ["DG-1"]', 'claims = ["VCPO-1"]\nafter_data = "why"') + SPIKE.replace(*edit))
+    with pytest.raises(UsageError) as err:
+        prereg.load_later(f)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
 @pytest.mark.parametrize(("edit", "message"), [
     (("block_start = 10100", "block_start = 10050"), "outside the first registration's block"),
     (("block_start = 10100", "block_start = 500"), "above the exploratory seeds"),

@@ -10,7 +10,7 @@ import numpy as np
 
 from figures import prereg
 from figures.common import Context, diverged, seed_curves, values
-from figures.confirm import calibrate_factor, local_spikes
+from figures.confirm import SpikeReference, calibrate_factor
 from figures.evidence import Cell
 from figures.evidence import Evidence as ExperimentEvidence
 from figures.experiments.mnist_delay.settings import (
@@ -40,11 +40,12 @@ class CollapseRule:
     window: int = WINDOW
     ess_drop: float = ESS_DROP
     grad_spike: float = GRAD_SPIKE
-    spike_window: int | None = None  # the registered local rule: the median of this many steps before (None: all)
+    spike: SpikeReference | None = None  # the registered rule's reference (None: the median of every earlier step)
 
     def label(self) -> str:
-        changed = [f"{f} {getattr(self, f):g}" for f in ("rise", "window", "ess_drop", "grad_spike", "spike_window")
+        changed = [f"{f} {getattr(self, f):g}" for f in ("rise", "window", "ess_drop", "grad_spike")
                    if getattr(self, f) != getattr(CollapseRule(), f)]
+        changed += [self.spike.label()] if self.spike is not None else []
         return ", ".join(changed) or "the rule judged"
 
 
@@ -76,7 +77,7 @@ class Evidence(ExperimentEvidence):
     events: list[dict[str, Any]] = field(default_factory=list)
     quiet: list[dict[str, Any]] = field(default_factory=list)
     sensitivity: dict[str, dict[str, int]] = field(default_factory=dict)
-    # the registered design (figures/preregistration.toml [spike]): the local spike rule's window, its factor
+    # the registered design (the registration's [spike]): the spike rule's reference and its steps, its factor
     # calibrated on the quiet runs and that factor's false-alarm rate there; empty outside that design
     spike: dict[str, Any] = field(default_factory=dict)
     # the learning curves (per cell, per seed: test error at each of ``versions``) and whether the budget is the
@@ -113,15 +114,16 @@ def collapse_index(run, rise: float = RISE) -> int | None:
 
 
 def precursors(steps, end: float, span: float, ess_drop: float = ESS_DROP,
-               grad_spike: float = GRAD_SPIKE, spike_window: int | None = None) -> dict[str, Any]:
+               grad_spike: float = GRAD_SPIKE, spike: SpikeReference | None = None) -> dict[str, Any]:
     """Per-step precursors of an event at learner step ``end``: among the optimizer steps in the window
     (end - span, end], did ESS drop below ``ess_drop`` times the median of every earlier step's ESS, and did
     the gradient norm exceed ``grad_spike`` times the earlier steps' median? ``steps``: the run's per-step
     records (None: not recorded).
     ``lead_*``: learner steps from the first step that shows the precursor to ``end`` (None when it does not).
     ``enough_history``: the records exist and at least ``span`` learner steps come before the window.
-    ``spike_window``: the spike is judged locally instead, against the median of that many steps before it
-    (`figures.confirm.local_spikes`), so that a slow upward drift of the norm is not a spike."""
+    ``spike``: the spike is judged against that reference instead (`figures.confirm.SpikeReference`: the median of
+    the steps just before it, so that a slow upward drift of the norm is not a spike, or of the run's first
+    learner steps)."""
     none = {"ess_drop": False, "grad_spike": False, "lead_ess": None, "lead_grad": None, "enough_history": False}
     if steps is None or not len(steps):
         return none
@@ -135,8 +137,8 @@ def precursors(steps, end: float, span: float, ess_drop: float = ESS_DROP,
                                    ("grad_spike", "lead_grad", gn, lambda x, m: x > grad_spike * m)):
         ref = np.nanmedian(series[before]) if np.isfinite(series[before]).any() else float("nan")
         shown = window & np.isfinite(series) & (hit(series, ref) if math.isfinite(ref) else False)
-        if key == "grad_spike" and spike_window is not None:
-            shown = window & local_spikes(np.nan_to_num(series, nan=0.0), spike_window, grad_spike)
+        if key == "grad_spike" and spike is not None:
+            shown = window & spike.spikes(np.nan_to_num(series, nan=0.0), grad_spike)
         out[key] = bool(shown.any())
         out[lead] = float(end - t[shown].min()) if shown.any() else None
     return out
@@ -157,11 +159,11 @@ def collapses(table, step_records: dict[str, Any], log_every: int,
         if idx is not None:
             end = float(run["step"].iloc[idx])
             events.append({"recipe": recipe, "delay": delay, "seed": int(seed), "step": end,
-                           **precursors(steps, end, span, rule.ess_drop, rule.grad_spike, rule.spike_window)})
+                           **precursors(steps, end, span, rule.ess_drop, rule.grad_spike, rule.spike)})
         elif len(run) > rule.window + 3:
             quiet.append({"recipe": recipe, "delay": delay, "seed": int(seed),
                           **precursors(steps, float(run["step"].iloc[-1]), span, rule.ess_drop, rule.grad_spike,
-                                       rule.spike_window)})
+                                       rule.spike)})
     return events, quiet
 
 
@@ -182,18 +184,19 @@ def quiet_norms(table, step_records: dict[str, Any], rise: float = RISE) -> list
     return out
 
 
-def registered_rule(table, step_records: dict[str, Any], log_every: int) -> tuple[CollapseRule, dict[str, Any]]:
-    """The registered collapse rule: the local spike rule (figures/preregistration.toml [spike]) with the smallest
-    factor of its grid whose false-alarm rate at the quiet runs' ends is at most the registered rate
-    (`figures.confirm.calibrate_factor`), and that calibration's record."""
-    sp = prereg.load().section("spike")
+def registered_rule(table, step_records: dict[str, Any], log_every: int,
+                    section: dict[str, Any]) -> tuple[CollapseRule, dict[str, Any]]:
+    """The registered collapse rule: the spike rule of the registration's [spike] ``section`` (its reference,
+    `figures.confirm.SpikeReference`) with the smallest factor of its grid whose false-alarm rate at the quiet
+    runs' ends is at most the registered rate (`figures.confirm.calibrate_factor`), and that calibration's
+    record."""
+    ref = SpikeReference.of(section)
     quiet = quiet_norms(table, step_records)
     span = WINDOW * log_every
-    factor, rate = calibrate_factor(quiet, int(sp["window"]), sp["factor_grid"], float(sp["false_alarm"]), span)
-    rule = CollapseRule(grad_spike=factor if math.isfinite(factor) else max(sp["factor_grid"]),
-                        spike_window=int(sp["window"]))
-    return rule, {"window": int(sp["window"]), "factor": factor, "false_alarm": rate, "target": sp["false_alarm"],
-                  "quiet_runs": len(quiet)}
+    factor, rate = calibrate_factor(quiet, ref, section["factor_grid"], float(section["false_alarm"]), span)
+    rule = CollapseRule(grad_spike=factor if math.isfinite(factor) else max(section["factor_grid"]), spike=ref)
+    return rule, {"reference": ref.kind, "window": ref.steps, "factor": factor, "false_alarm": rate,
+                  "target": section["false_alarm"], "quiet_runs": len(quiet)}
 
 
 def staleness_caused(found: list[dict]) -> list[dict]:
@@ -242,7 +245,8 @@ def build(ctx: Context, seeds: tuple[int, ...]) -> Evidence:
     sweep_rows = table[table["run_id"].isin(ids)] if len(table) else table
     records = ctx.step_records(first)
     if b.name == "confirmatory":
-        rule, ev.spike = registered_rule(sweep_rows, records, b.mnist_log)
+        spike = prereg.registration(b.registration or None).section("spike")  # the first file's or a later one's
+        rule, ev.spike = registered_rule(sweep_rows, records, b.mnist_log, spike)
         ev.events, ev.quiet = (staleness_caused(x) for x in collapses(sweep_rows, records, b.mnist_log, rule))
         ev.sensitivity[rule.label()] = precursor_counts(ev.events, ev.quiet)
         return ev

@@ -12,7 +12,7 @@ import numpy as np
 from figures import prereg
 from figures.budgets import lag_of
 from figures.common import arr
-from figures.confirm import phase_endpoints, resolution_margin
+from figures.confirm import SpikeReference, phase_endpoints, resolution_margin
 from figures.evidence import Cell
 from figures.experiments.mnist_delay.evidence import WINDOW, CollapseRule, Evidence, precursor_counts
 from figures.experiments.mnist_delay.settings import NAME, claim_cells, largest_at_most
@@ -228,8 +228,9 @@ def _calibrated(ev: Evidence) -> tuple[str, str]:
     if sp.get("factor") is None or not math.isfinite(float(sp["factor"])):
         return "failed", (f"no factor of the grid keeps false alarms at the ends of {sp['quiet_runs']} quiet runs at "
                           f"or below {sp['target']:.0%}")
-    return "met", (f"local spike rule: above {sp['factor']:g} x the median of the {sp['window']} steps before; "
-                   f"{sp['false_alarm']:.1%} false alarms at the ends of {sp['quiet_runs']} quiet runs")
+    ref = SpikeReference(sp.get("reference", "local"), int(sp["window"]))
+    return "met", (f"{ref.kind} spike rule: {ref.describe(float(sp['factor']))}; {sp['false_alarm']:.1%} false alarms "
+                   f"at the ends of {sp['quiet_runs']} quiet runs")
 
 
 def _collapsed(ev: Evidence) -> tuple[str, str]:
