@@ -219,7 +219,7 @@ class SpikeReference:
     kind: str = "local"
     steps: int = 20
 
-    KINDS: ClassVar[tuple[str, ...]] = ("local", "early")
+    KINDS: ClassVar[tuple[str, ...]] = prereg.SPIKE_REFERENCES
 
     def __post_init__(self) -> None:
         if self.kind not in self.KINDS or self.steps < 1:

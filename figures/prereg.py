@@ -48,6 +48,7 @@ REGISTRATIONS = Path(__file__).with_name("registrations")  # later registrations
 LATER_SECTIONS = ("registration", "seeds", "budget", "task_args", "output", "spike")
 LATER_RULES = ("spike",)  # the rule sections a later registration may restate (with registration.after_data)
 SPIKE_KEYS = ("window", "false_alarm", "factor_grid", "reference", "early_steps")
+SPIKE_REFERENCES = ("local", "early")  # what a spike is measured against (`figures.confirm.SpikeReference`)
 LATER_BUDGET = ("samples_k",)  # the budget fields a later registration may set (figures/budgets.py Budget)
 # the confirmatory report and its run cache (python -m figures all --confirmatory): not exploratory records
 CONFIRMATORY_DIRS = ("results/confirmatory", "results/figures/confirmatory_runs")
@@ -151,7 +152,6 @@ def check(data: dict[str, Any], where: str = "preregistration") -> None:
 
 def check_spike(sp: dict[str, Any], where: str, at: str) -> None:
     """Raise `UsageError` (one line) at the first problem of a [spike] section (`figures.confirm.SpikeReference`)."""
-    from figures.confirm import SpikeReference
 
     def count(v: Any) -> bool:
         return isinstance(v, int) and not isinstance(v, bool) and v >= 1
@@ -160,8 +160,8 @@ def check_spike(sp: dict[str, Any], where: str, at: str) -> None:
     if unknown:
         _fail(where, f"{at} has unknown key(s) {', '.join(unknown)}; allowed: {', '.join(SPIKE_KEYS)}")
     kind = sp.get("reference", "local")
-    if kind not in SpikeReference.KINDS:
-        _fail(where, f"{at}.reference {kind!r} is not one of {', '.join(SpikeReference.KINDS)}")
+    if kind not in SPIKE_REFERENCES:
+        _fail(where, f"{at}.reference {kind!r} is not one of {', '.join(SPIKE_REFERENCES)}")
     steps = "window" if kind == "local" else "early_steps"
     if not count(sp.get(steps)):
         _fail(where, f"{at}.{steps} must be an integer >= 1 for a {kind} reference, got {sp.get(steps)!r}")
