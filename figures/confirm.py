@@ -233,6 +233,10 @@ class SpikeReference:
         kind = str(section.get("reference", "local"))
         return cls(kind, int(section["early_steps"] if kind == "early" else section["window"]))
 
+    def section(self) -> dict[str, Any]:
+        """The [spike] keys that state this reference (`of` reads them back)."""
+        return {"reference": self.kind, ("window" if self.kind == "local" else "early_steps"): self.steps}
+
     def spikes(self, norms: Any, factor: float) -> np.ndarray:
         """Per step: is its norm above ``factor`` times the reference?"""
         return (local_spikes if self.kind == "local" else early_spikes)(norms, self.steps, factor)

@@ -224,8 +224,8 @@ def check_later(data: dict[str, Any], first: Prereg, where: str) -> None:
         _fail(where, f"budget field(s) {', '.join(bad)} cannot be set by a later registration; allowed: "
                      f"{', '.join(LATER_BUDGET)}")
     rules = [k for k in LATER_RULES if k in data]
-    for k in rules:
-        check_spike(data[k], where, k)
+    if "spike" in data:
+        check_spike(data["spike"], where, "spike")
     if rules and not (isinstance(r.get("after_data"), str) and r["after_data"].strip()):
         _fail(where, f"a later registration that restates {', '.join(rules)} says why in registration.after_data "
                      f"(the data read before the rule was fixed), got {r.get('after_data')!r}")

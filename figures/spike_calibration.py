@@ -30,15 +30,16 @@ GRID = (1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 8.0, 10.0, 20.0, 30.0, 50.0, 100.0)
 EARLY = (500, 1000, 2000)
 
 
-def quiet_runs(cache: Path, registration: str | None) -> tuple[list[np.ndarray], dict[str, Any]]:
-    """The per-step gradient norms of the quiet runs of the registration's first-look MNIST delay sweep in
-    ``cache`` (cached only), and what was read (runs planned, found, quiet; the logging interval)."""
-    from figures import budgets, prereg
+def quiet_runs(cache: Path, reg: Any) -> tuple[list[np.ndarray], dict[str, Any]]:
+    """The per-step gradient norms of the quiet runs of the first-look MNIST delay sweep of ``reg`` (a
+    `figures.prereg.Prereg`) in ``cache`` (cached only), and what was read (runs planned, found, quiet; the logging
+    interval)."""
+    from figures import budgets
     from figures.common import Context
     from figures.experiments.mnist_delay.evidence import quiet_norms
     from figures.experiments.mnist_delay.settings import sweep
 
-    budgets.activate(budgets.confirmatory_budget(prereg.registration(registration)))
+    budgets.activate(budgets.confirmatory_budget(reg))
     try:
         ctx = Context(out=Path("."), cache=cache, cached_only=True, progress=False)
         b = ctx.budget
@@ -52,7 +53,7 @@ def quiet_runs(cache: Path, registration: str | None) -> tuple[list[np.ndarray],
     quiet = quiet_norms(rows, records)
     found = int(rows["run_id"].nunique()) if len(rows) else 0
     return quiet, {"planned": len(first), "found": found, "quiet": len(quiet), "log_every": b.mnist_log,
-                   "registration": prereg.registration(registration).file,
+                   "registration": reg.file,
                    "seeds_per_cell": len({c.seed for c in first})}  # not the numbers: confirmatory seeds are named by no record
 
 
@@ -114,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
             raise UsageError(f"--early takes learner-step counts >= 1, got {args.early}")
         reg = prereg.registration(args.registration)
         sp = reg.section("spike")
-        quiet, read = quiet_runs(args.cache, args.registration)
+        quiet, read = quiet_runs(args.cache, reg)
         if not quiet:
             raise UsageError(f"--cache {str(args.cache)!r} holds no quiet run of the sweep ({read['found']} of "
                              f"{read['planned']} runs found)")

@@ -160,18 +160,27 @@ def run_design(decide: Callable[[np.ndarray, float], str], draw: Callable[[np.ra
     return status, design.cap
 
 
+def simulate(decide: Callable[[np.ndarray, float], str], draw: Callable[[np.random.Generator, int], np.ndarray],
+             design: Design, reps: int, seed: int = 0) -> tuple[dict[str, int], float]:
+    """``reps`` simulated claims under ``design`` (`run_design`): how many ended with each status, and the mean
+    number of seeds used."""
+    rng = np.random.default_rng(seed)
+    counts: dict[str, int] = {}
+    used = 0
+    for _ in range(reps):
+        status, n = run_design(decide, draw, design, rng)
+        counts[status] = counts.get(status, 0) + 1
+        used += n
+    return counts, used / reps
+
+
 def false_verdict_rate(decide: Callable[[np.ndarray, float], str], draw: Callable[[np.random.Generator, int], np.ndarray],
                        design: Design, false: str, reps: int, seed: int = 0) -> tuple[float, float, float]:
     """Over ``reps`` simulated claims: (rate of the status ``false``, its Monte-Carlo standard error, the mean
     number of seeds used)."""
-    rng = np.random.default_rng(seed)
-    hits, used = 0, 0
-    for _ in range(reps):
-        status, n = run_design(decide, draw, design, rng)
-        hits += status == false
-        used += n
-    p = hits / reps
-    return p, math.sqrt(max(p * (1 - p), 1e-12) / reps), used / reps
+    counts, used = simulate(decide, draw, design, reps, seed)
+    p = counts.get(false, 0) / reps
+    return p, math.sqrt(max(p * (1 - p), 1e-12) / reps), used
 
 
 def equivalence_power(design: Design, sd: float, effect: float, tol: float, reps: int = 4000, seed: int = 0,
@@ -185,11 +194,5 @@ def equivalence_power(design: Design, sd: float, effect: float, tol: float, reps
         with using_level(level):
             return decide_equivalence(one_sample(values, estimator), tol)[0]
 
-    rng = np.random.default_rng(seed)
-    counts = {"holds": 0, "fails": 0}
-    used = 0
-    for _ in range(reps):
-        status, n = run_design(decide, lambda r, k: r.normal(effect, sd, k), design, rng)
-        counts[status] = counts.get(status, 0) + 1
-        used += n
-    return {"holds": counts["holds"] / reps, "fails": counts["fails"] / reps, "mean_seeds": used / reps}
+    counts, used = simulate(decide, lambda r, k: r.normal(effect, sd, k), design, reps, seed)
+    return {"holds": counts.get("holds", 0) / reps, "fails": counts.get("fails", 0) / reps, "mean_seeds": used}

@@ -144,6 +144,7 @@ def test_early_reference_calibrates_where_the_local_one_cannot():
     assert early.spikes(x, 2.0).tolist() == [False] * 6 and confirm.early_spikes(x, 3, 2.0).tolist() == [False, False, False, True, True, False]
     assert confirm.SpikeReference.of({"reference": "early", "early_steps": 500, "window": 20}) == early
     assert confirm.SpikeReference.of({"window": 20}) == local and local.label() == "spike_window 20"
+    assert confirm.SpikeReference.of(early.section()) == early and confirm.SpikeReference.of(local.section()) == local
     with pytest.raises(ValueError, match="one of local, early"):
         confirm.SpikeReference("global", 5)
 

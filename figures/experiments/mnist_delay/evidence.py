@@ -77,7 +77,7 @@ class Evidence(ExperimentEvidence):
     events: list[dict[str, Any]] = field(default_factory=list)
     quiet: list[dict[str, Any]] = field(default_factory=list)
     sensitivity: dict[str, dict[str, int]] = field(default_factory=dict)
-    # the registered design (the registration's [spike]): the spike rule's reference and its steps, its factor
+    # the registered design (the registration's [spike]): the spike rule's reference in its [spike] keys, its factor
     # calibrated on the quiet runs and that factor's false-alarm rate there; empty outside that design
     spike: dict[str, Any] = field(default_factory=dict)
     # the learning curves (per cell, per seed: test error at each of ``versions``) and whether the budget is the
@@ -195,8 +195,8 @@ def registered_rule(table, step_records: dict[str, Any], log_every: int,
     span = WINDOW * log_every
     factor, rate = calibrate_factor(quiet, ref, section["factor_grid"], float(section["false_alarm"]), span)
     rule = CollapseRule(grad_spike=factor if math.isfinite(factor) else max(section["factor_grid"]), spike=ref)
-    return rule, {"reference": ref.kind, "window": ref.steps, "factor": factor, "false_alarm": rate,
-                  "target": section["false_alarm"], "quiet_runs": len(quiet)}
+    return rule, {**ref.section(), "factor": factor, "false_alarm": rate, "target": section["false_alarm"],
+                  "quiet_runs": len(quiet)}
 
 
 def staleness_caused(found: list[dict]) -> list[dict]:

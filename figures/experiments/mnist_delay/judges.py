@@ -228,7 +228,7 @@ def _calibrated(ev: Evidence) -> tuple[str, str]:
     if sp.get("factor") is None or not math.isfinite(float(sp["factor"])):
         return "failed", (f"no factor of the grid keeps false alarms at the ends of {sp['quiet_runs']} quiet runs at "
                           f"or below {sp['target']:.0%}")
-    ref = SpikeReference(sp.get("reference", "local"), int(sp["window"]))
+    ref = SpikeReference.of(sp)
     return "met", (f"{ref.kind} spike rule: {ref.describe(float(sp['factor']))}; {sp['false_alarm']:.1%} false alarms "
                    f"at the ends of {sp['quiet_runs']} quiet runs")
 
