@@ -6,7 +6,9 @@ A file whose runs are not in runs/ on this machine keeps its rows of the committ
 alone regenerates the whole table (a re-run's rows replace the record's).
 
 Per sweep file and baseline: mean final sampled sequence error over seeds (min-max), greedy and token
-error; per all-four candidate: the distance D to the paper, admissibility (rule 1) and the choice (rule 3).
+error; per all-four candidate: the distance D to the paper, admissibility (rule 1) and the choice (rule 3). The
+budget files (``budget_*.toml``, RULE.md's fourth amendment) are not candidates: their curves (mean error at every
+evaluation) and DDG-2's registered precondition at their last evaluation go under the table, their rows to budget.csv.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from figures import prereg
+from figures.confirm import baselines_off_floor
 from testbed.sweep import load_file
 
 HERE = Path(__file__).resolve().parent
@@ -44,19 +48,42 @@ def distance(errors: dict[str, float]) -> float:
     return sum(abs(logit(errors[r]) - logit(PAPER[r])) for r in BASELINES) / len(BASELINES)
 
 
-def final_rows(path: Path, record: pd.DataFrame | None = None) -> pd.DataFrame:
-    """The last logged row of every run of one sweep file; for a file with no runs here, its rows in ``record``
-    (the committed table.csv: what the run that made them measured); empty if neither has any."""
+def logged_rows(path: Path, record: pd.DataFrame | None = None, last: bool = True) -> pd.DataFrame:
+    """The last logged row (``last``) or every logged row of every run of one sweep file; for a file with no runs
+    here, its rows in ``record`` (the committed csv: what the run that made them measured); empty if neither has any."""
     spec = load_file(path)
     results = Path(spec["out"]) / "results.csv"
     if not results.exists():
         if record is None or "file" not in record:
             return pd.DataFrame()
         return record[record["file"] == path.stem].copy()
-    df = pd.read_csv(results)
-    last = df.sort_values("step").groupby("run_id").tail(1).copy()
-    last["file"] = path.stem
-    return last
+    df = pd.read_csv(results).sort_values("step")
+    rows = df.groupby("run_id").tail(1).copy() if last else df.copy()
+    rows["file"] = path.stem
+    return rows
+
+
+def budget_lines(runs: pd.DataFrame) -> list[str]:
+    """The budget files' curves (mean sampled sequence error over seeds at every evaluation, per baseline) and, for
+    the all-four file, DDG-2's registered precondition at its last evaluation (RULE.md's fourth amendment)."""
+    ddg = prereg.load().section("ddg")
+    lines = ["", "## Budget readings (not candidates; RULE.md's fourth amendment)", "",
+             "Mean sampled sequence error (%) over seeds at each evaluation; generated from budget.csv."]
+    for file, df in runs.groupby("file", sort=True):
+        steps = sorted(df["step"].unique())
+        curve = df.groupby(["recipe", "step"])["test_error"].mean()
+        lines += ["", f"**{file}** ({df['seed'].nunique()} seeds, {df['delay'].iloc[0]}, {df['frictions'].iloc[0]})", "",
+                  "| recipe | " + " | ".join(str(int(t)) for t in steps) + " |",
+                  "| --- | " + " | ".join("---" for _ in steps) + " |"]
+        for r in [r for r in BASELINES if r in curve.index.get_level_values(0)]:
+            lines.append(f"| {r} | " + " | ".join(f"{100 * curve.get((r, t), float('nan')):.1f}" for t in steps) + " |")
+        if set(BASELINES) <= set(df["recipe"]):
+            end = df[df["step"] == steps[-1]]
+            status, measured = baselines_off_floor({r: end.loc[end["recipe"] == r, "test_error"].to_numpy()
+                                                    for r in ddg["paper_error"]}, ddg["paper_error"],
+                                                   float(ddg["floor_factor"]))
+            lines += ["", f"DDG-2's precondition at step {int(steps[-1])}: **{status}** ({measured})."]
+    return lines
 
 
 def levels_of(name: str) -> dict[str, str] | None:
@@ -80,7 +107,7 @@ def single_file(friction: str, level: str) -> str:
 
 def main() -> None:
     record = pd.read_csv(HERE / "table.csv") if (HERE / "table.csv").exists() else None
-    frames = [final_rows(p, record) for p in sorted(HERE.glob("stage*.toml"))]
+    frames = [logged_rows(p, record) for p in sorted(HERE.glob("stage*.toml"))]
     frames = [f for f in frames if len(f)]
     if not frames:
         print("no finished runs")
@@ -157,6 +184,12 @@ def main() -> None:
         lines.append(f"**Choice (rule 3): {choice[1]}** (D = {choice[0]:.2f}; "
                      f"{'admissible' if choice[2] else 'NO candidate is admissible: nearest reported'}; "
                      f"{'reaches the paper (every baseline within a factor 2 in odds)' if reached else 'nearest, not reached'}).")
+    budget_record = pd.read_csv(HERE / "budget.csv") if (HERE / "budget.csv").exists() else None
+    budget = [f for f in (logged_rows(p, budget_record, last=False) for p in sorted(HERE.glob("budget_*.toml"))) if len(f)]
+    if budget:
+        rows = pd.concat(budget)
+        rows[cols].sort_values(["file", "recipe", "seed", "step"]).to_csv(HERE / "budget.csv", index=False)
+        lines += budget_lines(rows)
     (HERE / "TABLE.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
