@@ -465,8 +465,9 @@ def main(argv: list[str] | None = None) -> int:
             raise UsageError(f"unknown command {cmd!r}; allowed: check, seeds, stamp")
         p = registration(path)
         if cmd == "check":
-            print(f"{path}: registered, {len(p.claims)} claims, block {p.block().start}..{p.block().stop - 1}, "
-                  f"sha256 {p.sha256}")
+            judged = p.later.get("claims") or list(p.claims)
+            print(f"{path}: registered, {len(judged)} claim(s) ({', '.join(judged)}), block {p.block().start}.."
+                  f"{p.block().stop - 1}, sha256 {p.sha256}")
         elif cmd == "seeds":
             used = used_seeds(Path("."))
             clash = sorted(set(used) & set(p.block()))

@@ -144,6 +144,15 @@ def test_cli_bad_file_exit_2_one_line(tmp_path, capsys):
     assert prereg.main(["nonsense"]) == 2
 
 
+def test_cli_check_counts_the_claims_a_file_judges(capsys):
+    later = Path(prereg.__file__).parent / "registrations" / "vcpo1_spike.toml"
+    block = prereg.registration(later).block()
+    assert prereg.main(["check", "--file", str(later)]) == 0
+    assert f": registered, 1 claim(s) (VCPO-1), block {block.start}..{block.stop - 1}" in capsys.readouterr().out
+    assert prereg.main(["check"]) == 0
+    assert f"registered, {len(prereg.load().claims)} claim(s) (GAC-1, " in capsys.readouterr().out
+
+
 def test_label_confirmatory_only_when_the_protocol_holds(reg):
     seeds = reg.seeds("async")
     used = {0: "results/paper/claims.json", 14: "figures/budgets.py"}

@@ -135,10 +135,11 @@ def precursors(steps, end: float, span: float, ess_drop: float = ESS_DROP,
     out: dict[str, Any] = {"enough_history": True}
     for key, lead, series, hit in (("ess_drop", "lead_ess", ess, lambda x, m: x < ess_drop * m),
                                    ("grad_spike", "lead_grad", gn, lambda x, m: x > grad_spike * m)):
-        ref = np.nanmedian(series[before]) if np.isfinite(series[before]).any() else float("nan")
-        shown = window & np.isfinite(series) & (hit(series, ref) if math.isfinite(ref) else False)
         if key == "grad_spike" and spike is not None:
             shown = window & spike.spikes(np.nan_to_num(series, nan=0.0), grad_spike)
+        else:
+            ref = np.nanmedian(series[before]) if np.isfinite(series[before]).any() else float("nan")
+            shown = window & np.isfinite(series) & (hit(series, ref) if math.isfinite(ref) else False)
         out[key] = bool(shown.any())
         out[lead] = float(end - t[shown].min()) if shown.any() else None
     return out
