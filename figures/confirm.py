@@ -373,10 +373,19 @@ def resolution_margin(name: str, base_error: Any, n_test: int, cap: int, z: floa
 
 def near_edge(o: Outcome) -> bool | None:
     """Whether a part's verdict sits within one standard error of its rule's edge: the interval end that decides
-    (either end, for an equivalence) within one se of the margin (or of 0, the direction's edge). None when the
-    part has no interval with a standard error."""
+    (either end, for an equivalence) within one se of the margin (or of 0, the direction's edge). A proportion
+    judged against a rate (VCPO-1's "most collapses") uses the binomial se of its rate, sqrt(p (1 - p) / n), and
+    the rate as its only edge. None when the part has no interval with a standard error (a count judged by
+    Fisher's exact test alone, margin 0)."""
     iv = o.interval
-    if iv is None or not math.isfinite(iv.se) or not math.isfinite(o.margin):
+    if iv is None or not math.isfinite(o.margin):
+        return None
+    if o.kind == "proportion":
+        if o.margin <= 0 or not iv.n or not math.isfinite(iv.estimate):
+            return None
+        se = math.sqrt(iv.estimate * (1 - iv.estimate) / iv.n)
+        return any(abs(end - o.margin) <= se for end in (iv.lo, iv.hi))
+    if not math.isfinite(iv.se):
         return None
     edges = [o.margin, -o.margin] if o.kind == "equivalence" else [o.margin, 0.0]
     return any(abs(end - e) <= iv.se for end in (iv.lo, iv.hi) for e in edges)

@@ -215,3 +215,12 @@ def test_near_edge():
     assert confirm.near_edge(stats.Outcome("a", "superiority", "holds", 0.05, "diff", iv)) is True  # lo 0.12 - 0.05 <= se
     assert confirm.near_edge(stats.Outcome("a", "superiority", "holds", -0.5, "diff", iv)) is False
     assert confirm.near_edge(stats.Outcome("a", "exact", "holds", 0.1, "diff", None)) is None
+
+
+def test_near_edge_of_a_proportion_uses_the_binomial_se_of_its_rate():
+    # 23 of 32: rate 0.719, se sqrt(0.719 * 0.281 / 32) = 0.0795; exact lower end 0.52 lies within it of 1/2
+    edge = stats.proportion("spike", 23, 32, 0.5, 10, 232)
+    assert edge.status == "holds" and edge.interval.lo - 0.5 < math.sqrt(23 / 32 * 9 / 32 / 32)
+    assert confirm.near_edge(edge) is True
+    assert confirm.near_edge(stats.proportion("ess", 32, 32, 0.5, 102, 232)) is False  # se 0: lo 0.88 far from 1/2
+    assert confirm.near_edge(stats.proportion("solved", 3, 6, 0.0, 0, 6)) is None  # Fisher's test alone decides

@@ -252,8 +252,10 @@ CLAIMS = (
           "every run of the MNIST delay sweep (all recipes and delays)", (VCPO1_MOST,),
           "A collapse: test error rises more than 0.2 above its running minimum, or the run diverges. Precursors at "
           "per-step resolution, among the learner steps of the 3 evaluation intervals up to the evaluation that shows "
-          "it: some step's ESS below half the median of all earlier steps'; some step's gradient norm above twice "
-          "theirs. Per precursor: holds if its rate among collapses has a 90% Clopper-Pearson interval above 1/2 and "
+          "it: some step's ESS below half the median of all earlier steps'; some step's gradient norm above a spike "
+          "threshold (exploratory: twice the median of all earlier steps; registered: the registration's [spike] "
+          "reference times the smallest factor of its grid whose false-alarm rate at the ends of the quiet runs "
+          "meets its target, stated under the preconditions). Per precursor: holds if its rate among collapses has a 90% Clopper-Pearson interval above 1/2 and "
           "exceeds the rate at the ends of non-collapsing runs (Fisher, one-sided 0.05); direction if only the "
           "latter; fails if the interval is below 1/2; not testable if nothing collapsed.",
           judge_vcpo1, ("vcpo_traces",),
