@@ -21,6 +21,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from figures.table import verdict_cell
 from testbed.util.files import atomic_write_text
 from testbed.util.provenance import source
 
@@ -270,7 +271,8 @@ def _parts_md(parts: list[dict[str, Any]]) -> list[str]:
     for q in parts:
         need = q.get("seeds_needed")
         detail = f" ({q['detail']})" if q.get("detail") else ""
-        lines.append(f"| {q['name']}{detail} | {q['shown']} | {q['margin_shown']} | {q['status']} | "
+        status = q["status"] + (" (edge)" if q.get("edge") else "")
+        lines.append(f"| {q['name']}{detail} | {q['shown']} | {q['margin_shown']} | {status} | "
                      f"{'' if need is None else need} |")
     return lines
 
@@ -289,7 +291,7 @@ def write_markdown(path: Path, p: dict[str, Any], extra: list[str] = ()) -> None
     for r in p["claims"]:
         need = r.get("seeds_needed")
         variants = "; ".join(f"{k}: {v}" for k, v in r.get("variants", {}).items())
-        verdict = f"**{r['verdict']}**" + (f" ({variants})" if variants else "")
+        verdict = verdict_cell(r) + (f" ({variants})" if variants else "")
         lines.append(f"| {r['id']} | {r['claim']} | {r['paper_value']} | {r['ours']} | {verdict} | "
                      f"{'' if need is None else need} |")
     lines += ["", "## Shared rules", "", p["shared_rules"], "", "## Claims", ""]

@@ -24,6 +24,12 @@ def _cell(text: Any) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
+def verdict_cell(row: dict[str, Any]) -> str:
+    """A claims.json row's verdict as the tables show it: bold, "(edge)" where a part sits within one standard
+    error of its rule's edge (`figures.confirm.near_edge`)."""
+    return f"**{row['verdict']}**" + (" (edge)" if row.get("on_edge") else "")
+
+
 def verdict_table(report: dict[str, Any], header: bool = True) -> list[str]:
     """The markdown lines of the table (module docstring); ``header``: the line naming the report first."""
     st = report.get("stamp") or {}
@@ -36,7 +42,7 @@ def verdict_table(report: dict[str, Any], header: bool = True) -> list[str]:
     cols = ["id", "claim", "paper", "verdict", *(["real model"] if real else []), *beside]
     out = ([head, ""] if header else []) + ["| " + " | ".join(cols) + " |", "|" + " --- |" * len(cols)]
     for r in rows:
-        verdict = f"**{r['verdict']}**" + (" (edge)" if r.get("on_edge") else "")
+        verdict = verdict_cell(r)
         others = ([real.get(r["id"]) or ""] if real else []) + [(r.get("beside") or {}).get(name) or ""
                                                                  for name in beside]
         out.append("| " + " | ".join(_cell(x) for x in (r["id"], r["claim"], r["paper_value"], verdict, *others))

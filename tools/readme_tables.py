@@ -18,7 +18,7 @@ import re
 import sys
 from pathlib import Path
 
-from figures.table import verdict_table
+from figures.table import verdict_cell, verdict_table
 from testbed.util.files import atomic_write_text
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,10 +73,10 @@ def later_table(root: Path = ROOT) -> str:
             report = json.loads((root / reg.later["output"]["report"] / "claims.json").read_text())
         except (OSError, ValueError):
             report = None
-        verdicts = {r["id"]: r["verdict"] for r in (report or {}).get("claims", [])}
+        verdicts = {r["id"]: verdict_cell(r) for r in (report or {}).get("claims", [])}
         label = ((report or {}).get("stamp") or {}).get("label", "")
         for cid in reg.later["claims"]:
-            shown = (f"**{verdicts[cid]}**" if cid in verdicts else "report not made yet")
+            shown = verdicts.get(cid, "report not made yet")
             lines.append(f"| {cid} | [{f.relative_to(root)}]({f.relative_to(root)}) | {block} | {label or 'n/a'} | "
                          f"{shown} | {first.get(cid, '')} |")
     return "\n".join(lines)
