@@ -88,10 +88,11 @@ def file_settings(spec: dict[str, Any]) -> dict[str, Any]:
             "imports": imports}
 
 
-def expand(spec: dict[str, Any], specs: dict[str, RunSpec] | None = None) -> list[RunConfig]:
+def expand(spec: dict[str, Any], specs: dict[str, RunSpec] | None = None, build: bool = True) -> list[RunConfig]:
     """The run configs of a sweep spec (dict as read from a file), validated, duplicates dropped (the file's
     ``imports`` imported first). ``specs``, if given, receives each config's parsed `RunSpec` by run id (for
-    `plan_sweep`, which then parses nothing again)."""
+    `plan_sweep`, which then parses nothing again). ``build``: build each task too, which catches what only its
+    data can tell (a missing data directory); without it, a file's run ids on a machine that lacks its data."""
     from testbed.stabilizers.registry import import_modules
 
     import_modules(file_settings(spec)["imports"])
@@ -111,6 +112,7 @@ def expand(spec: dict[str, Any], specs: dict[str, RunSpec] | None = None) -> lis
         configs.append(cfg)
         if specs is not None:
             specs[run_id] = parsed
-        build_task(parsed)  # catches e.g. a missing data directory before anything runs
+        if build:
+            build_task(parsed)  # catches e.g. a missing data directory before anything runs
     return configs
 
