@@ -182,6 +182,17 @@ def test_corrupt_gz_data_is_refused_before_anything_runs(tmp_path):
         expand({"base": {"task": "mnist", "data_dir": str(data)}})
 
 
+def test_run_ids_without_the_data(tmp_path):
+    """``build=False`` gives a file's run ids where its data is missing, the same ids the built expansion gives."""
+    missing = {"base": {"task": "mnist", "data_dir": str(tmp_path / "absent"), "steps": 10}, "grid": {"seed": [0, 1]}}
+    with pytest.raises(ValueError, match="does not exist"):
+        expand(missing)
+    ids = [c.run_id for c in expand(missing, build=False)]
+    assert len(set(ids)) == 2
+    plain = {"base": {"task": "mnist", "steps": 10}, "grid": {"seed": [0, 1]}}
+    assert [c.run_id for c in expand(plain, build=False)] == [c.run_id for c in expand(plain)]
+
+
 def test_diverged_run_is_a_status_not_nan_rows(tmp_path):
     spec = {"base": {"task": "contextual_bandit", "steps": 30, "log_every": 5, "batch_size": 8},
             "grid": {"lr": [0.1, 1e38]}}
