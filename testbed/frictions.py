@@ -293,7 +293,8 @@ def token_reversal_setting(level: dict[str, object], which: str) -> dict[str, ob
 #   L3     99.9%   99.9%   99.9%   8.13  3      no (the definitions used before calibration)
 # Paper (secondary summary): PG ~60%, PPO ~10%, PMPO ~15%. Not reached: the nearest candidate, admissible, is frozen.
 # F1 comes from stage 4 (RULE.md, third amendment, fixed after the lag-1 finding). G0 at 10,000 steps (1M episodes, the
-# other reading of the paper's budget): PG 94.0%, PPO 99.1%, PMPO 95.4% (sweeps/calibration/budget_G0_all_1M.toml).
+# other reading of the paper's budget): PG 94.0%, PPO 99.1%, PMPO 95.4% (sweeps/calibration/budget_G0_all_1M.toml);
+# F1 at that budget: sweeps/calibration/TABLE.md, "Budget readings" (no closer to the paper either).
 TOKEN_REVERSAL_PRESET = "F1"
 
 

@@ -12,6 +12,7 @@ Stage 4 (``fraction``, added after the lag-1 finding): level F1 (a fraction of t
 Stage 2b: the neighbours of a level (one friction moved to the other level), 1,000 steps, 2 seeds.
 Budget (``budget``, RULE.md's fourth amendment): the frozen preset F1 at 10,000 steps of 100 episodes (1M episodes,
 the other reading of the paper's budget), evaluated every 1,000 steps, and PMPO without frictions at that budget.
+PMPO's recipe (``pmpo``, RULE.md's fifth amendment): PMPO's alpha and beta without frictions, 2,000 steps, 2 seeds.
 Baselines only: pg, ppo, pmpo.
 """
 
@@ -97,6 +98,19 @@ def budget_files() -> dict[str, str]:
                                               recipes=("pmpo",), log_every=1000)}
 
 
+PMPO_ALPHAS = (0.5, 0.7, 0.9)
+PMPO_BETAS = (0.0, 0.1)
+
+
+def pmpo_files() -> dict[str, str]:
+    """PMPO's recipe (RULE.md's fifth amendment): alpha x beta without frictions, 2,000 steps, seeds 0 and 1."""
+    recipes = tuple(f"pmpo(alpha={a}, beta={b})" for a in PMPO_ALPHAS for b in PMPO_BETAS)
+    none = token_reversal_setting(TOKEN_REVERSAL_LEVELS["F1"], "none")
+    return {"recipe_pmpo": sweep_text("recipe_pmpo", none, 2000, 2,
+                                             "PMPO's alpha and beta without frictions", recipes=recipes,
+                                             log_every=500)}
+
+
 def stage_files() -> dict[str, str]:
     out = {"stage1_none": sweep_text("stage1_none", token_reversal_setting(TOKEN_REVERSAL_LEVELS["L1"], "none"),
                                      500, 1, "stage 1, friction-free")}
@@ -127,7 +141,7 @@ def neighbours(level: str) -> dict[str, str]:
 
 def main(argv: list[str]) -> None:
     stages = {"graded": graded_files, "weaker": weaker_files, "fraction": fraction_files, "budget": budget_files,
-              "": stage_files}
+              "pmpo": pmpo_files, "": stage_files}
     files = stages[argv[0]]() if argv and argv[0] in stages else neighbours(argv[0]) if argv else stage_files()
     for name, text in files.items():
         (HERE / f"{name}.toml").write_text(text)

@@ -7,8 +7,9 @@ alone regenerates the whole table (a re-run's rows replace the record's).
 
 Per sweep file and baseline: mean final sampled sequence error over seeds (min-max), greedy and token
 error; per all-four candidate: the distance D to the paper, admissibility (rule 1) and the choice (rule 3). The
-budget files (``budget_*.toml``, RULE.md's fourth amendment) are not candidates: their curves (mean error at every
-evaluation) and DDG-2's registered precondition at their last evaluation go under the table, their rows to budget.csv.
+budget files (``budget_*.toml``, RULE.md's fourth amendment) and PMPO's recipe screen (``recipe_*.toml``, the fifth) are
+not candidates: their curves (mean error at every evaluation) and what the amendment reads at their last evaluation go
+under the table, their rows to curves.csv.
 """
 
 from __future__ import annotations
@@ -63,26 +64,42 @@ def logged_rows(path: Path, record: pd.DataFrame | None = None, last: bool = Tru
     return rows
 
 
-def budget_lines(runs: pd.DataFrame) -> list[str]:
-    """The budget files' curves (mean sampled sequence error over seeds at every evaluation, per baseline) and, for
-    the all-four file, DDG-2's registered precondition at its last evaluation (RULE.md's fourth amendment)."""
+CURVES = {"budget": "Budget readings (not candidates; RULE.md's fourth amendment)",
+          "recipe": "PMPO's recipe without frictions (RULE.md's fifth amendment)"}
+
+
+def curve_lines(runs: pd.DataFrame, title: str) -> list[str]:
+    """The curves of a group of files (mean sampled sequence error over seeds at every evaluation, per recipe in the
+    file's order) and, at each file's last evaluation, DDG-2's registered precondition over the baselines it runs
+    (RULE.md's fourth amendment) or, for PMPO's own recipes, whether each is a candidate: its median error at most
+    PMPO's paper level (RULE.md's fifth amendment)."""
     ddg = prereg.load().section("ddg")
-    lines = ["", "## Budget readings (not candidates; RULE.md's fourth amendment)", "",
-             "Mean sampled sequence error (%) over seeds at each evaluation; generated from budget.csv."]
+    lines = ["", f"## {title}", "", "Mean sampled sequence error (%) over seeds at each evaluation; generated from "
+             "curves.csv."]
     for file, df in runs.groupby("file", sort=True):
         steps = sorted(df["step"].unique())
         curve = df.groupby(["recipe", "step"])["test_error"].mean()
         lines += ["", f"**{file}** ({df['seed'].nunique()} seeds, {df['delay'].iloc[0]}, {df['frictions'].iloc[0]})", "",
                   "| recipe | " + " | ".join(str(int(t)) for t in steps) + " |",
                   "| --- | " + " | ".join("---" for _ in steps) + " |"]
-        for r in [r for r in BASELINES if r in curve.index.get_level_values(0)]:
+        for r in df["recipe"].unique():
             lines.append(f"| {r} | " + " | ".join(f"{100 * curve.get((r, t), float('nan')):.1f}" for t in steps) + " |")
-        if set(BASELINES) <= set(df["recipe"]):
-            end = df[df["step"] == steps[-1]]
+        end = df[df["step"] == steps[-1]]
+        present = {r: level for r, level in ddg["paper_error"].items() if r in set(df["recipe"])}
+        if present:
             status, measured = baselines_off_floor({r: end.loc[end["recipe"] == r, "test_error"].to_numpy()
-                                                    for r in ddg["paper_error"]}, ddg["paper_error"],
-                                                   float(ddg["floor_factor"]))
-            lines += ["", f"DDG-2's precondition at step {int(steps[-1])}: **{status}** ({measured})."]
+                                                    for r in present}, present, float(ddg["floor_factor"]))
+            what = ("DDG-2's precondition" if len(present) == len(ddg["paper_error"])
+                    else f"DDG-2's precondition for {', '.join(present)} alone")
+            lines += ["", f"{what} at step {int(steps[-1])}: **{status}** ({measured})."]
+        own = [r for r in df["recipe"].unique() if r.startswith("pmpo(")]
+        if own:
+            level = float(ddg["paper_error"]["pmpo"])
+            med = {r: float(end.loc[end["recipe"] == r, "test_error"].median()) for r in own}
+            ok = [r for r in own if med[r] <= level]
+            lines += ["", f"Candidates at step {int(steps[-1])} (median error at most PMPO's paper level "
+                      f"{100 * level:.0f}%): " + (", ".join(f"{r} ({100 * med[r]:.1f}%)" for r in ok) or "**none**")
+                      + "."]
     return lines
 
 
@@ -184,12 +201,15 @@ def main() -> None:
         lines.append(f"**Choice (rule 3): {choice[1]}** (D = {choice[0]:.2f}; "
                      f"{'admissible' if choice[2] else 'NO candidate is admissible: nearest reported'}; "
                      f"{'reaches the paper (every baseline within a factor 2 in odds)' if reached else 'nearest, not reached'}).")
-    budget_record = pd.read_csv(HERE / "budget.csv") if (HERE / "budget.csv").exists() else None
-    budget = [f for f in (logged_rows(p, budget_record, last=False) for p in sorted(HERE.glob("budget_*.toml"))) if len(f)]
-    if budget:
-        rows = pd.concat(budget)
-        rows[cols].sort_values(["file", "recipe", "seed", "step"]).to_csv(HERE / "budget.csv", index=False)
-        lines += budget_lines(rows)
+    curve_record = pd.read_csv(HERE / "curves.csv") if (HERE / "curves.csv").exists() else None
+    groups = {g: [f for f in (logged_rows(p, curve_record, last=False) for p in sorted(HERE.glob(f"{g}_*.toml")))
+                  if len(f)] for g in CURVES}
+    if any(groups.values()):
+        rows = pd.concat([f for fs in groups.values() for f in fs])
+        rows[cols].sort_values(["file", "recipe", "seed", "step"]).to_csv(HERE / "curves.csv", index=False)
+        for g, fs in groups.items():
+            if fs:
+                lines += curve_lines(pd.concat(fs), CURVES[g])
     (HERE / "TABLE.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
