@@ -82,7 +82,8 @@ def curve_lines(runs: pd.DataFrame, title: str) -> list[str]:
         lines += ["", f"**{file}** ({df['seed'].nunique()} seeds, {df['delay'].iloc[0]}, {df['frictions'].iloc[0]})", "",
                   "| recipe | " + " | ".join(str(int(t)) for t in steps) + " |",
                   "| --- | " + " | ".join("---" for _ in steps) + " |"]
-        for r in df["recipe"].unique():
+        named = set(df["recipe"])
+        for r in [b for b in BASELINES if b in named] + sorted(named - set(BASELINES)):
             lines.append(f"| {r} | " + " | ".join(f"{100 * curve.get((r, t), float('nan')):.1f}" for t in steps) + " |")
         end = df[df["step"] == steps[-1]]
         present = {r: level for r, level in ddg["paper_error"].items() if r in set(df["recipe"])}
