@@ -201,11 +201,9 @@ def registered_rule(table, step_records: dict[str, Any], log_every: int,
 
 
 def staleness_caused(found: list[dict]) -> list[dict]:
-    """The events of stale runs whose paired sync run (same recipe and seed) has no event of its own: a collapse
-    counts as caused by staleness only where the synchronous run does not collapse (used on the collapse list;
-    the quiet list passes through whole, since a quiet stale run is quiet whatever its sync run did)."""
-    if not found or "step" not in found[0]:
-        return found
+    """The collapse events of stale runs whose paired sync run (same recipe and seed) has no event of its own: a
+    collapse counts as caused by staleness only where the synchronous run does not collapse. Read on the collapse
+    list only; the quiet list stays whole, since a quiet stale run is quiet whatever its sync run did."""
     at_sync = {(x["recipe"], x["seed"]) for x in found if x["delay"] == "sync"}
     return [x for x in found if x["delay"] != "sync" and (x["recipe"], x["seed"]) not in at_sync]
 
@@ -248,7 +246,8 @@ def build(ctx: Context, seeds: tuple[int, ...]) -> Evidence:
     if b.name == "confirmatory":
         spike = prereg.registration(b.registration or None).section("spike")  # the first file's or a later one's
         rule, ev.spike = registered_rule(sweep_rows, records, b.mnist_log, spike)
-        ev.events, ev.quiet = (staleness_caused(x) for x in collapses(sweep_rows, records, b.mnist_log, rule))
+        events, ev.quiet = collapses(sweep_rows, records, b.mnist_log, rule)
+        ev.events = staleness_caused(events)
         ev.sensitivity[rule.label()] = precursor_counts(ev.events, ev.quiet)
         return ev
     for rule in VCPO1_RULES:
