@@ -106,9 +106,8 @@ def pmpo_files() -> dict[str, str]:
     """PMPO's recipe (RULE.md's fifth amendment): alpha x beta without frictions, 2,000 steps, seeds 0 and 1."""
     recipes = tuple(f"pmpo(alpha={a}, beta={b})" for a in PMPO_ALPHAS for b in PMPO_BETAS)
     none = token_reversal_setting(TOKEN_REVERSAL_LEVELS["F1"], "none")
-    return {"recipe_pmpo": sweep_text("recipe_pmpo", none, 2000, 2,
-                                             "PMPO's alpha and beta without frictions", recipes=recipes,
-                                             log_every=500)}
+    return {"recipe_pmpo": sweep_text("recipe_pmpo", none, 2000, 2, "PMPO's alpha and beta without frictions",
+                                      recipes=recipes, log_every=500)}
 
 
 def stage_files() -> dict[str, str]:

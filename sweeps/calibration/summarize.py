@@ -28,7 +28,7 @@ from testbed.sweep import load_file
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 BASELINES = ("pg", "ppo", "pmpo")
-PAPER = {"pg": 0.60, "ppo": 0.10, "pmpo": 0.15}
+PAPER = dict(prereg.load().section("ddg")["paper_error"])  # the paper's baseline errors, as DDG-2 registers them
 N_EVAL = 1024
 CHANCE = 1 - 2.0**-10
 SINGLE = {"staleness": "staleness", "bugs": "bugs", "corruption": "corruption", "min_correct": "rare"}
@@ -69,8 +69,8 @@ CURVES = {"budget": "Budget readings (not candidates; RULE.md's fourth amendment
 
 
 def curve_lines(runs: pd.DataFrame, title: str) -> list[str]:
-    """The curves of a group of files (mean sampled sequence error over seeds at every evaluation, per recipe in the
-    file's order) and, at each file's last evaluation, DDG-2's registered precondition over the baselines it runs
+    """The curves of a group of files (mean sampled sequence error over seeds at every evaluation, per recipe: the
+    baselines first, then the others by name) and, at each file's last evaluation, DDG-2's registered precondition over the baselines it runs
     (RULE.md's fourth amendment) or, for PMPO's own recipes, whether each is a candidate: its median error at most
     PMPO's paper level (RULE.md's fifth amendment)."""
     ddg = prereg.load().section("ddg")
@@ -83,19 +83,20 @@ def curve_lines(runs: pd.DataFrame, title: str) -> list[str]:
                   "| recipe | " + " | ".join(str(int(t)) for t in steps) + " |",
                   "| --- | " + " | ".join("---" for _ in steps) + " |"]
         named = set(df["recipe"])
-        for r in [b for b in BASELINES if b in named] + sorted(named - set(BASELINES)):
+        others = sorted(named - set(BASELINES))
+        for r in [b for b in BASELINES if b in named] + others:
             lines.append(f"| {r} | " + " | ".join(f"{100 * curve.get((r, t), float('nan')):.1f}" for t in steps) + " |")
         end = df[df["step"] == steps[-1]]
-        present = {r: level for r, level in ddg["paper_error"].items() if r in set(df["recipe"])}
+        present = {r: level for r, level in PAPER.items() if r in named}
         if present:
             status, measured = baselines_off_floor({r: end.loc[end["recipe"] == r, "test_error"].to_numpy()
                                                     for r in present}, present, float(ddg["floor_factor"]))
-            what = ("DDG-2's precondition" if len(present) == len(ddg["paper_error"])
+            what = ("DDG-2's precondition" if len(present) == len(PAPER)
                     else f"DDG-2's precondition for {', '.join(present)} alone")
             lines += ["", f"{what} at step {int(steps[-1])}: **{status}** ({measured})."]
-        own = [r for r in df["recipe"].unique() if r.startswith("pmpo(")]
+        own = [r for r in others if r.startswith("pmpo(")]
         if own:
-            level = float(ddg["paper_error"]["pmpo"])
+            level = PAPER["pmpo"]
             med = {r: float(end.loc[end["recipe"] == r, "test_error"].median()) for r in own}
             ok = [r for r in own if med[r] <= level]
             lines += ["", f"Candidates at step {int(steps[-1])} (median error at most PMPO's paper level "

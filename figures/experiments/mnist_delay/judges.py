@@ -255,8 +255,8 @@ CLAIMS = (
           "it: some step's ESS below half the median of all earlier steps'; some step's gradient norm above a spike "
           "threshold (exploratory: twice the median of all earlier steps; registered: the registration's [spike] "
           "reference times the smallest factor of its grid whose false-alarm rate at the ends of the quiet runs "
-          "meets its target, stated under the preconditions). Per precursor: holds if its rate among collapses has a 90% Clopper-Pearson interval above 1/2 and "
-          "exceeds the rate at the ends of non-collapsing runs (Fisher, one-sided 0.05); direction if only the "
+          "meets its target, stated under the preconditions). Per precursor: holds if its rate among collapses has a "
+          "90% Clopper-Pearson interval above 1/2 and exceeds the rate at the ends of non-collapsing runs (Fisher, one-sided 0.05); direction if only the "
           "latter; fails if the interval is below 1/2; not testable if nothing collapsed.",
           judge_vcpo1, ("vcpo_traces",),
           decide="collapses in a setting where they are common (more delays or recipes that collapse)",
